@@ -1,0 +1,550 @@
+package balancer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Listener is told about every change of a balancer's list: the list before
+// and after, in list order. The first call after AddListener carries an
+// empty old list and the current servers. Listeners are called one at a
+// time, in the order of the changes, never under the balancer's lock; they
+// may call back into the balancer. The slices must not be modified.
+type Listener func(old, new []*Server)
+
+// Rand is the randomness a balancer uses. The default is math/rand/v2's
+// global source; tests inject a seeded one. Implementations must be safe
+// for concurrent use.
+type Rand interface {
+	IntN(n int) int
+	Float64() float64
+}
+
+type globalRand struct{}
+
+func (globalRand) IntN(n int) int   { return rand.IntN(n) }
+func (globalRand) Float64() float64 { return rand.Float64() }
+
+// Option customises a Balancer.
+type Option func(*Balancer) error
+
+// WithClock sets the clock used by stats, breakers and caches.
+func WithClock(c Clock) Option {
+	return func(b *Balancer) error {
+		if c == nil {
+			return fmt.Errorf("%w: nil clock", ErrInvalidConfig)
+		}
+		b.shared.clock = c
+		return nil
+	}
+}
+
+// WithRand sets the source of randomness.
+func WithRand(r Rand) Option {
+	return func(b *Balancer) error {
+		if r == nil {
+			return fmt.Errorf("%w: nil rand", ErrInvalidConfig)
+		}
+		b.rnd = r
+		return nil
+	}
+}
+
+// WithRule sets a rule instance, overriding Config.Rule (for custom rules).
+func WithRule(r Rule) Option {
+	return func(b *Balancer) error {
+		if r == nil {
+			return fmt.Errorf("%w: nil rule", ErrInvalidConfig)
+		}
+		b.rule = r
+		return nil
+	}
+}
+
+// WithPinger sets the liveness check, overriding Config.Ping.Kind. A nil
+// Pinger or NoOpPing means no ping loop.
+func WithPinger(p Pinger) Option {
+	return func(b *Balancer) error {
+		b.pinger = p
+		return nil
+	}
+}
+
+// WithServerList sets the source a polling updater reads the list from.
+// Without it, a balancer whose config has ListOfServers uses that static
+// list; otherwise it has no updater and is fed by SetServers (the push path).
+func WithServerList(l ServerList) Option {
+	return func(b *Balancer) error {
+		b.source = l
+		return nil
+	}
+}
+
+// Balancer balances over the servers of one service. See the package
+// documentation for the model and the threading rules.
+type Balancer struct {
+	name   string
+	cfg    Config
+	rule   Rule
+	filter ZoneFilter
+	// filterNeedsClock is false for filters that never read statistics.
+	filterNeedsClock bool
+	rnd              Rand
+	shared           *statsShared
+	pinger           Pinger
+	source           ServerList
+
+	snap atomic.Pointer[Snapshot]
+
+	mu        sync.Mutex // serialises list changes; guards the fields below
+	instances map[string]*instance
+	version   uint64
+	listeners []Listener
+	started   bool
+	closed    bool
+	pingLoop  *pingLoop
+	updater   *PollingUpdater
+
+	nmu      sync.Mutex // guards the notification queue
+	pending  []change
+	draining bool
+}
+
+type change struct {
+	old, new []*Server
+	only     Listener // nil: every listener
+}
+
+// New builds a balancer for the service (client) name. It validates cfg and
+// starts nothing: call Start for the ping loop and the polling updater, and
+// Close when done.
+func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
+	if name == "" {
+		return nil, fmt.Errorf("%w: empty balancer name", ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("balancer %q: %w", name, err)
+	}
+	b := &Balancer{
+		name:      name,
+		cfg:       cfg,
+		rnd:       globalRand{},
+		instances: make(map[string]*instance),
+		shared: &statsShared{
+			clock:         systemClock{},
+			breaker:       cfg.Breaker,
+			activeTimeout: cfg.ActiveRequestsTimeout,
+		},
+	}
+	if cfg.Ping.Kind == PingHTTP {
+		b.pinger = NewHTTPPing(cfg.Ping.Path, cfg.Ping.Timeout)
+	}
+	for _, o := range opts {
+		if err := o(b); err != nil {
+			return nil, fmt.Errorf("balancer %q: %w", name, err)
+		}
+	}
+	b.shared.base = b.shared.clock.Now()
+	var err error
+	if b.rule == nil {
+		if b.rule, err = NewRule(cfg.Rule, &cfg); err != nil {
+			return nil, fmt.Errorf("balancer %q: %w", name, err)
+		}
+	}
+	if b.filter, err = NewZoneFilter(cfg.Filter, &cfg); err != nil {
+		return nil, fmt.Errorf("balancer %q: %w", name, err)
+	}
+	switch b.filter.(type) {
+	case NoFilter, *ZonePreference:
+	default:
+		b.filterNeedsClock = true
+	}
+	if b.source == nil && len(cfg.ListOfServers) > 0 {
+		servers, err := cfg.StaticServers()
+		if err != nil {
+			return nil, fmt.Errorf("balancer %q: %w", name, err)
+		}
+		b.source = StaticList(servers)
+	}
+	b.snap.Store(buildSnapshot(b, 0, nil))
+	return b, nil
+}
+
+// Name returns the service (client) name.
+func (b *Balancer) Name() string { return b.name }
+
+// Config returns the balancer's configuration.
+func (b *Balancer) Config() Config { return b.cfg }
+
+// Snapshot returns the current immutable state.
+func (b *Balancer) Snapshot() *Snapshot { return b.snap.Load() }
+
+// Choose picks a server for one request. It is safe for concurrent use with
+// everything else. The context may force a zone (WithZone) or carry a key
+// (WithKey). It returns ErrNoServers when there is nothing to choose.
+func (b *Balancer) Choose(ctx context.Context) (*Server, error) {
+	snap := b.snap.Load()
+	v := b.scope(ctx, snap)
+	srv, err := b.rule.Choose(ctx, v)
+	if srv == nil && err == nil && v != &snap.full {
+		// Ribbon's ZoneAwareLoadBalancer: a zone that yields nothing falls
+		// back to the whole list.
+		srv, err = b.rule.Choose(ctx, &snap.full)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if srv == nil {
+		return nil, ErrNoServers
+	}
+	return srv, nil
+}
+
+// scope returns the view a pick chooses from: a forced zone, the zone
+// filter's choice, then the zone-aware narrowing.
+func (b *Balancer) scope(ctx context.Context, snap *Snapshot) *View {
+	if len(snap.full.servers) == 0 {
+		return &snap.full
+	}
+	zone, forced := ZoneFrom(ctx)
+	// Read the clock once, and only when something needs statistics: the
+	// simple single-zone pick stays free of it.
+	var now int64
+	if forced || b.filterNeedsClock || (b.cfg.ZoneAware && len(snap.zones) > 1) {
+		now = b.shared.nanotime()
+	}
+	if forced {
+		if g := snap.byZone[lowerASCII(zone)]; g != nil {
+			if st := b.zoneStats(g, now); st.TrippedCount < st.InstanceCount {
+				return &g.view
+			}
+		}
+	}
+	v := b.filter.Scope(snap, now)
+	if b.cfg.ZoneAware && len(v.zones) > 1 {
+		if avail, limited := b.availableZones(v.zones, now); limited && avail != 0 {
+			return &b.weightedZone(v.zones, avail).view
+		}
+	}
+	return v
+}
+
+// view re-derives the scope of a pick from the current snapshot; the Retry
+// rule uses it after waiting.
+func (b *Balancer) view(ctx context.Context) *View {
+	return b.scope(ctx, b.snap.Load())
+}
+
+// SetServers replaces the list. Servers are identified by ID (host:port
+// when empty); the first of duplicate IDs wins. Invalid entries are left out
+// and reported in the returned error; if every entry of a non-empty list is
+// invalid, the current list is kept. An equal list changes nothing. Stats
+// of servers that stay are kept; servers new to the list start alive.
+func (b *Balancer) SetServers(servers []Server) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	list, err := b.adopt(servers)
+	if len(list) == 0 && len(servers) > 0 {
+		b.mu.Unlock()
+		return fmt.Errorf("balancer %q: no valid server, list kept: %w", b.name, err)
+	}
+	b.installLocked(list)
+	b.mu.Unlock()
+	b.notify()
+	return err
+}
+
+// AddServers adds servers to the list; a server with an ID already listed
+// replaces it in place.
+func (b *Balancer) AddServers(servers ...Server) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	cur := b.snap.Load().all
+	merged := make([]Server, 0, len(cur)+len(servers))
+	for _, s := range cur {
+		merged = append(merged, *s)
+	}
+	merged = append(merged, servers...)
+	// Later entries replace earlier ones with the same ID, in place.
+	list, err := b.adopt(dedupeLastWins(merged))
+	b.installLocked(list)
+	b.mu.Unlock()
+	b.notify()
+	return err
+}
+
+func dedupeLastWins(in []Server) []Server {
+	last := make(map[string]int, len(in))
+	for i := range in {
+		id := in[i].ID
+		if id == "" && in[i].Host != "" {
+			id = in[i].Addr()
+		}
+		last[id] = i
+	}
+	out := in[:0:0]
+	seen := make(map[string]bool, len(in))
+	for i := range in {
+		id := in[i].ID
+		if id == "" && in[i].Host != "" {
+			id = in[i].Addr()
+		}
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		out = append(out, in[last[id]])
+	}
+	return out
+}
+
+// adopt turns caller values into the balancer's *Server copies, reusing the
+// current copy of an unchanged server. Called with b.mu held.
+func (b *Balancer) adopt(servers []Server) ([]*Server, error) {
+	cur := make(map[string]*Server, len(b.instances))
+	for _, s := range b.snap.Load().all {
+		cur[s.ID] = s
+	}
+	var errs []error
+	seen := make(map[string]bool, len(servers))
+	list := make([]*Server, 0, len(servers))
+	for i := range servers {
+		s := servers[i]
+		if err := s.normalize(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if seen[s.ID] {
+			errs = append(errs, fmt.Errorf("balancer: server %q: duplicate ID, first kept", s.ID))
+			continue
+		}
+		seen[s.ID] = true
+		if old := cur[s.ID]; old != nil && old.sameAs(&s) {
+			list = append(list, old)
+			continue
+		}
+		s.Metadata = cloneMap(s.Metadata)
+		s.zone = lowerASCII(s.Zone)
+		s.inst = b.instances[s.ID]
+		if s.inst == nil {
+			s.inst = &instance{stats: ServerStats{shared: b.shared}}
+			s.inst.alive.Store(true)
+		}
+		list = append(list, &s)
+	}
+	return list, errors.Join(errs...)
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// installLocked swaps in a snapshot of list if it differs from the current
+// one and queues the change for listeners. Called with b.mu held.
+func (b *Balancer) installLocked(list []*Server) {
+	old := b.snap.Load()
+	if slices.Equal(old.all, list) {
+		return
+	}
+	next := make(map[string]*instance, len(list))
+	for _, s := range list {
+		next[s.ID] = s.inst
+	}
+	b.instances = next
+	b.swapLocked(list)
+	b.nmu.Lock()
+	b.pending = append(b.pending, change{old: old.all, new: list})
+	b.nmu.Unlock()
+	if b.pingLoop != nil {
+		b.pingLoop.kick()
+	}
+}
+
+// swapLocked installs a new snapshot of list. Called with b.mu held.
+func (b *Balancer) swapLocked(list []*Server) {
+	b.version++
+	old := b.snap.Swap(buildSnapshot(b, b.version, list))
+	close(old.replaced)
+}
+
+// MarkServerDown takes a server out of the reachable list until it is
+// marked up, a ping finds it alive, or it leaves the list and comes back.
+// It reports whether the server is listed.
+func (b *Balancer) MarkServerDown(id string) bool { return b.setAlive(map[string]bool{id: false}) }
+
+// MarkServerUp returns a server marked down to the reachable list. It
+// reports whether the server is listed.
+func (b *Balancer) MarkServerUp(id string) bool { return b.setAlive(map[string]bool{id: true}) }
+
+// setAlive applies liveness results and rebuilds the snapshot if any
+// changed. It reports whether any of the IDs is listed.
+func (b *Balancer) setAlive(alive map[string]bool) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	found, changed := false, false
+	for id, up := range alive {
+		inst := b.instances[id]
+		if inst == nil {
+			continue
+		}
+		found = true
+		if inst.alive.Swap(up) != up {
+			changed = true
+		}
+	}
+	if changed {
+		b.swapLocked(b.snap.Load().all)
+	}
+	return found
+}
+
+// AllServers returns every listed server. Do not modify the slice.
+func (b *Balancer) AllServers() []*Server { return b.snap.Load().all }
+
+// ReachableServers returns the alive servers. Do not modify the slice.
+func (b *Balancer) ReachableServers() []*Server { return b.snap.Load().full.servers }
+
+// ServerStats returns the stats of a listed server, or nil.
+func (b *Balancer) ServerStats(id string) *ServerStats {
+	for _, s := range b.snap.Load().all {
+		if s.ID == id {
+			return &s.inst.stats
+		}
+	}
+	return nil
+}
+
+// ZoneSnapshots returns fresh statistics of every zone with alive servers,
+// keyed by lower-case zone name.
+func (b *Balancer) ZoneSnapshots() map[string]ZoneSnapshot {
+	snap := b.snap.Load()
+	now := b.shared.nanotime()
+	out := make(map[string]ZoneSnapshot, len(snap.zones))
+	for _, g := range snap.zones {
+		out[g.name] = zoneSnapshotOf(g.view.servers, now)
+	}
+	return out
+}
+
+// AddListener registers l and calls it at once with the current list.
+func (b *Balancer) AddListener(l Listener) {
+	b.mu.Lock()
+	b.listeners = append(b.listeners, l)
+	cur := b.snap.Load().all
+	b.nmu.Lock()
+	b.pending = append(b.pending, change{new: cur, only: l})
+	b.nmu.Unlock()
+	b.mu.Unlock()
+	b.notify()
+}
+
+// notify drains the change queue unless another goroutine is already
+// draining it; listeners run without any lock held.
+func (b *Balancer) notify() {
+	b.nmu.Lock()
+	if b.draining {
+		b.nmu.Unlock()
+		return
+	}
+	b.draining = true
+	for len(b.pending) > 0 {
+		c := b.pending[0]
+		b.pending = b.pending[1:]
+		b.nmu.Unlock()
+		if c.only != nil {
+			c.only(c.old, c.new)
+		} else {
+			b.mu.Lock()
+			ls := slices.Clone(b.listeners)
+			b.mu.Unlock()
+			for _, l := range ls {
+				l(c.old, c.new)
+			}
+		}
+		b.nmu.Lock()
+	}
+	b.draining = false
+	b.nmu.Unlock()
+}
+
+// Start starts the background work the configuration asks for: the ping
+// loop when a real Pinger is set, and the polling updater when a
+// ServerList is set (or ListOfServers configured). Calling it twice is a
+// no-op. The work stops with Close.
+func (b *Balancer) Start() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	if b.started {
+		return nil
+	}
+	b.started = true
+	if b.pinger != nil && !isNoOpPing(b.pinger) {
+		b.pingLoop = startPingLoop(b, b.pinger, b.cfg.Ping.Interval)
+	}
+	if b.source != nil {
+		b.updater = newPollingUpdater(b, b.source, time.Second, b.cfg.ServerListRefreshInterval)
+		b.updater.Start()
+	}
+	return nil
+}
+
+// Updater returns the polling updater, or nil when the balancer has none
+// (no ServerList) or is not started.
+func (b *Balancer) Updater() *PollingUpdater {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.updater
+}
+
+// StopPolling stops the polling updater, if any: the push path calls it when
+// it takes over the balancer's list. It is safe to call at any time.
+func (b *Balancer) StopPolling() {
+	if u := b.Updater(); u != nil {
+		u.Stop()
+	}
+}
+
+// Close stops the ping loop and the polling updater and waits for them.
+// Choose keeps answering from the last list. Close is idempotent.
+func (b *Balancer) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	pl, up := b.pingLoop, b.updater
+	b.mu.Unlock()
+	if pl != nil {
+		pl.stop()
+	}
+	if up != nil {
+		up.Stop()
+	}
+	return nil
+}

@@ -1,0 +1,245 @@
+package balancer
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config is the configuration of one client's balancer. Zero values are not
+// meaningful: start from [DefaultConfig] and change what you need; the YAML
+// and Ribbon-properties loaders do the same.
+type Config struct {
+	// Rule names the rule: RoundRobin, Random, WeightedResponseTime,
+	// BestAvailable, AvailabilityFiltering, ZoneAvoidance (default), Retry,
+	// Rendezvous. Ribbon's class names are accepted too.
+	Rule string `yaml:"rule"`
+	// Filter names the zone filter: ZonePreference (default, as in Spring
+	// Cloud), ZoneAffinity, or None.
+	Filter string `yaml:"filter"`
+	// Zone is the client's own zone, used by the zone filters. Empty turns
+	// them off.
+	Zone string `yaml:"zone"`
+	// ZoneAware enables the zone-aware choice of ZoneAwareLoadBalancer:
+	// avoid blacked-out or overloaded zones, then pick a zone weighted by its
+	// instance count. Default true.
+	ZoneAware bool `yaml:"zoneAware"`
+	// ZoneAffinity holds the settings of the ZoneAffinity filter.
+	ZoneAffinity ZoneAffinityConfig `yaml:"zoneAffinity"`
+	// ZoneAvoidance holds the thresholds of the zone-avoidance logic.
+	ZoneAvoidance ZoneAvoidanceConfig `yaml:"zoneAvoidance"`
+	// ZoneStatsInterval bounds how stale the cached per-zone statistics used
+	// by zone-aware picks may be. A breaker that trips or resets refreshes
+	// them at once. Default 100ms.
+	ZoneStatsInterval time.Duration `yaml:"zoneStatsInterval"`
+
+	// Breaker is the circuit breaker of every server's stats.
+	Breaker BreakerConfig `yaml:"breaker"`
+	// ActiveRequestsTimeout is how long an untouched active-request count
+	// stays valid before it reads as 0 (Ribbon's 600 s window).
+	ActiveRequestsTimeout time.Duration `yaml:"activeRequestsTimeout"`
+	// ActiveConnectionsLimit makes the availability predicate skip servers
+	// with this many active requests or more. 0 means no limit.
+	ActiveConnectionsLimit int `yaml:"activeConnectionsLimit"`
+	// WeightsInterval is how often WeightedResponseTime rebuilds its
+	// weights. Default 30s.
+	WeightsInterval time.Duration `yaml:"weightsInterval"`
+	// RetryTimeout is how long the Retry rule keeps re-choosing. Default 500ms.
+	RetryTimeout time.Duration `yaml:"retryTimeout"`
+	// RetrySubRule names the rule Retry wraps. Default RoundRobin.
+	RetrySubRule string `yaml:"retrySubRule"`
+
+	// Ping configures liveness checks; the default pings nothing and treats
+	// every listed server as alive.
+	Ping PingConfig `yaml:"ping"`
+	// ServerListRefreshInterval is the polling updater's interval
+	// (Ribbon's ServerListRefreshInterval). Default 30s.
+	ServerListRefreshInterval time.Duration `yaml:"serverListRefreshInterval"`
+	// ListOfServers is a static list ("host:port" or "scheme://host:port").
+	ListOfServers []string `yaml:"listOfServers"`
+
+	// ConnectTimeout and ReadTimeout bound each HTTP attempt. Default 1s each.
+	ConnectTimeout time.Duration `yaml:"connectTimeout"`
+	ReadTimeout    time.Duration `yaml:"readTimeout"`
+	// MaxAutoRetries is the number of retries on the same server. Default 0.
+	MaxAutoRetries int `yaml:"maxAutoRetries"`
+	// MaxAutoRetriesNextServer is the number of other servers tried after
+	// the first. Default 1.
+	MaxAutoRetriesNextServer int `yaml:"maxAutoRetriesNextServer"`
+	// RetryAllOperations retries non-idempotent requests after failures
+	// where the request may have been sent (Ribbon's OkToRetryOnAllOperations).
+	// Default false: they are retried only when nothing was sent.
+	RetryAllOperations bool `yaml:"retryAllOperations"`
+}
+
+// ZoneAffinityConfig configures the ZoneAffinity filter (Ribbon's
+// ZoneAffinityServerListFilter).
+type ZoneAffinityConfig struct {
+	// Enabled keeps same-zone servers unless the zone is in trouble
+	// (EnableZoneAffinity).
+	Enabled bool `yaml:"enabled"`
+	// Exclusive keeps same-zone servers whatever their state
+	// (EnableZoneExclusivity). When the zone has no server at all, pushlb
+	// uses all servers rather than failing every request.
+	Exclusive bool `yaml:"exclusive"`
+	// MaxLoadPerServer: at or above this load per same-zone server, affinity
+	// is dropped. Default 0.6.
+	MaxLoadPerServer float64 `yaml:"maxLoadPerServer"`
+	// MaxBlackoutPercentage: at or above this share of tripped same-zone
+	// servers, affinity is dropped. Default 0.8.
+	MaxBlackoutPercentage float64 `yaml:"maxBlackoutPercentage"`
+	// MinAvailableServers: with fewer non-tripped same-zone servers, affinity
+	// is dropped. Default 2.
+	MinAvailableServers int `yaml:"minAvailableServers"`
+}
+
+// ZoneAvoidanceConfig holds the thresholds of Ribbon's available-zone logic.
+type ZoneAvoidanceConfig struct {
+	// TriggeringLoadPerServer: when the worst zone's load per server reaches
+	// this, that zone is avoided. Default 0.2.
+	TriggeringLoadPerServer float64 `yaml:"triggeringLoadPerServer"`
+	// BlackoutPercentage: a zone with this share of tripped servers is
+	// avoided. Default 0.99999.
+	BlackoutPercentage float64 `yaml:"blackoutPercentage"`
+}
+
+// PingConfig configures liveness checks.
+type PingConfig struct {
+	// Kind is "none" (default: every listed server is alive, no ping loop)
+	// or "http" (GET Path, 2xx means alive).
+	Kind string `yaml:"kind"`
+	// Path is the HTTP ping path. Default "/health".
+	Path string `yaml:"path"`
+	// Interval between ping rounds. Default 30s.
+	Interval time.Duration `yaml:"interval"`
+	// Timeout of one ping. Default 2s.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Rule and filter names.
+const (
+	RuleRoundRobin            = "RoundRobin"
+	RuleRandom                = "Random"
+	RuleWeightedResponseTime  = "WeightedResponseTime"
+	RuleBestAvailable         = "BestAvailable"
+	RuleAvailabilityFiltering = "AvailabilityFiltering"
+	RuleZoneAvoidance         = "ZoneAvoidance"
+	RuleRetry                 = "Retry"
+	RuleRendezvous            = "Rendezvous"
+
+	FilterNone           = "None"
+	FilterZoneAffinity   = "ZoneAffinity"
+	FilterZonePreference = "ZonePreference"
+
+	PingNone = "none"
+	PingHTTP = "http"
+)
+
+// DefaultConfig returns Ribbon's and Spring Cloud's defaults.
+func DefaultConfig() Config {
+	return Config{
+		Rule:      RuleZoneAvoidance,
+		Filter:    FilterZonePreference,
+		ZoneAware: true,
+		ZoneAffinity: ZoneAffinityConfig{
+			MaxLoadPerServer:      0.6,
+			MaxBlackoutPercentage: 0.8,
+			MinAvailableServers:   2,
+		},
+		ZoneAvoidance: ZoneAvoidanceConfig{
+			TriggeringLoadPerServer: 0.2,
+			BlackoutPercentage:      0.99999,
+		},
+		ZoneStatsInterval:         100 * time.Millisecond,
+		Breaker:                   BreakerConfig{Threshold: 3, Factor: 10 * time.Second, Max: 30 * time.Second},
+		ActiveRequestsTimeout:     600 * time.Second,
+		WeightsInterval:           30 * time.Second,
+		RetryTimeout:              500 * time.Millisecond,
+		RetrySubRule:              RuleRoundRobin,
+		Ping:                      PingConfig{Kind: PingNone, Path: "/health", Interval: 30 * time.Second, Timeout: 2 * time.Second},
+		ServerListRefreshInterval: 30 * time.Second,
+		ConnectTimeout:            time.Second,
+		ReadTimeout:               time.Second,
+		MaxAutoRetriesNextServer:  1,
+	}
+}
+
+// Validate reports the first invalid setting, wrapping ErrInvalidConfig.
+func (c *Config) Validate() error {
+	bad := func(field string, v any, why string) error {
+		return fmt.Errorf("%w: %s = %v: %s", ErrInvalidConfig, field, v, why)
+	}
+	if _, err := canonicalRule(c.Rule); err != nil {
+		return err
+	}
+	if c.Rule == RuleRetry || c.Rule == "" {
+		if _, err := canonicalRule(c.RetrySubRule); err != nil {
+			return err
+		}
+	}
+	if _, err := canonicalFilter(c.Filter); err != nil {
+		return err
+	}
+	switch {
+	case c.ZoneAffinity.MaxLoadPerServer < 0:
+		return bad("zoneAffinity.maxLoadPerServer", c.ZoneAffinity.MaxLoadPerServer, "must not be negative")
+	case c.ZoneAffinity.MaxBlackoutPercentage < 0 || c.ZoneAffinity.MaxBlackoutPercentage > 1:
+		return bad("zoneAffinity.maxBlackoutPercentage", c.ZoneAffinity.MaxBlackoutPercentage, "must be within 0 and 1")
+	case c.ZoneAffinity.MinAvailableServers < 0:
+		return bad("zoneAffinity.minAvailableServers", c.ZoneAffinity.MinAvailableServers, "must not be negative")
+	case c.ZoneAvoidance.TriggeringLoadPerServer < 0:
+		return bad("zoneAvoidance.triggeringLoadPerServer", c.ZoneAvoidance.TriggeringLoadPerServer, "must not be negative")
+	case c.ZoneAvoidance.BlackoutPercentage <= 0 || c.ZoneAvoidance.BlackoutPercentage > 1:
+		return bad("zoneAvoidance.blackoutPercentage", c.ZoneAvoidance.BlackoutPercentage, "must be within 0 (excluded) and 1")
+	case c.ZoneStatsInterval < 0:
+		return bad("zoneStatsInterval", c.ZoneStatsInterval, "must not be negative")
+	case c.Breaker.Threshold < 1:
+		return bad("breaker.threshold", c.Breaker.Threshold, "must be at least 1")
+	case c.Breaker.Factor < 0:
+		return bad("breaker.factor", c.Breaker.Factor, "must not be negative")
+	case c.Breaker.Max < 0:
+		return bad("breaker.max", c.Breaker.Max, "must not be negative")
+	case c.ActiveRequestsTimeout <= 0:
+		return bad("activeRequestsTimeout", c.ActiveRequestsTimeout, "must be positive")
+	case c.ActiveConnectionsLimit < 0:
+		return bad("activeConnectionsLimit", c.ActiveConnectionsLimit, "must not be negative")
+	case c.WeightsInterval <= 0:
+		return bad("weightsInterval", c.WeightsInterval, "must be positive")
+	case c.RetryTimeout <= 0:
+		return bad("retryTimeout", c.RetryTimeout, "must be positive")
+	case c.Ping.Kind != PingNone && c.Ping.Kind != PingHTTP && c.Ping.Kind != "":
+		return bad("ping.kind", c.Ping.Kind, `must be "none" or "http"`)
+	case c.Ping.Kind == PingHTTP && c.Ping.Interval <= 0:
+		return bad("ping.interval", c.Ping.Interval, "must be positive")
+	case c.Ping.Kind == PingHTTP && c.Ping.Timeout <= 0:
+		return bad("ping.timeout", c.Ping.Timeout, "must be positive")
+	case c.ServerListRefreshInterval <= 0:
+		return bad("serverListRefreshInterval", c.ServerListRefreshInterval, "must be positive")
+	case c.ConnectTimeout <= 0:
+		return bad("connectTimeout", c.ConnectTimeout, "must be positive")
+	case c.ReadTimeout <= 0:
+		return bad("readTimeout", c.ReadTimeout, "must be positive")
+	case c.MaxAutoRetries < 0:
+		return bad("maxAutoRetries", c.MaxAutoRetries, "must not be negative")
+	case c.MaxAutoRetriesNextServer < 0:
+		return bad("maxAutoRetriesNextServer", c.MaxAutoRetriesNextServer, "must not be negative")
+	}
+	for i, s := range c.ListOfServers {
+		if _, err := ParseServer(s); err != nil {
+			return fmt.Errorf("%w: listOfServers[%d]: %w", ErrInvalidConfig, i, err)
+		}
+	}
+	return nil
+}
+
+// StaticServers parses ListOfServers.
+func (c *Config) StaticServers() ([]Server, error) {
+	out := make([]Server, 0, len(c.ListOfServers))
+	for i, s := range c.ListOfServers {
+		srv, err := ParseServer(s)
+		if err != nil {
+			return nil, fmt.Errorf("%w: listOfServers[%d]: %w", ErrInvalidConfig, i, err)
+		}
+		out = append(out, srv)
+	}
+	return out, nil
+}

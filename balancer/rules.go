@@ -1,0 +1,488 @@
+package balancer
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// A Rule picks one server from a View. Choose is called concurrently from
+// any number of goroutines and must not block (Retry, which waits by
+// design, honours ctx). It returns nil and no error when the view offers
+// nothing; the balancer turns that into ErrNoServers. It must not modify
+// the view.
+type Rule interface {
+	Choose(ctx context.Context, v *View) (*Server, error)
+}
+
+// counter is a round-robin position. It starts at a random index so that
+// many gateways do not all begin with the same server.
+type counter struct{ n atomic.Uint64 }
+
+func newCounter() *counter {
+	c := &counter{}
+	c.n.Store(rand.Uint64() >> 1)
+	return c
+}
+
+func (c *counter) next(n int) int { return int(c.n.Add(1) % uint64(n)) }
+
+// roundRobin returns the next server of list, or nil when it is empty.
+func (c *counter) roundRobin(list []*Server) *Server {
+	if len(list) == 0 {
+		return nil
+	}
+	return list[c.next(len(list))]
+}
+
+// roundRobinTries is how many round-robin positions a predicate rule tries
+// before scanning the whole list (Ribbon's AvailabilityFilteringRule: 10).
+const roundRobinTries = 10
+
+// roundRobinWhere returns the next server of list that passes p: it tries
+// up to roundRobinTries round-robin positions, then picks round robin among
+// all the servers that pass. It returns nil when none does.
+func (c *counter) roundRobinWhere(list []*Server, p availability, now int64) *Server {
+	n := len(list)
+	if n == 0 {
+		return nil
+	}
+	for range min(n, roundRobinTries) {
+		if s := list[c.next(n)]; p.ok(s, now) {
+			return s
+		}
+	}
+	eligible := 0
+	for _, s := range list {
+		if p.ok(s, now) {
+			eligible++
+		}
+	}
+	if eligible == 0 {
+		return nil
+	}
+	k := c.next(eligible)
+	for _, s := range list {
+		if p.ok(s, now) {
+			if k == 0 {
+				return s
+			}
+			k--
+		}
+	}
+	return nil
+}
+
+// availability is Ribbon's AvailabilityPredicate: a server passes unless
+// its circuit breaker is open or it has limit or more active requests.
+type availability struct {
+	limit int64 // 0: no limit
+}
+
+func (p availability) ok(s *Server, now int64) bool {
+	st := &s.inst.stats
+	if st.trippedAt(now) {
+		return false
+	}
+	return p.limit == 0 || st.activeAt(now) < p.limit
+}
+
+func nowOf(v *View) int64 { return v.snap.owner.shared.nanotime() }
+
+// RoundRobin cycles through the alive servers (Ribbon's RoundRobinRule). It
+// ignores the circuit breaker.
+type RoundRobin struct{ c *counter }
+
+// NewRoundRobin returns a RoundRobin rule.
+func NewRoundRobin() *RoundRobin { return &RoundRobin{c: newCounter()} }
+
+// Choose implements Rule.
+func (r *RoundRobin) Choose(_ context.Context, v *View) (*Server, error) {
+	return r.c.roundRobin(v.servers), nil
+}
+
+// Random picks an alive server uniformly (Ribbon's RandomRule).
+type Random struct{}
+
+// Choose implements Rule.
+func (Random) Choose(_ context.Context, v *View) (*Server, error) {
+	if len(v.servers) == 0 {
+		return nil, nil
+	}
+	return v.servers[v.snap.owner.rnd.IntN(len(v.servers))], nil
+}
+
+// BestAvailable picks the server with the fewest active requests among
+// those whose breaker is closed, falling back to round robin (Ribbon's
+// BestAvailableRule). It scans the view: O(servers) per pick.
+type BestAvailable struct{ c *counter }
+
+// NewBestAvailable returns a BestAvailable rule.
+func NewBestAvailable() *BestAvailable { return &BestAvailable{c: newCounter()} }
+
+// Choose implements Rule.
+func (r *BestAvailable) Choose(_ context.Context, v *View) (*Server, error) {
+	now := nowOf(v)
+	var best *Server
+	bestActive := int64(-1)
+	for _, s := range v.servers {
+		st := &s.inst.stats
+		if st.trippedAt(now) {
+			continue
+		}
+		if a := st.activeAt(now); best == nil || a < bestActive {
+			best, bestActive = s, a
+		}
+	}
+	if best == nil {
+		best = r.c.roundRobin(v.servers)
+	}
+	return best, nil
+}
+
+// AvailabilityFiltering picks round robin, skipping servers whose breaker is
+// open or that have ActiveConnectionsLimit active requests; when none
+// passes it falls back to plain round robin (Ribbon's
+// AvailabilityFilteringRule).
+type AvailabilityFiltering struct {
+	c    *counter
+	pred availability
+}
+
+// NewAvailabilityFiltering returns the rule; limit 0 means no limit on
+// active requests.
+func NewAvailabilityFiltering(limit int) *AvailabilityFiltering {
+	return &AvailabilityFiltering{c: newCounter(), pred: availability{limit: int64(limit)}}
+}
+
+// Choose implements Rule.
+func (r *AvailabilityFiltering) Choose(_ context.Context, v *View) (*Server, error) {
+	if s := r.c.roundRobinWhere(v.servers, r.pred, nowOf(v)); s != nil {
+		return s, nil
+	}
+	return r.c.roundRobin(v.servers), nil
+}
+
+// ZoneAvoidance is Spring Cloud's default rule (Ribbon's ZoneAvoidanceRule):
+// a server must be in an available zone (see the package doc) and pass the
+// availability predicate; failing that, the availability predicate alone;
+// failing that, any server. Zones are chosen at random weighted by their
+// instance count, then a server round robin within the zone, so a pick costs
+// O(zones), not O(servers).
+type ZoneAvoidance struct {
+	c    *counter
+	pred availability
+}
+
+// NewZoneAvoidance returns the rule; limit as for AvailabilityFiltering.
+func NewZoneAvoidance(limit int) *ZoneAvoidance {
+	return &ZoneAvoidance{c: newCounter(), pred: availability{limit: int64(limit)}}
+}
+
+// Choose implements Rule.
+func (r *ZoneAvoidance) Choose(_ context.Context, v *View) (*Server, error) {
+	if len(v.servers) == 0 {
+		return nil, nil
+	}
+	b := v.snap.owner
+	now := b.shared.nanotime()
+	if len(v.zones) > 1 {
+		if avail, _ := b.availableZones(v.zones, now); avail != 0 {
+			g := b.weightedZone(v.zones, avail)
+			if s := r.c.roundRobinWhere(g.view.servers, r.pred, now); s != nil {
+				return s, nil
+			}
+		}
+	}
+	if s := r.c.roundRobinWhere(v.servers, r.pred, now); s != nil {
+		return s, nil
+	}
+	return r.c.roundRobin(v.servers), nil
+}
+
+// WeightedResponseTime picks servers with a probability that falls as their
+// average response time rises (Ribbon's WeightedResponseTimeRule): with
+// total the sum of the averages, server i weighs total - avg_i. Weights are
+// rebuilt per view at most every interval, by the pick that finds them
+// stale; without response-time data it is round robin. A list change builds
+// a new view, so weights never index past the current list.
+type WeightedResponseTime struct {
+	c        *counter
+	interval time.Duration
+}
+
+// NewWeightedResponseTime returns the rule; interval is Ribbon's 30 s
+// weight-refresh period.
+func NewWeightedResponseTime(interval time.Duration) *WeightedResponseTime {
+	return &WeightedResponseTime{c: newCounter(), interval: interval}
+}
+
+// responseWeights are cumulative weights over a view's servers.
+type responseWeights struct {
+	cum []float64 // nil: not enough data, use round robin
+	at  int64
+}
+
+// Choose implements Rule.
+func (r *WeightedResponseTime) Choose(_ context.Context, v *View) (*Server, error) {
+	if len(v.servers) == 0 {
+		return nil, nil
+	}
+	w := r.weights(v)
+	if w.cum == nil {
+		return r.c.roundRobin(v.servers), nil
+	}
+	last := w.cum[len(w.cum)-1]
+	x := v.snap.owner.rnd.Float64() * last
+	i := sort.SearchFloat64s(w.cum, x) // first cumulative weight >= x
+	return v.servers[min(i, len(v.servers)-1)], nil
+}
+
+func (r *WeightedResponseTime) weights(v *View) *responseWeights {
+	now := nowOf(v)
+	w := v.weights.Load()
+	if w != nil && now-w.at < int64(r.interval) && now >= w.at {
+		return w
+	}
+	w = buildWeights(v.servers, now)
+	v.weights.Store(w)
+	return w
+}
+
+// buildWeights computes Ribbon's cumulative weights: e.g. averages 10, 40,
+// 80, 100 ms give 220, 410, 560, 690.
+func buildWeights(servers []*Server, now int64) *responseWeights {
+	w := &responseWeights{at: now}
+	total := 0.0
+	avgs := make([]float64, len(servers))
+	for i, s := range servers {
+		if rt, ok := s.inst.stats.ResponseTime(); ok {
+			avgs[i] = float64(rt)
+			total += avgs[i]
+		}
+	}
+	cum := make([]float64, len(servers))
+	acc := 0.0
+	for i := range servers {
+		acc += total - avgs[i]
+		cum[i] = acc
+	}
+	if acc < 0.001 {
+		return w
+	}
+	w.cum = cum
+	return w
+}
+
+// Retry wraps another rule and re-chooses until it yields an alive server
+// or the timeout (Ribbon's RetryRule, 500 ms) passes, honouring ctx. It
+// does not spin: between attempts it waits for the next list change or a
+// short, growing backoff.
+type Retry struct {
+	Sub     Rule
+	Timeout time.Duration
+}
+
+// Choose implements Rule.
+func (r *Retry) Choose(ctx context.Context, v *View) (*Server, error) {
+	deadline := time.Now().Add(r.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	backoff := time.Millisecond
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		s, err := r.Sub.Choose(ctx, v)
+		if err != nil {
+			return nil, err
+		}
+		if s != nil && s.Alive() {
+			return s, nil
+		}
+		wait := min(backoff, time.Until(deadline))
+		if wait <= 0 {
+			return nil, nil
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-v.snap.replaced:
+		case <-timer.C:
+		}
+		backoff = min(2*backoff, 50*time.Millisecond)
+		v = v.snap.owner.view(ctx)
+	}
+}
+
+// Rendezvous sends equal keys (WithKey) to the same server with rendezvous
+// (highest random weight) hashing, so a list change moves only the keys of
+// the servers that came or went. Servers whose breaker is open are skipped
+// while another is available. Without a key it is round robin. It scans
+// the view: O(servers) per keyed pick.
+type Rendezvous struct{ c *counter }
+
+// NewRendezvous returns a Rendezvous rule.
+func NewRendezvous() *Rendezvous { return &Rendezvous{c: newCounter()} }
+
+// Choose implements Rule.
+func (r *Rendezvous) Choose(ctx context.Context, v *View) (*Server, error) {
+	key, ok := KeyFrom(ctx)
+	if !ok {
+		return r.c.roundRobin(v.servers), nil
+	}
+	now := nowOf(v)
+	kh := fnv64(key)
+	var best, bestAny *Server
+	var bestScore, bestAnyScore uint64
+	for _, s := range v.servers {
+		score := mix64(kh ^ fnv64(s.ID))
+		if bestAny == nil || score > bestAnyScore {
+			bestAny, bestAnyScore = s, score
+		}
+		if !s.inst.stats.trippedAt(now) && (best == nil || score > bestScore) {
+			best, bestScore = s, score
+		}
+	}
+	if best == nil {
+		best = bestAny
+	}
+	return best, nil
+}
+
+func fnv64(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// mix64 is splitmix64's finaliser: it spreads the combined hashes.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// NewRule builds the named rule for cfg. Names are those of the Rule
+// constants, case-insensitive, with or without a "Rule" suffix, or Ribbon's
+// class names.
+func NewRule(name string, cfg *Config) (Rule, error) {
+	canon, err := canonicalRule(name)
+	if err != nil {
+		return nil, err
+	}
+	switch canon {
+	case RuleRoundRobin:
+		return NewRoundRobin(), nil
+	case RuleRandom:
+		return Random{}, nil
+	case RuleWeightedResponseTime:
+		return NewWeightedResponseTime(cfg.WeightsInterval), nil
+	case RuleBestAvailable:
+		return NewBestAvailable(), nil
+	case RuleAvailabilityFiltering:
+		return NewAvailabilityFiltering(cfg.ActiveConnectionsLimit), nil
+	case RuleZoneAvoidance:
+		return NewZoneAvoidance(cfg.ActiveConnectionsLimit), nil
+	case RuleRendezvous:
+		return NewRendezvous(), nil
+	case RuleRetry:
+		subName, err := canonicalRule(cfg.RetrySubRule)
+		if err != nil {
+			return nil, err
+		}
+		if subName == RuleRetry {
+			return nil, fmt.Errorf("%w: retrySubRule: Retry cannot wrap itself", ErrInvalidConfig)
+		}
+		sub, err := NewRule(subName, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return &Retry{Sub: sub, Timeout: cfg.RetryTimeout}, nil
+	}
+	return nil, fmt.Errorf("%w: unknown rule %q", ErrInvalidConfig, name)
+}
+
+// ribbonRules maps Ribbon's rule class names (lower case) to pushlb's.
+var ribbonRules = map[string]string{
+	"com.netflix.loadbalancer.roundrobinrule":            RuleRoundRobin,
+	"com.netflix.loadbalancer.randomrule":                RuleRandom,
+	"com.netflix.loadbalancer.weightedresponsetimerule":  RuleWeightedResponseTime,
+	"com.netflix.loadbalancer.responsetimeweightedrule":  RuleWeightedResponseTime,
+	"com.netflix.loadbalancer.bestavailablerule":         RuleBestAvailable,
+	"com.netflix.loadbalancer.availabilityfilteringrule": RuleAvailabilityFiltering,
+	"com.netflix.loadbalancer.zoneavoidancerule":         RuleZoneAvoidance,
+	"com.netflix.loadbalancer.retryrule":                 RuleRetry,
+}
+
+var ruleNames = []string{RuleRoundRobin, RuleRandom, RuleWeightedResponseTime, RuleBestAvailable,
+	RuleAvailabilityFiltering, RuleZoneAvoidance, RuleRetry, RuleRendezvous}
+
+func canonicalRule(name string) (string, error) {
+	n := strings.ToLower(strings.TrimSpace(name))
+	if r, ok := ribbonRules[n]; ok {
+		return r, nil
+	}
+	n = strings.TrimSuffix(n, "rule")
+	for _, r := range ruleNames {
+		if strings.ToLower(r) == n {
+			return r, nil
+		}
+	}
+	return "", fmt.Errorf("%w: unknown rule %q (want one of %s, or a Ribbon rule class name)",
+		ErrInvalidConfig, name, strings.Join(ruleNames, ", "))
+}
+
+// ribbonFilters maps Ribbon's and Spring's filter class names (lower case).
+var ribbonFilters = map[string]string{
+	"com.netflix.loadbalancer.zoneaffinityserverlistfilter":                   FilterZoneAffinity,
+	"com.netflix.niws.loadbalancer.defaultniwsserverlistfilter":               FilterNone,
+	"org.springframework.cloud.netflix.ribbon.zonepreferenceserverlistfilter": FilterZonePreference,
+}
+
+var filterNames = []string{FilterNone, FilterZoneAffinity, FilterZonePreference}
+
+func canonicalFilter(name string) (string, error) {
+	n := strings.ToLower(strings.TrimSpace(name))
+	if f, ok := ribbonFilters[n]; ok {
+		return f, nil
+	}
+	n = strings.TrimSuffix(strings.TrimSuffix(n, "filter"), "serverlist")
+	for _, f := range filterNames {
+		if strings.ToLower(f) == n {
+			return f, nil
+		}
+	}
+	return "", fmt.Errorf("%w: unknown filter %q (want one of %s, or a Ribbon filter class name)",
+		ErrInvalidConfig, name, strings.Join(filterNames, ", "))
+}
+
+var (
+	_ Rule = (*RoundRobin)(nil)
+	_ Rule = Random{}
+	_ Rule = (*BestAvailable)(nil)
+	_ Rule = (*AvailabilityFiltering)(nil)
+	_ Rule = (*ZoneAvoidance)(nil)
+	_ Rule = (*WeightedResponseTime)(nil)
+	_ Rule = (*Retry)(nil)
+	_ Rule = (*Rendezvous)(nil)
+)

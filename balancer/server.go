@@ -1,0 +1,133 @@
+package balancer
+
+import (
+	"fmt"
+	"maps"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// Server is one instance of a service.
+//
+// Callers build Server values and hand them to [Balancer.SetServers]; the
+// balancer keeps its own copies, which are what Choose returns. A returned
+// *Server is shared and must not be modified. Its [Server.Stats] and
+// [Server.Alive] are live views of the instance's state in its balancer.
+type Server struct {
+	// ID identifies the instance. IDs are opaque strings and may contain
+	// ':', '.', '/' or spaces (Eureka's are "host:service:port"). When empty,
+	// SetServers uses "host:port".
+	ID string
+	// Host is a host name or IP address.
+	Host string
+	// Port is the TCP port, 1 to 65535.
+	Port int
+	// Scheme is "http" or "https"; empty means "http".
+	Scheme string
+	// Zone is the instance's zone (availability zone, rack, data centre).
+	// Zones are compared without regard to case, as Ribbon does. Empty means
+	// the default zone.
+	Zone string
+	// Metadata holds free-form key/value pairs from the registry.
+	Metadata map[string]string
+
+	inst *instance // set on the balancer's copies
+	zone string    // lower-case Zone, set on the balancer's copies
+}
+
+// instance is the state of one server ID inside a balancer that outlives
+// snapshot swaps: its statistics and whether it is alive.
+type instance struct {
+	stats ServerStats
+	alive atomic.Bool
+}
+
+// Addr returns "host:port".
+func (s *Server) Addr() string { return net.JoinHostPort(s.Host, strconv.Itoa(s.Port)) }
+
+// URLScheme returns the scheme to use in URLs: Scheme, or "http" when empty.
+func (s *Server) URLScheme() string {
+	if s.Scheme == "" {
+		return "http"
+	}
+	return s.Scheme
+}
+
+// String returns the ID and the address, for logs.
+func (s *Server) String() string {
+	if s.ID == s.Addr() {
+		return s.ID
+	}
+	return s.ID + "@" + s.Addr()
+}
+
+// Stats returns the live statistics of the instance, or nil for a Server that
+// does not come from a balancer.
+func (s *Server) Stats() *ServerStats {
+	if s.inst == nil {
+		return nil
+	}
+	return &s.inst.stats
+}
+
+// Alive reports whether the instance is alive and ready to serve: not marked
+// down and not failing its ping. A server that does not come from a balancer
+// is reported alive. pushlb does not keep a separate ready-to-serve flag: an
+// instance is announced only once it accepts connections, so a listed
+// instance is ready unless it is marked down.
+func (s *Server) Alive() bool { return s.inst == nil || s.inst.alive.Load() }
+
+// zoneKey is the zone name used for grouping: lower case, as Ribbon does.
+func (s *Server) zoneKey() string { return s.zone }
+
+// normalize checks the fields a balancer needs and fills the ID default.
+func (s *Server) normalize() error {
+	if s.Host == "" {
+		return fmt.Errorf("balancer: server %q: empty host", s.ID)
+	}
+	if s.Port < 1 || s.Port > 65535 {
+		return fmt.Errorf("balancer: server %q: port %d out of range 1-65535", s.ID, s.Port)
+	}
+	switch s.Scheme {
+	case "", "http", "https":
+	default:
+		return fmt.Errorf("balancer: server %q: unsupported scheme %q", s.ID, s.Scheme)
+	}
+	if s.ID == "" {
+		s.ID = s.Addr()
+	}
+	return nil
+}
+
+// sameAs reports whether two servers describe the same instance identically.
+func (s *Server) sameAs(o *Server) bool {
+	return s.ID == o.ID && s.Host == o.Host && s.Port == o.Port &&
+		s.URLScheme() == o.URLScheme() && s.Zone == o.Zone && maps.Equal(s.Metadata, o.Metadata)
+}
+
+// ParseServer parses "host:port", "http://host:port" or "https://host:port"
+// into a Server, as Ribbon's listOfServers entries are written. The ID is the
+// "host:port" address.
+func ParseServer(s string) (Server, error) {
+	raw := strings.TrimSpace(s)
+	scheme := ""
+	if i := strings.Index(raw, "://"); i >= 0 {
+		scheme, raw = raw[:i], raw[i+3:]
+	}
+	raw = strings.TrimSuffix(raw, "/")
+	host, portStr, err := net.SplitHostPort(raw)
+	if err != nil {
+		return Server{}, fmt.Errorf("balancer: server %q: %w", s, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return Server{}, fmt.Errorf("balancer: server %q: bad port %q", s, portStr)
+	}
+	srv := Server{Host: host, Port: port, Scheme: scheme}
+	if err := srv.normalize(); err != nil {
+		return Server{}, err
+	}
+	return srv, nil
+}

@@ -1,0 +1,149 @@
+package balancer
+
+import (
+	"slices"
+	"strings"
+	"sync/atomic"
+)
+
+// Snapshot is one immutable state of a balancer's list. It is rebuilt on
+// every list change and read by picks without locks. Slices returned by its
+// methods are shared: do not modify them.
+type Snapshot struct {
+	version uint64
+	all     []*Server // every listed server, in list order
+	full    View      // the alive servers, all zones
+	zones   []*zoneGroup
+	byZone  map[string]*zoneGroup // key: lower-case zone
+	owner   *Balancer
+	// replaced is closed when a newer snapshot is installed, so waiters
+	// (the Retry rule) wake up on list changes instead of polling.
+	replaced chan struct{}
+}
+
+// View is a set of candidate servers for one pick: all alive servers of a
+// snapshot, or those of one zone. Rules choose from a View.
+type View struct {
+	servers []*Server
+	zones   []*zoneGroup // the zones present in servers
+	snap    *Snapshot
+	// weights caches WeightedResponseTime's cumulative weights for this view.
+	weights atomic.Pointer[responseWeights]
+}
+
+// zoneGroup is the alive servers of one zone, with cached statistics.
+type zoneGroup struct {
+	name  string // lower case
+	view  View
+	stats atomic.Pointer[zoneStatsEntry]
+	// refreshing lets one pick recompute stale statistics while the others
+	// keep using the previous ones.
+	refreshing atomic.Bool
+}
+
+type zoneStatsEntry struct {
+	ZoneSnapshot
+	at    int64  // nanotime of computation
+	epoch uint64 // breaker epoch at computation
+}
+
+// Servers returns the view's servers. Do not modify the slice.
+func (v *View) Servers() []*Server { return v.servers }
+
+// Len returns the number of servers in the view.
+func (v *View) Len() int { return len(v.servers) }
+
+// Version returns the snapshot version, growing with every list change.
+func (s *Snapshot) Version() uint64 { return s.version }
+
+// All returns every listed server, alive or not, in list order.
+func (s *Snapshot) All() []*Server { return s.all }
+
+// Reachable returns the alive servers, in list order.
+func (s *Snapshot) Reachable() []*Server { return s.full.servers }
+
+// Full returns the view over every alive server.
+func (s *Snapshot) Full() *View { return &s.full }
+
+// Zone returns the view over the alive servers of zone (case-insensitive),
+// or nil when the zone has none.
+func (s *Snapshot) Zone(zone string) *View {
+	if g := s.byZone[lowerASCII(zone)]; g != nil {
+		return &g.view
+	}
+	return nil
+}
+
+// Zones returns the names (lower case) of the zones with alive servers.
+func (s *Snapshot) Zones() []string {
+	out := make([]string, len(s.zones))
+	for i, g := range s.zones {
+		out[i] = g.name
+	}
+	return out
+}
+
+// buildSnapshot groups servers by zone. all is kept as given.
+func buildSnapshot(owner *Balancer, version uint64, all []*Server) *Snapshot {
+	s := &Snapshot{version: version, all: all, owner: owner, replaced: make(chan struct{})}
+	up := make([]*Server, 0, len(all))
+	counts := make(map[string]int)
+	for _, srv := range all {
+		if srv.inst.alive.Load() {
+			up = append(up, srv)
+			counts[srv.zoneKey()]++
+		}
+	}
+	s.byZone = make(map[string]*zoneGroup, len(counts))
+	for name, n := range counts {
+		g := &zoneGroup{name: name}
+		g.view.servers = make([]*Server, 0, n)
+		g.view.snap = s
+		g.view.zones = []*zoneGroup{g}
+		s.byZone[name] = g
+		s.zones = append(s.zones, g)
+	}
+	slices.SortFunc(s.zones, func(a, b *zoneGroup) int { return strings.Compare(a.name, b.name) })
+	for _, srv := range up {
+		g := s.byZone[srv.zoneKey()]
+		g.view.servers = append(g.view.servers, srv)
+	}
+	s.full = View{servers: up, zones: s.zones, snap: s}
+	return s
+}
+
+// zoneStats returns the zone's statistics, recomputing them when they are
+// older than the configured interval or a breaker changed state since.
+func (b *Balancer) zoneStats(g *zoneGroup, now int64) ZoneSnapshot {
+	epoch := b.shared.epoch.Load()
+	e := g.stats.Load()
+	if e != nil && e.epoch == epoch && now-e.at <= int64(b.cfg.ZoneStatsInterval) && now >= e.at {
+		return e.ZoneSnapshot
+	}
+	// One goroutine recomputes; the others use what is there, if anything.
+	if e != nil && !g.refreshing.CompareAndSwap(false, true) {
+		return e.ZoneSnapshot
+	}
+	fresh := &zoneStatsEntry{ZoneSnapshot: zoneSnapshotOf(g.view.servers, now), at: now, epoch: epoch}
+	g.stats.Store(fresh)
+	if e != nil {
+		g.refreshing.Store(false)
+	}
+	return fresh.ZoneSnapshot
+}
+
+// lowerASCII lower-cases s without allocating when it is already lower case.
+func lowerASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if c := b[j]; c >= 'A' && c <= 'Z' {
+					b[j] = c + ('a' - 'A')
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}

@@ -1,0 +1,237 @@
+package balancer
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Clock tells the time. Tests inject a fake one; the default is time.Now.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// BreakerConfig is the circuit breaker of Ribbon's ServerStats. A server with
+// f successive connection failures, f >= Threshold, is tripped for
+// min(2^(f-Threshold) x Factor, Max) after its last failure; a response
+// resets f.
+type BreakerConfig struct {
+	// Threshold is the number of successive connection failures that trips
+	// the breaker (Ribbon's connectionFailureCountThreshold). Default 3.
+	Threshold int `yaml:"threshold"`
+	// Factor is the first blackout (circuitTripTimeoutFactorSeconds).
+	// Default 10s.
+	Factor time.Duration `yaml:"factor"`
+	// Max caps the blackout (circuitTripMaxTimeoutSeconds). Default 30s.
+	Max time.Duration `yaml:"max"`
+}
+
+// Blackout returns how long a server with failures successive connection
+// failures stays tripped after its last one: 0 below the threshold.
+func (c BreakerConfig) Blackout(failures int64) time.Duration {
+	diff := failures - int64(c.Threshold)
+	if diff < 0 {
+		return 0
+	}
+	diff = min(diff, 16) // Ribbon's cap on the exponent; also keeps the shift safe
+	return min(time.Duration(1<<diff)*c.Factor, c.Max)
+}
+
+// statsShared is what every ServerStats of one balancer refers to.
+type statsShared struct {
+	clock         Clock
+	base          time.Time
+	breaker       BreakerConfig
+	activeTimeout time.Duration // active-request count decays to 0 when untouched this long
+	// epoch grows whenever a breaker trips or resets, so cached zone
+	// statistics know they are out of date.
+	epoch atomic.Uint64
+}
+
+// nanotime is monotonic nanoseconds since the balancer was built.
+func (s *statsShared) nanotime() int64 { return int64(s.clock.Now().Sub(s.base)) }
+
+// ServerStats are the live statistics of one instance in one balancer. They
+// survive list changes for as long as the instance stays listed. All methods
+// are safe for concurrent use. A ServerStats must not be copied.
+type ServerStats struct {
+	_      noCopy
+	shared *statsShared
+
+	active        atomic.Int64
+	activeChanged atomic.Int64 // nanotime of the last change of active
+	failures      atomic.Int64 // successive connection failures
+	lastFailure   atomic.Int64 // nanotime
+	rtBits        atomic.Uint64
+	responses     atomic.Int64
+	requests      atomic.Int64
+}
+
+// noCopy makes go vet's copylocks check flag copies.
+type noCopy struct{}
+
+func (*noCopy) Lock()   {}
+func (*noCopy) Unlock() {}
+
+// responseTimeWeight is the weight of a new sample in the response-time
+// average (an exponentially weighted moving average), so the average follows
+// a server that becomes slow instead of remembering its whole life.
+const responseTimeWeight = 0.1
+
+// RequestStarted records the start of a request to the server.
+func (s *ServerStats) RequestStarted() {
+	now := s.shared.nanotime()
+	// A count that had decayed restarts from zero.
+	if now-s.activeChanged.Load() > int64(s.shared.activeTimeout) {
+		s.active.Store(0)
+	}
+	s.active.Add(1)
+	s.activeChanged.Store(now)
+	s.requests.Add(1)
+}
+
+// RequestFinished records a response received after responseTime: the active
+// count drops and the successive-failure count (and so the breaker) resets.
+// Any response counts, whatever its status: the server is reachable.
+func (s *ServerStats) RequestFinished(responseTime time.Duration) {
+	s.endRequest()
+	s.noteResponseTime(responseTime)
+	if s.failures.Swap(0) >= int64(s.shared.breaker.Threshold) {
+		s.shared.epoch.Add(1)
+	}
+}
+
+// RequestFailed records a request that got no response. A connection
+// failure (nothing reached the server: refused, unreachable, connect timeout)
+// counts towards the circuit breaker; other failures only end the request.
+func (s *ServerStats) RequestFailed(connectionFailure bool) {
+	s.endRequest()
+	if connectionFailure {
+		s.NoteConnectionFailure()
+	}
+}
+
+// NoteConnectionFailure counts one successive connection failure without
+// touching the active-request count.
+func (s *ServerStats) NoteConnectionFailure() {
+	s.lastFailure.Store(s.shared.nanotime())
+	if s.failures.Add(1) == int64(s.shared.breaker.Threshold) {
+		s.shared.epoch.Add(1)
+	}
+}
+
+func (s *ServerStats) endRequest() {
+	for {
+		n := s.active.Load()
+		if n <= 0 {
+			return
+		}
+		if s.active.CompareAndSwap(n, n-1) {
+			s.activeChanged.Store(s.shared.nanotime())
+			return
+		}
+	}
+}
+
+func (s *ServerStats) noteResponseTime(d time.Duration) {
+	x := float64(d)
+	if s.responses.Add(1) == 1 {
+		s.rtBits.Store(math.Float64bits(x))
+		return
+	}
+	for {
+		old := s.rtBits.Load()
+		avg := math.Float64frombits(old)
+		next := avg + responseTimeWeight*(x-avg)
+		if s.rtBits.CompareAndSwap(old, math.Float64bits(next)) {
+			return
+		}
+	}
+}
+
+// ActiveRequests returns the number of requests in flight. A count that has
+// not changed for the active-request timeout (600 s by default) reads as 0,
+// so a leaked count cannot pin a server forever.
+func (s *ServerStats) ActiveRequests() int64 { return s.activeAt(s.shared.nanotime()) }
+
+func (s *ServerStats) activeAt(now int64) int64 {
+	if now-s.activeChanged.Load() > int64(s.shared.activeTimeout) {
+		return 0
+	}
+	return max(s.active.Load(), 0)
+}
+
+// ResponseTime returns the average response time (exponentially weighted),
+// and false when no response has been recorded yet.
+func (s *ServerStats) ResponseTime() (time.Duration, bool) {
+	if s.responses.Load() == 0 {
+		return 0, false
+	}
+	return time.Duration(math.Float64frombits(s.rtBits.Load())), true
+}
+
+// SuccessiveFailures returns the count of successive connection failures.
+func (s *ServerStats) SuccessiveFailures() int64 { return s.failures.Load() }
+
+// Requests returns the number of requests started.
+func (s *ServerStats) Requests() int64 { return s.requests.Load() }
+
+// CircuitTripped reports whether the circuit breaker is open now.
+func (s *ServerStats) CircuitTripped() bool { return s.trippedAt(s.shared.nanotime()) }
+
+// BlackoutRemaining returns how long the breaker stays open, 0 when closed.
+func (s *ServerStats) BlackoutRemaining() time.Duration {
+	now := s.shared.nanotime()
+	end := s.lastFailure.Load() + int64(s.shared.breaker.Blackout(s.failures.Load()))
+	return time.Duration(max(end-now, 0))
+}
+
+func (s *ServerStats) trippedAt(now int64) bool {
+	f := s.failures.Load()
+	if f < int64(s.shared.breaker.Threshold) {
+		return false
+	}
+	return now < s.lastFailure.Load()+int64(s.shared.breaker.Blackout(f))
+}
+
+// ZoneSnapshot summarises the servers of one zone, as Ribbon's ZoneSnapshot.
+type ZoneSnapshot struct {
+	// InstanceCount is the number of usable (alive) servers in the zone.
+	InstanceCount int `json:"instanceCount"`
+	// TrippedCount is how many of them have their circuit breaker open.
+	TrippedCount int `json:"trippedCount"`
+	// ActiveRequests is the number of requests in flight to the zone.
+	ActiveRequests int64 `json:"activeRequests"`
+	// LoadPerServer is active requests on non-tripped servers divided by the
+	// number of non-tripped servers; -1 when every server is tripped.
+	LoadPerServer float64 `json:"loadPerServer"`
+}
+
+// zoneSnapshotOf computes a ZoneSnapshot over servers at time now.
+func zoneSnapshotOf(servers []*Server, now int64) ZoneSnapshot {
+	var z ZoneSnapshot
+	var activeOnAvailable int64
+	z.InstanceCount = len(servers)
+	for _, s := range servers {
+		st := &s.inst.stats
+		a := st.activeAt(now)
+		if st.trippedAt(now) {
+			z.TrippedCount++
+		} else {
+			activeOnAvailable += a
+		}
+		z.ActiveRequests += a
+	}
+	switch {
+	case z.InstanceCount == 0:
+	case z.TrippedCount == z.InstanceCount:
+		z.LoadPerServer = -1
+	default:
+		z.LoadPerServer = float64(activeOnAvailable) / float64(z.InstanceCount-z.TrippedCount)
+	}
+	return z
+}
