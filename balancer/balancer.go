@@ -99,6 +99,8 @@ type Balancer struct {
 	shared           *statsShared
 	pinger           Pinger
 	source           ServerList
+	// pollDelay is the polling updater's first delay (Ribbon: 1 s).
+	pollDelay time.Duration
 
 	snap atomic.Pointer[Snapshot]
 
@@ -135,6 +137,7 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 		name:      name,
 		cfg:       cfg,
 		rnd:       globalRand{},
+		pollDelay: time.Second,
 		instances: make(map[string]*instance),
 		shared: &statsShared{
 			clock:         systemClock{},
@@ -507,7 +510,7 @@ func (b *Balancer) Start() error {
 		b.pingLoop = startPingLoop(b, b.pinger, b.cfg.Ping.Interval)
 	}
 	if b.source != nil {
-		b.updater = newPollingUpdater(b, b.source, time.Second, b.cfg.ServerListRefreshInterval)
+		b.updater = newPollingUpdater(b, b.source, b.pollDelay, b.cfg.ServerListRefreshInterval)
 		b.updater.Start()
 	}
 	return nil

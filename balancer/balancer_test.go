@@ -1,0 +1,272 @@
+package balancer
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func ids(list []*Server) []string {
+	out := make([]string, len(list))
+	for i, s := range list {
+		out[i] = s.ID
+	}
+	return out
+}
+
+func TestSetServersValidatesAndKeepsGoodList(t *testing.T) {
+	tb := newTest(t, nil, servers(2, "", 0))
+	err := tb.SetServers([]Server{{Host: "", Port: 1}, {Host: "h", Port: 0}, {Host: "h", Port: 1, Scheme: "ftp"}})
+	if err == nil || !strings.Contains(err.Error(), "list kept") {
+		t.Fatalf("an all-invalid list must be refused, got %v", err)
+	}
+	if got := ids(tb.AllServers()); !slices.Equal(got, []string{"s0", "s1"}) {
+		t.Fatalf("the healthy list was replaced: %v", got)
+	}
+
+	err = tb.SetServers([]Server{{Host: "10.0.0.1", Port: 80}, {Host: "bad", Port: 70000}, {ID: "10.0.0.1:80", Host: "10.0.0.9", Port: 1}})
+	if err == nil {
+		t.Fatal("want an error naming the invalid and duplicate entries")
+	}
+	if got := ids(tb.AllServers()); !slices.Equal(got, []string{"10.0.0.1:80"}) {
+		t.Fatalf("valid entries should apply, default ID host:port, first duplicate wins: %v", got)
+	}
+
+	if err := tb.SetServers(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.Choose(t.Context()); !errors.Is(err, ErrNoServers) {
+		t.Fatalf("an empty list is a real state: want ErrNoServers, got %v", err)
+	}
+}
+
+func TestStatsSurviveListChanges(t *testing.T) {
+	tb := newTest(t, nil, servers(3, "", 0))
+	st := tb.ServerStats("s1")
+	st.RequestStarted()
+	for range 3 {
+		st.NoteConnectionFailure()
+	}
+	// s1 stays (with a new port, even), s0 leaves, s3 arrives.
+	next := []Server{{ID: "s1", Host: "10.0.0.2", Port: 9999}, {ID: "s2", Host: "10.0.0.3", Port: 8080}, {ID: "s3", Host: "10.0.0.4", Port: 8080}}
+	if err := tb.SetServers(next); err != nil {
+		t.Fatal(err)
+	}
+	if got := tb.ServerStats("s1"); got != st || got.ActiveRequests() != 1 || !got.CircuitTripped() {
+		t.Fatal("stats of a server that stayed were lost")
+	}
+	if tb.ServerStats("s0") != nil {
+		t.Fatal("stats of a server that left are still listed")
+	}
+	if tb.ServerStats("s3").Requests() != 0 {
+		t.Fatal("a new server should start with fresh stats")
+	}
+}
+
+func TestListenersGetOldAndNew(t *testing.T) {
+	tb := newTest(t, nil, servers(2, "", 0))
+	type call struct{ old, new []string }
+	var mu sync.Mutex
+	var calls []call
+	tb.AddListener(func(old, new []*Server) {
+		mu.Lock()
+		calls = append(calls, call{ids(old), ids(new)})
+		mu.Unlock()
+	})
+	tb.SetServers(servers(2, "", 0)) // equal: no call
+	tb.SetServers(servers(3, "", 0))
+	tb.AddServers(Server{ID: "x", Host: "10.9.9.9", Port: 1})
+	want := []call{
+		{nil, []string{"s0", "s1"}},
+		{[]string{"s0", "s1"}, []string{"s0", "s1", "s2"}},
+		{[]string{"s0", "s1", "s2"}, []string{"s0", "s1", "s2", "x"}},
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != len(want) {
+		t.Fatalf("calls %v, want %v", calls, want)
+	}
+	for i := range want {
+		if !slices.Equal(calls[i].old, want[i].old) || !slices.Equal(calls[i].new, want[i].new) {
+			t.Fatalf("call %d = %v, want %v", i, calls[i], want[i])
+		}
+	}
+}
+
+func TestListenerMayCallBack(t *testing.T) {
+	tb := newTest(t, nil, nil)
+	var n atomic.Int32
+	tb.AddListener(func(old, new []*Server) {
+		// A listener that changes the list must not deadlock; its change
+		// is delivered after this call returns.
+		if len(new) == 1 {
+			tb.AddServers(Server{ID: "b", Host: "10.0.0.2", Port: 1})
+		}
+		n.Add(1)
+	})
+	tb.SetServers([]Server{{ID: "a", Host: "10.0.0.1", Port: 1}})
+	if got := ids(tb.AllServers()); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("list %v", got)
+	}
+	if n.Load() != 3 {
+		t.Fatalf("listener called %d times, want 3 (initial, a, a+b)", n.Load())
+	}
+}
+
+func TestAddServersReplacesSameID(t *testing.T) {
+	tb := newTest(t, nil, servers(2, "", 0))
+	tb.AddServers(Server{ID: "s0", Host: "10.1.1.1", Port: 81}, Server{ID: "s9", Host: "10.1.1.9", Port: 81})
+	all := tb.AllServers()
+	if got := ids(all); !slices.Equal(got, []string{"s0", "s1", "s9"}) {
+		t.Fatalf("got %v", got)
+	}
+	if all[0].Host != "10.1.1.1" {
+		t.Fatalf("s0 not replaced in place: %v", all[0])
+	}
+}
+
+func TestMarkServerDown(t *testing.T) {
+	tb := newTest(t, func(c *Config) { c.Rule = RuleRoundRobin }, servers(3, "", 0))
+	if !tb.MarkServerDown("s1") {
+		t.Fatal("s1 is listed")
+	}
+	if tb.MarkServerDown("nope") {
+		t.Fatal("unknown ID reported as listed")
+	}
+	if got := ids(tb.ReachableServers()); !slices.Equal(got, []string{"s0", "s2"}) {
+		t.Fatalf("reachable %v", got)
+	}
+	if len(tb.AllServers()) != 3 || tb.AllServers()[1].Alive() {
+		t.Fatal("all servers should still list s1, not alive")
+	}
+	if c := tb.pickCounts(t, 100); c["s1"] != 0 {
+		t.Fatalf("picked a server marked down: %v", c)
+	}
+	tb.SetServers(servers(3, "", 0)) // an equal list keeps it down
+	if len(tb.ReachableServers()) != 2 {
+		t.Fatal("an equal list update revived a server marked down")
+	}
+	tb.MarkServerUp("s1")
+	if len(tb.ReachableServers()) != 3 {
+		t.Fatal("MarkServerUp did not revive s1")
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for name, mut := range map[string]func(*Config){
+		"rule":       func(c *Config) { c.Rule = "Fastest" },
+		"filter":     func(c *Config) { c.Filter = "Nearest" },
+		"threshold":  func(c *Config) { c.Breaker.Threshold = 0 },
+		"servers":    func(c *Config) { c.ListOfServers = []string{"nohostport"} },
+		"ping":       func(c *Config) { c.Ping.Kind = "icmp" },
+		"retry self": func(c *Config) { c.Rule = RuleRetry; c.RetrySubRule = RuleRetry },
+		"blackout":   func(c *Config) { c.ZoneAvoidance.BlackoutPercentage = 2 },
+	} {
+		cfg := DefaultConfig()
+		mut(&cfg)
+		if _, err := New("svc", cfg); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: want ErrInvalidConfig, got %v", name, err)
+		}
+	}
+	for _, name := range []string{"roundrobin", "RoundRobinRule", "com.netflix.loadbalancer.RoundRobinRule", " zoneavoidance "} {
+		if _, err := canonicalRule(name); err != nil {
+			t.Errorf("rule %q: %v", name, err)
+		}
+	}
+}
+
+func TestParseServer(t *testing.T) {
+	for in, want := range map[string]Server{
+		"10.0.0.1:80":           {ID: "10.0.0.1:80", Host: "10.0.0.1", Port: 80},
+		"https://api.local:443": {ID: "api.local:443", Host: "api.local", Port: 443, Scheme: "https"},
+		" [::1]:8080/ ":         {ID: "[::1]:8080", Host: "::1", Port: 8080},
+	} {
+		got, err := ParseServer(in)
+		if err != nil || !got.sameAs(&want) {
+			t.Errorf("ParseServer(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "host", "host:port", "host:0", "ftp://h:1"} {
+		if _, err := ParseServer(bad); err == nil {
+			t.Errorf("ParseServer(%q) should fail", bad)
+		}
+	}
+}
+
+// TestConcurrentChooseAndChanges runs picks, list changes, mark-downs and
+// stats updates together; run with -race.
+func TestConcurrentChooseAndChanges(t *testing.T) {
+	for _, rule := range ruleNames {
+		t.Run(rule, func(t *testing.T) {
+			tb := newTest(t, func(c *Config) { c.Rule = rule; c.Zone = "a"; c.RetryTimeout = 5 * time.Millisecond }, zoned(4, "a", "b", "c"))
+			var stop atomic.Bool
+			var wg sync.WaitGroup
+			var picks atomic.Int64
+			for w := range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx := t.Context()
+					if w == 1 {
+						ctx = WithZone(ctx, "b")
+					}
+					if w == 2 {
+						ctx = WithKey(ctx, fmt.Sprint("k", w))
+					}
+					for !stop.Load() {
+						s, err := tb.Choose(ctx)
+						if err != nil {
+							if errors.Is(err, ErrNoServers) {
+								continue
+							}
+							t.Error(err)
+							return
+						}
+						st := s.Stats()
+						st.RequestStarted()
+						if picks.Add(1)%7 == 0 {
+							st.RequestFailed(true)
+						} else {
+							st.RequestFinished(time.Millisecond)
+						}
+					}
+				}()
+			}
+			for i := range 200 {
+				switch i % 4 {
+				case 0:
+					tb.SetServers(zoned(1+i%5, "a", "b", "c"))
+				case 1:
+					tb.MarkServerDown("a0")
+				case 2:
+					tb.AddServers(zoned(2, "d")...)
+				case 3:
+					tb.clock.Advance(time.Second)
+				}
+			}
+			eventually(t, "picks to succeed", func() bool { return picks.Load() >= 100 })
+			stop.Store(true)
+			wg.Wait()
+		})
+	}
+}
+
+func TestCloseIsIdempotentAndKeepsAnswering(t *testing.T) {
+	tb := newTest(t, nil, servers(2, "", 0))
+	if err := tb.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tb.Close()
+	tb.Close()
+	if err := tb.SetServers(servers(1, "", 0)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("SetServers after Close: %v", err)
+	}
+	if _, err := tb.Choose(t.Context()); err != nil {
+		t.Fatalf("Choose after Close should answer from the last list: %v", err)
+	}
+}

@@ -1,0 +1,83 @@
+package balancer
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func serverOf(t *testing.T, id string, ts *httptest.Server) Server {
+	t.Helper()
+	host, port, err := net.SplitHostPort(ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := strconv.Atoi(port)
+	return Server{ID: id, Host: host, Port: p}
+}
+
+// eventually polls cond until it holds or a bounded wait ends.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+func TestHTTPPingMarksServersDownAndUp(t *testing.T) {
+	var healthy atomic.Bool
+	healthy.Store(true)
+	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/health" || !healthy.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer flaky.Close()
+	steady := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer steady.Close()
+
+	cfg := DefaultConfig()
+	cfg.Ping = PingConfig{Kind: PingHTTP, Path: "health", Interval: 10 * time.Millisecond, Timeout: time.Second}
+	b, err := New("svc", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	b.SetServers([]Server{serverOf(t, "flaky", flaky), serverOf(t, "steady", steady)})
+	reachable := func() []string { return ids(b.ReachableServers()) }
+
+	healthy.Store(false)
+	eventually(t, "flaky to be pinged down", func() bool { return slices.Equal(reachable(), []string{"steady"}) })
+	healthy.Store(true)
+	eventually(t, "flaky to be pinged up", func() bool { return len(reachable()) == 2 })
+
+	steady.Close() // refuses connections from now on
+	eventually(t, "a closed server to be pinged down", func() bool { return slices.Equal(reachable(), []string{"flaky"}) })
+}
+
+func TestNoOpPingRunsNoLoop(t *testing.T) {
+	b, err := New("svc", DefaultConfig(), WithPinger(NoOpPing{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Start()
+	defer b.Close()
+	if b.pingLoop != nil {
+		t.Fatal("a no-op ping must not start a loop")
+	}
+}
