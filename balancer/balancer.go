@@ -197,8 +197,11 @@ func (b *Balancer) Choose(ctx context.Context) (*Server, error) {
 	srv, err := b.rule.Choose(ctx, v)
 	if srv == nil && err == nil && v != &snap.full {
 		// Ribbon's ZoneAwareLoadBalancer: a zone that yields nothing falls
-		// back to the whole list.
-		srv, err = b.rule.Choose(ctx, &snap.full)
+		// back to the whole list. Retry has already waited its timeout and
+		// re-read the list meanwhile: asking it again would wait twice.
+		if _, retry := b.rule.(*Retry); !retry {
+			srv, err = b.rule.Choose(ctx, &snap.full)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -338,14 +341,18 @@ func (b *Balancer) adopt(servers []Server) ([]*Server, error) {
 			list = append(list, old)
 			continue
 		}
-		s.Metadata = cloneMap(s.Metadata)
-		s.zone = lowerASCII(s.Zone)
-		s.inst = b.instances[s.ID]
-		if s.inst == nil {
-			s.inst = &instance{stats: ServerStats{shared: b.shared}}
-			s.inst.alive.Store(true)
+		// A fresh copy only for new or changed servers: taking &s would
+		// move every loop's s to the heap.
+		ns := new(Server)
+		*ns = s
+		ns.Metadata = cloneMap(s.Metadata)
+		ns.zone = lowerASCII(s.Zone)
+		ns.inst = b.instances[s.ID]
+		if ns.inst == nil {
+			ns.inst = &instance{stats: ServerStats{shared: b.shared}}
+			ns.inst.alive.Store(true)
 		}
-		list = append(list, &s)
+		list = append(list, ns)
 	}
 	return list, errors.Join(errs...)
 }
