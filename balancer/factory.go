@@ -1,0 +1,211 @@
+package balancer
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// FactoryOption customises a Factory.
+type FactoryOption func(*Factory) error
+
+// WithBalancerOptions adds options applied to every balancer the factory
+// builds (WithClock, WithRand, ...). Options holding an instance
+// (WithRule, WithPinger) share that one instance among all balancers.
+func WithBalancerOptions(opts ...Option) FactoryOption {
+	return func(f *Factory) error {
+		for i, o := range opts {
+			if o == nil {
+				return fmt.Errorf("%w: nil balancer option at index %d", ErrInvalidConfig, i)
+			}
+		}
+		f.opts = append(f.opts, opts...)
+		return nil
+	}
+}
+
+// WithServerListProvider sets the function that gives each client its
+// ServerList, for the polling updater (see WithServerList); it wins over
+// a WithServerList passed to WithBalancerOptions. It may return nil for a
+// client without one: that client uses its ListOfServers, or is fed by
+// SetServers. It is called once per balancer built, without any lock held,
+// possibly from several goroutines at once for different names.
+func WithServerListProvider(p func(name string) ServerList) FactoryOption {
+	return func(f *Factory) error {
+		if p == nil {
+			return fmt.Errorf("%w: nil server list provider", ErrInvalidConfig)
+		}
+		f.lists = p
+		return nil
+	}
+}
+
+// Factory builds each client's balancer on first use and caches it, as
+// Ribbon's named client factory does. All methods are safe for concurrent
+// use.
+//
+// Get builds a balancer once per name: concurrent first calls for a name
+// wait for one build and share its result. A failed build is not cached:
+// the callers waiting for it get its error, and the next Get tries again.
+// The configuration is validated by NewFactory, so a build fails only when
+// an option or Start does; retrying costs a validation and no I/O.
+type Factory struct {
+	cfg   *ClientsConfig
+	opts  []Option
+	lists func(name string) ServerList
+
+	mu        sync.Mutex
+	entries   map[string]*factoryEntry
+	closed    bool
+	closeDone chan struct{} // closed when Close has closed every balancer
+}
+
+// factoryEntry is one name's balancer, built once.
+type factoryEntry struct {
+	ready chan struct{} // closed once b or err is set
+	b     *Balancer
+	err   error
+}
+
+// NewFactory returns a factory building balancers with cfg's
+// configurations: a client's own, or the defaults for any other name. A
+// nil cfg means DefaultClientsConfig(). The factory keeps a copy of cfg,
+// which it validates.
+func NewFactory(cfg *ClientsConfig, opts ...FactoryOption) (*Factory, error) {
+	if cfg == nil {
+		cfg = DefaultClientsConfig()
+	}
+	f := &Factory{cfg: cfg.Clone(), entries: make(map[string]*factoryEntry)}
+	if err := f.cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("balancer factory: %w", err)
+	}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("balancer factory: %w: nil option", ErrInvalidConfig)
+		}
+		if err := o(f); err != nil {
+			return nil, fmt.Errorf("balancer factory: %w", err)
+		}
+	}
+	return f, nil
+}
+
+// Get returns the balancer of the client name, building and starting it on
+// first use. After Close it returns ErrClosed.
+func (f *Factory) Get(name string) (*Balancer, error) {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if e, ok := f.entries[name]; ok {
+		f.mu.Unlock()
+		<-e.ready
+		return e.b, e.err
+	}
+	e := &factoryEntry{ready: make(chan struct{})}
+	f.entries[name] = e
+	f.mu.Unlock()
+
+	finished := false
+	defer func() {
+		if !finished {
+			// The build panicked: release the waiters, let the panic go on.
+			f.finish(name, e, nil, fmt.Errorf("balancer %q: build panicked", name))
+		}
+	}()
+	b, err := f.build(name)
+	finished = true
+	return f.finish(name, e, b, err)
+}
+
+// build creates and starts a balancer; it runs without f.mu held.
+func (f *Factory) build(name string) (*Balancer, error) {
+	opts := slices.Clip(f.opts)
+	if f.lists != nil {
+		if l := f.lists(name); l != nil {
+			opts = append(opts, WithServerList(l))
+		}
+	}
+	b, err := New(name, f.cfg.For(name), opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Start(); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("balancer %q: start: %w", name, err)
+	}
+	return b, nil
+}
+
+// finish records the outcome of a build and wakes its waiters. A failure
+// is forgotten so the next Get retries; a balancer built while the factory
+// was closing is closed at once.
+func (f *Factory) finish(name string, e *factoryEntry, b *Balancer, err error) (*Balancer, error) {
+	var stale *Balancer
+	f.mu.Lock()
+	switch {
+	case err != nil:
+		if f.entries[name] == e {
+			delete(f.entries, name)
+		}
+	case f.closed:
+		stale, b, err = b, nil, ErrClosed
+	}
+	e.b, e.err = b, err
+	f.mu.Unlock()
+	if stale != nil {
+		stale.Close()
+	}
+	close(e.ready)
+	return b, err
+}
+
+// Names returns the names of the balancers built so far, sorted; empty
+// after Close.
+func (f *Factory) Names() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	names := make([]string, 0, len(f.entries))
+	for name, e := range f.entries {
+		if e.b != nil {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Close closes every balancer built, after waiting for builds in progress,
+// and makes later calls of Get return ErrClosed. It is idempotent: a second
+// call waits for the first to finish and returns nil.
+func (f *Factory) Close() error {
+	f.mu.Lock()
+	if f.closed {
+		done := f.closeDone
+		f.mu.Unlock()
+		<-done
+		return nil
+	}
+	f.closed = true
+	f.closeDone = make(chan struct{})
+	entries := make([]*factoryEntry, 0, len(f.entries))
+	for _, e := range f.entries {
+		entries = append(entries, e)
+	}
+	f.entries = make(map[string]*factoryEntry)
+	f.mu.Unlock()
+
+	var errs []error
+	for _, e := range entries {
+		<-e.ready
+		if e.b != nil {
+			if err := e.b.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("balancer %q: %w", e.b.Name(), err))
+			}
+		}
+	}
+	close(f.closeDone)
+	return errors.Join(errs...)
+}

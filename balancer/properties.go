@@ -1,0 +1,745 @@
+package balancer
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// LoadRibbonProperties reads the Ribbon client settings of a Java or Spring
+// .properties file, so a gateway can take over a Ribbon client's
+// configuration as it is.
+//
+// The file syntax is java.util.Properties': "#" and "!" comments, "key=value",
+// "key: value" or "key value", leading whitespace ignored, a trailing
+// backslash continuing the line, \uXXXX and \t \n \r \f escapes; a later
+// duplicate key replaces an earlier one. The file may be UTF-8 or, like
+// Java's, ISO-8859-1 (anything not valid UTF-8 is read as ISO-8859-1).
+//
+// These keys are read (Ribbon's key names match without regard to case):
+//
+//   - ribbon.<Key> sets the defaults and <client>.ribbon.<Key> one client;
+//     a client's own setting wins over the global one wherever it is in
+//     the file.
+//   - niws.loadbalancer.<client>.connectionFailureCountThreshold,
+//     .circuitTripTimeoutFactorSeconds and .circuitTripMaxTimeoutSeconds
+//     set the circuit breaker.
+//     niws.loadbalancer.serverStats.activeRequestsCount.effectiveWindowSeconds
+//     and niws.loadbalancer.availabilityFilteringRule.activeConnectionsLimit
+//     set the defaults.
+//   - ZoneAwareNIWSDiscoveryLoadBalancer.enabled,
+//     ZoneAwareNIWSDiscoveryLoadBalancer[.<client>].triggeringLoadPerServerThreshold
+//     and .avoidZoneWithBlackoutPercetage (Ribbon's spelling; the correct
+//     one is accepted too) set zone awareness; they are also accepted as
+//     [<client>.]ribbon.ZoneAwareNIWSDiscoveryLoadBalancer.<key>.
+//   - In every form above, the client name "default" means the defaults,
+//     as in Ribbon's niws.loadbalancer.default.<key>.
+//   - The client's zone, for every client: @zone or archaius.deployment.zone
+//     (Archaius' deployment context), else eureka.instance.metadata-map.zone
+//     (Spring Cloud's fallback), whatever their order.
+//
+// The Ribbon keys of a client are NFLoadBalancerRuleClassName,
+// NIWSServerListFilterClassName, NFLoadBalancerPingClassName,
+// NFLoadBalancerPingInterval (seconds), ServerListRefreshInterval (ms),
+// listOfServers (comma-separated; a server without a port gets 80, or 443
+// for https, as in Ribbon), EnableZoneAffinity, EnableZoneExclusivity,
+// zoneAffinity.maxLoadPerServer, zoneAffinity.maxBlackOutServesrPercentage
+// (Ribbon's spelling; maxBlackOutServersPercentage is accepted too),
+// zoneAffinity.minAvailableServers, ConnectTimeout (ms), ReadTimeout (ms),
+// MaxAutoRetries, MaxAutoRetriesNextServer, OkToRetryOnAllOperations and
+// ActiveConnectionsLimit (-1, Ribbon's default, means no limit). The ping
+// class PingUrl maps to an HTTP ping of "/", what Ribbon's PingUrl does
+// when built from configuration; DummyPing, NoOpPing and NIWSDiscoveryPing
+// (the registry's status, which pushlb's membership replaces) to no ping.
+//
+// Keys that belong to Ribbon but that pushlb ignores on purpose
+// (NIWSServerListClassName, ServerListUpdaterClassName, connection pool
+// sizes, ...) are listed in the result's IgnoredKeys. Keys outside Ribbon's
+// namespaces (spring.*, server.port, ...) are skipped. An unknown key
+// within a Ribbon namespace, an unknown class name or a malformed value is
+// an error naming the line, the key and the value; every resulting Config
+// is validated. Errors wrap ErrInvalidConfig, except errors reading r.
+func LoadRibbonProperties(r io.Reader) (*ClientsConfig, error) {
+	props, err := readProperties(r)
+	if err != nil {
+		return nil, err
+	}
+	return ribbonConfig(props)
+}
+
+// property is one key/value pair of a .properties file.
+type property struct {
+	key, value string
+	line       int // of the key's first natural line
+}
+
+// readProperties parses a .properties file as java.util.Properties.load
+// does. A later duplicate key replaces an earlier one; the result is in
+// file order of the keys' last occurrence.
+func readProperties(r io.Reader) ([]property, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("balancer: reading properties: %w", err)
+	}
+	var text string
+	if utf8.Valid(data) {
+		text = string(data)
+	} else {
+		runes := make([]rune, len(data))
+		for i, b := range data {
+			runes[i] = rune(b) // ISO-8859-1 maps each byte to the same code point
+		}
+		text = string(runes)
+	}
+	text = strings.TrimPrefix(text, "\uFEFF")
+	lines := splitNaturalLines(text)
+	var props []property
+	var replaced []bool
+	last := make(map[string]int)
+	for i := 0; i < len(lines); i++ {
+		lineNo := i + 1
+		l := trimLeadingSpace(lines[i])
+		if l == "" || l[0] == '#' || l[0] == '!' {
+			continue // a comment line is never continued
+		}
+		// A continuation's backslashes are counted on its own natural line,
+		// as Java's LineReader does.
+		for cont := endsInContinuation(l); cont; {
+			l = l[:len(l)-1]
+			if i+1 == len(lines) {
+				break
+			}
+			i++
+			next := trimLeadingSpace(lines[i])
+			l += next
+			cont = endsInContinuation(next)
+		}
+		rawKey, rawValue := splitKeyValue(l)
+		key, err := unescapeProperty(rawKey)
+		if err != nil {
+			return nil, fmt.Errorf("%w: line %d: key %q: %w", ErrInvalidConfig, lineNo, rawKey, err)
+		}
+		value, err := unescapeProperty(rawValue)
+		if err != nil {
+			return nil, fmt.Errorf("%w: line %d: %s: value %q: %w", ErrInvalidConfig, lineNo, key, rawValue, err)
+		}
+		if j, dup := last[key]; dup {
+			replaced[j] = true
+		}
+		last[key] = len(props)
+		props = append(props, property{key: key, value: value, line: lineNo})
+		replaced = append(replaced, false)
+	}
+	out := props[:0]
+	for i, p := range props {
+		if !replaced[i] {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// splitNaturalLines splits at \n, \r\n and \r, as Java's LineReader does.
+func splitNaturalLines(s string) []string {
+	s = strings.ReplaceAll(s, "\r\n", "\n")
+	s = strings.ReplaceAll(s, "\r", "\n")
+	return strings.Split(s, "\n")
+}
+
+func isPropertySpace(c byte) bool { return c == ' ' || c == '\t' || c == '\f' }
+
+func trimLeadingSpace(s string) string {
+	i := 0
+	for i < len(s) && isPropertySpace(s[i]) {
+		i++
+	}
+	return s[i:]
+}
+
+// endsInContinuation reports whether s ends in an odd number of
+// backslashes: the last one escapes the line end.
+func endsInContinuation(s string) bool {
+	n := 0
+	for i := len(s) - 1; i >= 0 && s[i] == '\\'; i-- {
+		n++
+	}
+	return n%2 == 1
+}
+
+// splitKeyValue splits a logical line: the key runs up to the first
+// unescaped '=', ':' or whitespace; then whitespace, at most one '=' or ':',
+// and whitespace separate it from the value.
+func splitKeyValue(l string) (key, value string) {
+	i := 0
+	for i < len(l) {
+		c := l[i]
+		if c == '\\' {
+			i += 2
+			continue
+		}
+		if c == '=' || c == ':' {
+			return l[:i], trimLeadingSpace(l[i+1:])
+		}
+		if isPropertySpace(c) {
+			rest := trimLeadingSpace(l[i:])
+			if rest != "" && (rest[0] == '=' || rest[0] == ':') {
+				rest = trimLeadingSpace(rest[1:])
+			}
+			return l[:i], rest
+		}
+		i++
+	}
+	return l, ""
+}
+
+// unescapeProperty resolves \uXXXX (surrogate pairs included), \t, \n, \r,
+// \f, and drops the backslash before any other character.
+func unescapeProperty(s string) (string, error) {
+	if !strings.Contains(s, `\`) {
+		return s, nil
+	}
+	var b strings.Builder
+	var high rune // a pending high surrogate
+	flush := func() {
+		if high != 0 {
+			b.WriteRune(utf8.RuneError)
+			high = 0
+		}
+	}
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c != '\\' || i+1 == len(s) {
+			flush()
+			if c != '\\' {
+				b.WriteByte(c)
+			}
+			i++
+			continue
+		}
+		c = s[i+1]
+		i += 2
+		if c != 'u' {
+			flush()
+			switch c {
+			case 't':
+				b.WriteByte('\t')
+			case 'n':
+				b.WriteByte('\n')
+			case 'r':
+				b.WriteByte('\r')
+			case 'f':
+				b.WriteByte('\f')
+			default:
+				b.WriteByte(c)
+			}
+			continue
+		}
+		if i+4 > len(s) {
+			return "", errors.New(`malformed \uXXXX escape`)
+		}
+		v, err := strconv.ParseUint(s[i:i+4], 16, 16)
+		if err != nil {
+			return "", fmt.Errorf(`malformed \uXXXX escape %q`, `\u`+s[i:i+4])
+		}
+		i += 4
+		r := rune(v)
+		switch {
+		case utf16.IsSurrogate(r) && r < 0xDC00:
+			flush()
+			high = r
+		case utf16.IsSurrogate(r) && high != 0:
+			b.WriteRune(utf16.DecodeRune(high, r))
+			high = 0
+		default:
+			flush()
+			b.WriteRune(r)
+		}
+	}
+	flush()
+	return b.String(), nil
+}
+
+// ribbonKey is a Ribbon key pushlb knows: how it sets a Config, or nil
+// when pushlb ignores it on purpose.
+type ribbonKey struct {
+	name string // as Ribbon spells it
+	set  func(c *Config, v string) error
+}
+
+func keyTable(keys ...ribbonKey) map[string]ribbonKey {
+	m := make(map[string]ribbonKey, len(keys))
+	for _, k := range keys {
+		m[strings.ToLower(k.name)] = k
+	}
+	return m
+}
+
+func ignoredKeys(names ...string) []ribbonKey {
+	out := make([]ribbonKey, len(names))
+	for i, n := range names {
+		out[i] = ribbonKey{name: n}
+	}
+	return out
+}
+
+// zoneAwareKeys follow ZoneAwareNIWSDiscoveryLoadBalancer[.<client>].
+var zoneAwareKeys = keyTable(
+	ribbonKey{"enabled", setZoneAware},
+	ribbonKey{"triggeringLoadPerServerThreshold", setTriggeringLoad},
+	// Ribbon's spelling, then the correct one.
+	ribbonKey{"avoidZoneWithBlackoutPercetage", setBlackoutPercentage},
+	ribbonKey{"avoidZoneWithBlackoutPercentage", setBlackoutPercentage},
+)
+
+func setZoneAware(c *Config, v string) error { return setBool(&c.ZoneAware, v) }
+
+func setTriggeringLoad(c *Config, v string) error {
+	return setFloat(&c.ZoneAvoidance.TriggeringLoadPerServer, v)
+}
+
+func setBlackoutPercentage(c *Config, v string) error {
+	return setFloat(&c.ZoneAvoidance.BlackoutPercentage, v)
+}
+
+// clientKeys follow ribbon. and <client>.ribbon.
+var clientKeys = keyTable(append([]ribbonKey{
+	{"NFLoadBalancerRuleClassName", setRuleClass},
+	{"NIWSServerListFilterClassName", setFilterClass},
+	{"NFLoadBalancerPingClassName", setPingClass},
+	{"NFLoadBalancerPingInterval", func(c *Config, v string) error { return setPositive(setSeconds, &c.Ping.Interval, v) }},
+	{"ServerListRefreshInterval", func(c *Config, v string) error {
+		return setPositive(setMillis, &c.ServerListRefreshInterval, v)
+	}},
+	{"listOfServers", setListOfServers},
+	{"EnableZoneAffinity", func(c *Config, v string) error { return setBool(&c.ZoneAffinity.Enabled, v) }},
+	{"EnableZoneExclusivity", func(c *Config, v string) error { return setBool(&c.ZoneAffinity.Exclusive, v) }},
+	{"zoneAffinity.maxLoadPerServer", func(c *Config, v string) error { return setFloat(&c.ZoneAffinity.MaxLoadPerServer, v) }},
+	// Ribbon reads maxBlackOutServesrPercentage; the misspelling
+	// maxBlackOutServesrsPercentage circulates too; then the correct one.
+	{"zoneAffinity.maxBlackOutServesrPercentage", setMaxBlackout},
+	{"zoneAffinity.maxBlackOutServesrsPercentage", setMaxBlackout},
+	{"zoneAffinity.maxBlackOutServersPercentage", setMaxBlackout},
+	{"zoneAffinity.minAvailableServers", func(c *Config, v string) error {
+		return setCount(&c.ZoneAffinity.MinAvailableServers, v)
+	}},
+	{"ConnectTimeout", func(c *Config, v string) error { return setPositive(setMillis, &c.ConnectTimeout, v) }},
+	{"ReadTimeout", func(c *Config, v string) error { return setPositive(setMillis, &c.ReadTimeout, v) }},
+	{"MaxAutoRetries", func(c *Config, v string) error { return setCount(&c.MaxAutoRetries, v) }},
+	{"MaxAutoRetriesNextServer", func(c *Config, v string) error { return setCount(&c.MaxAutoRetriesNextServer, v) }},
+	{"OkToRetryOnAllOperations", func(c *Config, v string) error { return setBool(&c.RetryAllOperations, v) }},
+	{"ActiveConnectionsLimit", setActiveConnectionsLimit},
+	{"ZoneAwareNIWSDiscoveryLoadBalancer.enabled", setZoneAware},
+	{"ZoneAwareNIWSDiscoveryLoadBalancer.triggeringLoadPerServerThreshold", setTriggeringLoad},
+	{"ZoneAwareNIWSDiscoveryLoadBalancer.avoidZoneWithBlackoutPercetage", setBlackoutPercentage},
+	{"ZoneAwareNIWSDiscoveryLoadBalancer.avoidZoneWithBlackoutPercentage", setBlackoutPercentage},
+},
+	// Ribbon's CommonClientConfigKey keys that pushlb does not use: the
+	// membership replaces server lists and updaters, the HTTP layer has
+	// its own transport settings.
+	ignoredKeys(
+		"AppName", "Version", "Port", "SecurePort", "VipAddress", "ForceClientPortConfiguration",
+		"DeploymentContextBasedVipAddresses", "RequestSpecificRetryOn", "ReceiveBufferSize",
+		"EnablePrimeConnections", "PrimeConnectionsClassName", "MaxRetriesPerServerPrimeConnection",
+		"MaxTotalTimeToPrimeConnections", "MinPrimeConnectionsRatio", "PrimeConnectionsURI",
+		"PoolMaxThreads", "PoolMinThreads", "PoolKeepAliveTime", "PoolKeepAliveTimeUnits",
+		"PoolMaxThreadsPerRoute", "EnableConnectionPool", "MaxHttpConnectionsPerHost",
+		"MaxTotalHttpConnections", "MaxConnectionsPerHost", "MaxTotalConnections", "IsSecure",
+		"GZipPayload", "BackoffTimeout", "SendBufferSize", "StaleCheckingEnabled", "Linger",
+		"ConnectionManagerTimeout", "FollowRedirects", "ConnectionPoolCleanerTaskEnabled",
+		"ConnIdleEvictTimeMilliSeconds", "ConnectionCleanerRepeatInterval",
+		"EnableGZIPContentEncodingFilter", "ProxyHost", "ProxyPort", "KeyStore", "KeyStorePassword",
+		"TrustStore", "TrustStorePassword", "IsClientAuthRequired", "CustomSSLSocketFactoryClassName",
+		"IsHostnameValidationRequired", "IgnoreUserTokenInConnectionPoolForSecureClient",
+		"ClientClassName", "InitializeNFLoadBalancer", "NFLoadBalancerClassName",
+		"NFLoadBalancerMaxTotalPingTime", "NFLoadBalancerStatsClassName", "NIWSServerListClassName",
+		"ServerListUpdaterClassName", "EnableMarkingServerDownOnReachingFailureLimit",
+		"ServerDownFailureLimit", "ServerDownStatWindowInMillis", "PrioritizeVipAddressBasedServers",
+		"VipAddressResolverClassName", "TargetRegion", "RulePredicateClasses", "RequestIdHeaderName",
+		"UseIPAddrForServer",
+		// Spring Cloud Netflix's keys in the ribbon namespace.
+		"retryableStatusCodes", "eager-load.enabled", "eager-load.clients", "eureka.enabled",
+		"http.client.enabled", "okhttp.enabled", "restclient.enabled", "secure-ports",
+	)...)...)
+
+func setMaxBlackout(c *Config, v string) error {
+	return setFloat(&c.ZoneAffinity.MaxBlackoutPercentage, v)
+}
+
+// breakerKeys follow niws.loadbalancer.<client>.
+var breakerKeys = keyTable(
+	ribbonKey{"connectionFailureCountThreshold", func(c *Config, v string) error {
+		if err := setCount(&c.Breaker.Threshold, v); err != nil {
+			return err
+		}
+		if c.Breaker.Threshold < 1 {
+			return errors.New("must be at least 1")
+		}
+		return nil
+	}},
+	ribbonKey{"circuitTripTimeoutFactorSeconds", func(c *Config, v string) error { return setSeconds(&c.Breaker.Factor, v) }},
+	ribbonKey{"circuitTripMaxTimeoutSeconds", func(c *Config, v string) error { return setSeconds(&c.Breaker.Max, v) }},
+)
+
+// niwsGlobalKeys follow niws.loadbalancer. and set the defaults.
+var niwsGlobalKeys = keyTable(
+	ribbonKey{"serverStats.activeRequestsCount.effectiveWindowSeconds", func(c *Config, v string) error {
+		return setPositive(setSeconds, &c.ActiveRequestsTimeout, v)
+	}},
+	ribbonKey{"availabilityFilteringRule.activeConnectionsLimit", setActiveConnectionsLimit},
+	// pushlb's availability predicate always skips tripped servers, and
+	// ZoneAvoidance always considers zones.
+	ribbonKey{name: "availabilityFilteringRule.filterCircuitTripped"},
+	ribbonKey{name: "zoneAvoidanceRule.enabled"},
+)
+
+// zoneProperties set the client zone of the defaults; deployment-context
+// keys win over Eureka's metadata, as in Spring Cloud Netflix.
+var zoneProperties = map[string]int{
+	"@zone":                             2,
+	"archaius.deployment.zone":          2,
+	"eureka.instance.metadata-map.zone": 1,
+	"eureka.instance.metadatamap.zone":  1,
+}
+
+const (
+	zoneAwarePrefix = "zoneawareniwsdiscoveryloadbalancer."
+	niwsPrefix      = "niws.loadbalancer."
+	ribbonNS        = "ribbon."
+)
+
+// propertyError reports a bad value of key.
+func propertyError(p property, why error) error {
+	return fmt.Errorf("%w: line %d: %s = %q: %w", ErrInvalidConfig, p.line, p.key, p.value, why)
+}
+
+func unknownKeyError(p property, ns, key string, table map[string]ribbonKey) error {
+	names := make([]string, 0, len(table))
+	for _, k := range table {
+		names = append(names, k.name)
+	}
+	sort.Strings(names)
+	hint := suggestion(key, names)
+	if hint == "" && ns == "Ribbon" {
+		if k, ok := breakerKeys[strings.ToLower(key)]; ok {
+			hint = fmt.Sprintf("; Ribbon reads %s as niws.loadbalancer.<client>.%s", k.name, k.name)
+		}
+	}
+	return fmt.Errorf("%w: line %d: %s: unknown %s key %q%s", ErrInvalidConfig, p.line, p.key, ns, key, hint)
+}
+
+// lineError is an error about the property at line.
+type lineError struct {
+	line int
+	err  error
+}
+
+// assignment is a property that sets a known key of one scope.
+type assignment struct {
+	p   property
+	set func(c *Config, v string) error
+}
+
+// ribbonConfig maps properties onto a ClientsConfig.
+func ribbonConfig(props []property) (*ClientsConfig, error) {
+	out := DefaultClientsConfig()
+	var (
+		global    []assignment
+		perClient = make(map[string][]assignment)
+		clients   []string // in order of first appearance
+		zone      string
+		zoneRank  int
+		errs      []lineError
+	)
+	addClient := func(name string, a *assignment) {
+		if name == "default" || name == "" {
+			if a != nil {
+				global = append(global, *a)
+			}
+			return
+		}
+		list, known := perClient[name]
+		if !known {
+			clients = append(clients, name)
+		}
+		if a != nil {
+			list = append(list, *a)
+		}
+		perClient[name] = list
+	}
+	for _, p := range props {
+		lk := strings.ToLower(p.key)
+		if rank, ok := zoneProperties[lk]; ok {
+			if z := strings.TrimSpace(p.value); z != "" && rank >= zoneRank {
+				zone, zoneRank = z, rank
+			}
+			continue
+		}
+		var (
+			client string
+			key    string
+			table  map[string]ribbonKey
+			ns     string
+		)
+		switch {
+		case strings.HasPrefix(lk, "spring."):
+			continue // e.g. spring.cloud.loadbalancer.ribbon.enabled
+		case strings.HasPrefix(lk, ribbonNS):
+			key, table, ns = p.key[len(ribbonNS):], clientKeys, "Ribbon"
+		case strings.HasPrefix(lk, niwsPrefix):
+			rest := p.key[len(niwsPrefix):]
+			if _, ok := niwsGlobalKeys[strings.ToLower(rest)]; ok {
+				key, table, ns = rest, niwsGlobalKeys, "niws.loadbalancer"
+				break
+			}
+			i := strings.LastIndexByte(rest, '.')
+			if i < 0 {
+				errs = append(errs, lineError{p.line, unknownKeyError(p, "niws.loadbalancer", rest, niwsGlobalKeys)})
+				continue
+			}
+			client, key, table, ns = rest[:i], rest[i+1:], breakerKeys, "niws.loadbalancer"
+		case strings.HasPrefix(lk, zoneAwarePrefix):
+			rest := p.key[len(zoneAwarePrefix):]
+			if _, ok := zoneAwareKeys[strings.ToLower(rest)]; ok {
+				key, table, ns = rest, zoneAwareKeys, "ZoneAwareNIWSDiscoveryLoadBalancer"
+				break
+			}
+			i := strings.LastIndexByte(rest, '.')
+			if i < 0 {
+				errs = append(errs, lineError{p.line, unknownKeyError(p, "ZoneAwareNIWSDiscoveryLoadBalancer", rest, zoneAwareKeys)})
+				continue
+			}
+			client, key, table, ns = rest[:i], rest[i+1:], zoneAwareKeys, "ZoneAwareNIWSDiscoveryLoadBalancer"
+		default:
+			i := strings.Index(lk, "."+ribbonNS)
+			if i <= 0 {
+				continue // not Ribbon's: server.port, eureka.client.*, ...
+			}
+			client, key, table, ns = p.key[:i], p.key[i+1+len(ribbonNS):], clientKeys, "Ribbon"
+		}
+		k, ok := table[strings.ToLower(key)]
+		if !ok {
+			errs = append(errs, lineError{p.line, unknownKeyError(p, ns, key, table)})
+			continue
+		}
+		if k.set == nil {
+			out.IgnoredKeys = append(out.IgnoredKeys, p.key)
+			addClient(client, nil)
+			continue
+		}
+		addClient(client, &assignment{p: p, set: k.set})
+	}
+	apply := func(cfg *Config, list []assignment) {
+		for _, a := range list {
+			if err := a.set(cfg, a.p.value); err != nil {
+				errs = append(errs, lineError{a.p.line, propertyError(a.p, err)})
+			}
+		}
+	}
+	apply(&out.Defaults, global)
+	if zoneRank > 0 {
+		out.Defaults.Zone = zone
+	}
+	for _, name := range clients {
+		cfg := cloneConfig(out.Defaults)
+		apply(&cfg, perClient[name])
+		out.Clients[name] = cfg
+	}
+	if len(errs) > 0 {
+		// In file order, whichever pass found them.
+		slices.SortStableFunc(errs, func(a, b lineError) int { return a.line - b.line })
+		list := make([]error, len(errs))
+		for i, e := range errs {
+			list[i] = e.err
+		}
+		return nil, errors.Join(list...)
+	}
+	if err := out.Validate(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func setRuleClass(c *Config, v string) error {
+	r, err := canonicalRule(v)
+	if err != nil {
+		return fmt.Errorf("unknown rule (want a com.netflix.loadbalancer rule class or one of %s)",
+			strings.Join(ruleNames, ", "))
+	}
+	c.Rule = r
+	return nil
+}
+
+func setFilterClass(c *Config, v string) error {
+	f, err := canonicalFilter(v)
+	if err != nil {
+		return fmt.Errorf("unknown server list filter (want ZoneAffinityServerListFilter, "+
+			"ZonePreferenceServerListFilter, DefaultNIWSServerListFilter or one of %s)", strings.Join(filterNames, ", "))
+	}
+	c.Filter = f
+	return nil
+}
+
+// ribbonPings maps Ribbon's ping classes, full or simple names, lower case.
+var ribbonPings = map[string]string{
+	"com.netflix.loadbalancer.dummyping":              PingNone,
+	"com.netflix.loadbalancer.noopping":               PingNone,
+	"com.netflix.niws.loadbalancer.niwsdiscoveryping": PingNone, // the registry's status: pushlb's membership
+	"com.netflix.loadbalancer.pingurl":                PingHTTP,
+	"dummyping":                                       PingNone,
+	"noopping":                                        PingNone,
+	"niwsdiscoveryping":                               PingNone,
+	"pingurl":                                         PingHTTP,
+	PingNone:                                          PingNone,
+	PingHTTP:                                          PingHTTP,
+}
+
+func setPingClass(c *Config, v string) error {
+	kind, ok := ribbonPings[strings.ToLower(strings.TrimSpace(v))]
+	if !ok {
+		return errors.New("unknown ping (want com.netflix.loadbalancer.DummyPing, NoOpPing, PingUrl " +
+			"or com.netflix.niws.loadbalancer.NIWSDiscoveryPing)")
+	}
+	c.Ping.Kind = kind
+	if kind == PingHTTP {
+		// PingUrl built from configuration pings the server's root.
+		c.Ping.Path = "/"
+	}
+	return nil
+}
+
+func setListOfServers(c *Config, v string) error {
+	list := splitList(v)
+	for i, s := range list {
+		list[i] = withDefaultPort(s)
+		if _, err := ParseServer(list[i]); err != nil {
+			return err
+		}
+	}
+	c.ListOfServers = list
+	return nil
+}
+
+// withDefaultPort adds Ribbon's default port to a server written without
+// one: 443 for https, else 80.
+func withDefaultPort(s string) string {
+	scheme, hostPart := "", s
+	if i := strings.Index(s, "://"); i >= 0 {
+		scheme, hostPart = strings.ToLower(s[:i]), s[i+3:]
+	}
+	hostPart = strings.TrimSuffix(hostPart, "/")
+	if _, _, err := net.SplitHostPort(hostPart); err == nil {
+		return s
+	}
+	if hostPart == "" || (strings.Contains(hostPart, ":") && !strings.HasSuffix(hostPart, "]")) {
+		return s // not a bare host: let ParseServer report it
+	}
+	port := "80"
+	if scheme == "https" {
+		port = "443"
+	}
+	return strings.TrimSuffix(s, "/") + ":" + port
+}
+
+func setActiveConnectionsLimit(c *Config, v string) error {
+	n, err := parseWhole(v)
+	if err != nil {
+		return err
+	}
+	switch {
+	case n == -1:
+		n = 0 // Ribbon's "no limit"
+	case n < 0:
+		return errors.New("must not be negative (-1 means no limit)")
+	}
+	c.ActiveConnectionsLimit = n
+	return nil
+}
+
+func parseWhole(v string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		return 0, errors.New("not a whole number")
+	}
+	return n, nil
+}
+
+// setCount sets a count that must not be negative.
+func setCount(dst *int, v string) error {
+	n, err := parseWhole(v)
+	if err != nil {
+		return err
+	}
+	if n < 0 {
+		return errors.New("must not be negative")
+	}
+	*dst = n
+	return nil
+}
+
+func setDuration(dst *time.Duration, v string, unit time.Duration, unitName string) error {
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil {
+		return fmt.Errorf("not a whole number of %s", unitName)
+	}
+	if n < 0 {
+		return errors.New("must not be negative")
+	}
+	if n > int64(math.MaxInt64/unit) {
+		return errors.New("out of range")
+	}
+	*dst = time.Duration(n) * unit
+	return nil
+}
+
+// setPositive sets a duration with set and rejects 0.
+func setPositive(set func(*time.Duration, string) error, dst *time.Duration, v string) error {
+	var d time.Duration
+	if err := set(&d, v); err != nil {
+		return err
+	}
+	if d == 0 {
+		return errors.New("must be positive")
+	}
+	*dst = d
+	return nil
+}
+
+func setMillis(dst *time.Duration, v string) error {
+	return setDuration(dst, v, time.Millisecond, "milliseconds")
+}
+
+func setSeconds(dst *time.Duration, v string) error {
+	return setDuration(dst, v, time.Second, "seconds")
+}
+
+func setFloat(dst *float64, v string) error {
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return errors.New("not a number")
+	}
+	*dst = f
+	return nil
+}
+
+// setBool accepts what Archaius (Apache Commons Configuration) accepts:
+// true/false, yes/no, on/off, in any case.
+func setBool(dst *bool, v string) error {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "true", "yes", "on":
+		*dst = true
+	case "false", "no", "off":
+		*dst = false
+	default:
+		return errors.New("not a boolean (want true or false)")
+	}
+	return nil
+}
