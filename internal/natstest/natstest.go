@@ -1,0 +1,171 @@
+package natstest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// readyTimeout bounds how long Start and Restart wait for the server to
+// accept connections.
+const readyTimeout = 10 * time.Second
+
+// Option adjusts the server options before the server first starts. Restart
+// reuses the options, so changes made here persist across restarts.
+type Option func(*server.Options)
+
+// WithStoreDir stores JetStream data in dir instead of a fresh t.TempDir().
+func WithStoreDir(dir string) Option {
+	return func(o *server.Options) { o.StoreDir = dir }
+}
+
+// WithLogging makes the server log to stderr, which helps when a test fails
+// for reasons only the server knows.
+func WithLogging() Option {
+	return func(o *server.Options) { o.NoLog = false }
+}
+
+// Server is an in-process nats-server with JetStream enabled. Its methods are
+// safe for concurrent use.
+type Server struct {
+	mu   sync.Mutex
+	opts server.Options // template; a copy is handed to every start
+	srv  *server.Server // nil while shut down
+}
+
+// Start starts a nats-server with JetStream on 127.0.0.1 and a random port,
+// waits until it accepts connections, and registers its shutdown with
+// tb.Cleanup. It fails the test if the server cannot start.
+func Start(tb testing.TB, opts ...Option) *Server {
+	tb.Helper()
+	s := &Server{opts: server.Options{
+		ServerName: "natstest",
+		Host:       "127.0.0.1",
+		Port:       server.RANDOM_PORT,
+		JetStream:  true,
+		StoreDir:   tb.TempDir(),
+		NoLog:      true,
+		NoSigs:     true,
+	}}
+	for _, opt := range opts {
+		opt(&s.opts)
+	}
+	srv, err := s.start()
+	if err != nil {
+		tb.Fatalf("natstest: %v", err)
+	}
+	// The first start picked a random port: pin it so that Restart comes back
+	// where the clients look for it.
+	if addr, ok := srv.Addr().(*net.TCPAddr); ok {
+		s.opts.Port = addr.Port
+	}
+	s.srv = srv
+	tb.Cleanup(s.Shutdown)
+	return s
+}
+
+// start builds and starts a server from a copy of the template options and
+// waits until it accepts connections.
+func (s *Server) start() (*server.Server, error) {
+	o := s.opts
+	srv, err := server.NewServer(&o)
+	if err != nil {
+		return nil, fmt.Errorf("new server: %w", err)
+	}
+	if !o.NoLog {
+		srv.ConfigureLogger()
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(readyTimeout) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, errors.New("server not ready for connections")
+	}
+	return srv, nil
+}
+
+// URL is the client URL, e.g. nats://127.0.0.1:41234. It stays the same
+// across restarts.
+func (s *Server) URL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fmt.Sprintf("nats://%s:%d", s.opts.Host, s.opts.Port)
+}
+
+// StoreDir is the JetStream store directory.
+func (s *Server) StoreDir() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opts.StoreDir
+}
+
+// NATS returns the running server, or nil while it is shut down.
+func (s *Server) NATS() *server.Server {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.srv
+}
+
+// Shutdown stops the server and waits until it has stopped. Clients see a
+// disconnect and try to reconnect. It is safe to call more than once.
+func (s *Server) Shutdown() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shutdownLocked()
+}
+
+func (s *Server) shutdownLocked() {
+	if s.srv == nil {
+		return
+	}
+	s.srv.Shutdown()
+	s.srv.WaitForShutdown()
+	s.srv = nil
+}
+
+// Restart shuts the server down (if it is running) and starts it again on the
+// same port with the same store directory, so clients reconnect and JetStream
+// data survives. It fails the test if the server cannot come back.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shutdownLocked()
+	// The port was just released; another process may grab it in between,
+	// which is rare enough to retry briefly rather than handle otherwise.
+	var err error
+	for range 50 {
+		var srv *server.Server
+		if srv, err = s.start(); err == nil {
+			s.srv = srv
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tb.Fatalf("natstest: restart on port %d: %v", s.opts.Port, err)
+}
+
+// Connect connects a client to the server and closes it in tb.Cleanup. The
+// defaults suit tests: reconnect forever, every 20 ms without jitter. opts
+// are applied after them and may override them.
+func (s *Server) Connect(tb testing.TB, opts ...nats.Option) *nats.Conn {
+	tb.Helper()
+	all := append([]nats.Option{
+		nats.Name(tb.Name()),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(20 * time.Millisecond),
+		nats.ReconnectJitter(0, 0),
+	}, opts...)
+	nc, err := nats.Connect(s.URL(), all...)
+	if err != nil {
+		tb.Fatalf("natstest: connect %s: %v", s.URL(), err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}

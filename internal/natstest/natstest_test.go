@@ -1,0 +1,99 @@
+package natstest_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/pushlb/pushlb/internal/natstest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestStartConnectPublish(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := srv.Connect(t)
+	sub, err := nc.SubscribeSync("hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Publish("hello", []byte("world")); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := sub.NextMsg(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(msg.Data) != "world" {
+		t.Fatalf("got %q", msg.Data)
+	}
+	if _, err := os.Stat(srv.StoreDir()); err != nil {
+		t.Fatalf("store dir: %v", err)
+	}
+}
+
+func TestRestartKeepsPortAndData(t *testing.T) {
+	srv := natstest.Start(t)
+	url := srv.URL()
+	reconnected := make(chan struct{}, 1)
+	nc := srv.Connect(t, nats.ReconnectHandler(func(*nats.Conn) {
+		select {
+		case reconnected <- struct{}{}:
+		default:
+		}
+	}))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "natstest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.PutString(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+
+	srv.Restart(t)
+	if srv.URL() != url {
+		t.Fatalf("URL changed across restart: %s -> %s", url, srv.URL())
+	}
+	select {
+	case <-reconnected:
+	case <-ctx.Done():
+		t.Fatal("client did not reconnect")
+	}
+	// JetStream may need a moment after the reconnect; poll, bounded by ctx.
+	for {
+		e, err := kv.Get(ctx, "k")
+		if err == nil {
+			if string(e.Value()) != "v" {
+				t.Fatalf("value after restart: %q", e.Value())
+			}
+			return
+		}
+		if errors.Is(err, jetstream.ErrKeyNotFound) || ctx.Err() != nil {
+			t.Fatalf("get after restart: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestShutdownIsIdempotent(t *testing.T) {
+	srv := natstest.Start(t)
+	srv.Shutdown()
+	srv.Shutdown()
+	if srv.NATS() != nil {
+		t.Fatal("NATS() after Shutdown should be nil")
+	}
+}

@@ -1,0 +1,21 @@
+// Package lbvisitor connects the subscriber to the balancers: it is where a
+// gateway stops polling and rebuilds a balancer's list from instance-ID
+// lookups on every change.
+//
+// A Visitor wraps one balancer. Creating it stops the balancer's polling
+// updater. Apply takes a ListChanged (the full list of live IDs), resolves
+// every ID through serverlist's Lookup (a map read in the local mirror; a
+// direct registry read with bounded backoff on a miss) and sets the
+// balancer's servers. An ID the registry does not hold is left out: the
+// event is a hint, the registry is the truth. An ID whose lookup fails for
+// another reason (the registry is unreachable) keeps its last known server,
+// so a registry outage never empties a list; Apply then returns an error so
+// the subscriber retries. Stats of servers that stay survive the rebuild.
+//
+// A Registry holds one Visitor per service and creates it, with its
+// balancer, on the first ListChanged for that service (Ribbon's seed calls
+// this the ServiceInstanceInfoChangedListener).
+//
+// Apply calls for one Visitor are serialised; the subscriber never overlaps
+// them anyway. Everything here is safe for concurrent use.
+package lbvisitor

@@ -1,0 +1,125 @@
+package lbvisitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+// ErrKeptLastGood is wrapped by Apply's error when some IDs could not be
+// resolved for a reason other than absence and kept their last known server.
+var ErrKeptLastGood = errors.New("lbvisitor: lookups failed, last good servers kept")
+
+// Resolver resolves instance IDs; *serverlist.Lookup is the implementation.
+type Resolver interface {
+	// ResolveEach returns, per ID, the instance (when errs[i] is nil) or an
+	// error wrapping serverlist.ErrNotFound for an ID the registry does not
+	// hold, or another error when the registry could not be asked.
+	ResolveEach(ctx context.Context, service string, ids []string) (found []serverlist.Instance, errs []error)
+}
+
+// Stats are a Visitor's counters.
+type Stats struct {
+	// Applies counts ListChanged applied; Stale those dropped for an old
+	// revision.
+	Applies, Stale uint64
+	// NotFound counts IDs left out because the registry does not hold them;
+	// KeptLastGood those kept from the last list because their lookup failed.
+	NotFound, KeptLastGood uint64
+	// LastSize is the number of servers after the last apply.
+	LastSize int
+}
+
+// Visitor applies ListChanged to one balancer.
+type Visitor struct {
+	b       *balancer.Balancer
+	res     Resolver
+	service string
+	log     zerolog.Logger
+
+	mu      sync.Mutex // serialises Apply
+	lastRev uint64
+
+	applies, stale, notFound, kept atomic.Uint64
+	lastSize                       atomic.Int64
+}
+
+// NewVisitor wraps b, whose list it will own from now on: the balancer's
+// polling updater is stopped.
+func NewVisitor(b *balancer.Balancer, res Resolver, log zerolog.Logger) *Visitor {
+	b.StopPolling()
+	return &Visitor{b: b, res: res, service: b.Name(), log: log}
+}
+
+// Balancer returns the wrapped balancer.
+func (v *Visitor) Balancer() *balancer.Balancer { return v.b }
+
+// Stats returns the counters.
+func (v *Visitor) Stats() Stats {
+	return Stats{Applies: v.applies.Load(), Stale: v.stale.Load(), NotFound: v.notFound.Load(),
+		KeptLastGood: v.kept.Load(), LastSize: int(v.lastSize.Load())}
+}
+
+// Apply rebuilds the balancer's list from lc. A ListChanged whose Revision
+// is not above the last applied one is ignored (Revision 0 is always
+// applied). See the package doc for lookups that fail.
+func (v *Visitor) Apply(ctx context.Context, lc events.ListChanged) error {
+	if lc.Service != v.service {
+		return fmt.Errorf("lbvisitor: ListChanged for %q sent to the visitor of %q", lc.Service, v.service)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if lc.Revision != 0 && lc.Revision <= v.lastRev {
+		v.stale.Add(1)
+		return nil
+	}
+	found, errs := v.res.ResolveEach(ctx, v.service, lc.InstanceIDs)
+	list := make([]balancer.Server, 0, len(lc.InstanceIDs))
+	var keptIDs []string
+	outage := 0
+	for i, id := range lc.InstanceIDs {
+		err := errs[i]
+		switch {
+		case err == nil:
+			list = append(list, found[i].Server())
+		case errors.Is(err, serverlist.ErrNotFound):
+			// The registry is the truth: an ID it does not hold routes nothing.
+			v.notFound.Add(1)
+		default:
+			// The registry could not be asked: keep what the balancer has.
+			outage++
+			if s := v.b.Server(id); s != nil {
+				list = append(list, *s)
+				keptIDs = append(keptIDs, id)
+			}
+		}
+	}
+	if len(list) == 0 && outage > 0 {
+		// Nothing resolved and nothing to keep because of an outage: keep
+		// the balancer's list rather than emptying it.
+		return fmt.Errorf("%w: %s: %d of %d lookups failed, list unchanged", ErrKeptLastGood, v.service, outage, len(lc.InstanceIDs))
+	}
+	before := len(v.b.AllServers())
+	if err := v.b.SetServers(list); err != nil && !errors.Is(err, balancer.ErrClosed) {
+		v.log.Warn().Err(err).Str("service", v.service).Msg("invalid servers from the registry left out")
+	} else if errors.Is(err, balancer.ErrClosed) {
+		return err
+	}
+	v.lastRev = lc.Revision
+	v.applies.Add(1)
+	v.lastSize.Store(int64(len(list)))
+	v.log.Debug().Str("service", v.service).Int("before", before).Int("size", len(list)).Uint64("revision", lc.Revision).Msg("list applied")
+	if len(keptIDs) > 0 {
+		v.kept.Add(uint64(len(keptIDs)))
+		return fmt.Errorf("%w: %s: %v", ErrKeptLastGood, v.service, keptIDs)
+	}
+	return nil
+}

@@ -1,0 +1,16 @@
+// Package publisher is the service side of pushlb's push path: an instance
+// announces itself online and offline.
+//
+// Announce registers the instance in the registry (JetStream KV) and then
+// publishes <prefix>.svc.<service>.online; Withdraw publishes the offline
+// event first, so gateways stop routing at once, and then deregisters. While
+// announced, a lease loop re-puts the registry entry every LeaseInterval so
+// it does not expire, and after a NATS reconnect the instance is announced
+// again (register, then online), so a gateway that missed events or saw the
+// lease run out during the outage learns of it again.
+//
+// The incarnation orders events about one instance ID: it grows with every
+// start of the instance. Announce uses the instance's Incarnation when set,
+// else the current time in nanoseconds. Re-announcements (lease, reconnect)
+// keep the incarnation: they are the same life of the instance.
+package publisher

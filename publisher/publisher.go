@@ -1,0 +1,229 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+var (
+	// ErrInvalidConfig wraps configuration errors.
+	ErrInvalidConfig = errors.New("publisher: invalid config")
+	// ErrNotAnnounced is returned by Withdraw before Announce.
+	ErrNotAnnounced = errors.New("publisher: not announced")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("publisher: closed")
+)
+
+// Config configures a Publisher. Zero values take the defaults.
+type Config struct {
+	// Prefix is the subject prefix. Default events.DefaultPrefix ("lb").
+	Prefix string
+	// LeaseInterval is how often the registry entry is re-put. Default: a
+	// third of the registry's TTL, so two refreshes may fail before the
+	// lease runs out.
+	LeaseInterval time.Duration
+	// ReconnectCheck is how often the lease loop looks for a NATS
+	// reconnect to re-announce after. Default 100ms.
+	ReconnectCheck time.Duration
+	// Logger receives lease and re-announce failures. Zero: no logs.
+	Logger zerolog.Logger
+}
+
+// Publisher announces one instance. Its methods are safe for concurrent
+// use. Build with New; Close stops the lease loop without withdrawing.
+type Publisher struct {
+	nc  *nats.Conn
+	reg *serverlist.Registry
+	cfg Config
+	log zerolog.Logger
+
+	mu        sync.Mutex
+	inst      serverlist.Instance
+	announced bool
+	closed    bool
+	cancel    context.CancelFunc
+	done      chan struct{}
+}
+
+// New builds a Publisher.
+func New(nc *nats.Conn, reg *serverlist.Registry, cfg Config) (*Publisher, error) {
+	if nc == nil || reg == nil {
+		return nil, fmt.Errorf("%w: nil connection or registry", ErrInvalidConfig)
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = events.DefaultPrefix
+	}
+	if err := events.ValidatePrefix(cfg.Prefix); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	ttl := reg.Config().TTL
+	if cfg.LeaseInterval == 0 {
+		cfg.LeaseInterval = ttl / 3
+	}
+	if cfg.LeaseInterval <= 0 || cfg.LeaseInterval >= ttl {
+		return nil, fmt.Errorf("%w: lease interval %v must be positive and below the registry TTL %v", ErrInvalidConfig, cfg.LeaseInterval, ttl)
+	}
+	if cfg.ReconnectCheck <= 0 {
+		cfg.ReconnectCheck = 100 * time.Millisecond
+	}
+	return &Publisher{nc: nc, reg: reg, cfg: cfg, log: cfg.Logger}, nil
+}
+
+// Instance returns the instance as last announced.
+func (p *Publisher) Instance() serverlist.Instance {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inst.Clone()
+}
+
+// Announce registers the instance and publishes it online, then keeps its
+// lease alive until Withdraw or Close. Announcing again replaces the
+// instance (a new incarnation if the caller sets one).
+func (p *Publisher) Announce(ctx context.Context, in serverlist.Instance) error {
+	if in.Incarnation == 0 {
+		in.Incarnation = time.Now().UnixNano()
+	}
+	if err := in.Validate(); err != nil {
+		return fmt.Errorf("publisher: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	p.stopLeaseLocked()
+	if err := p.announce(ctx, in); err != nil {
+		return err
+	}
+	p.inst, p.announced = in.Clone(), true
+	p.startLeaseLocked()
+	return nil
+}
+
+// announce puts the registry entry, then publishes online and flushes, so
+// when it returns the event has reached the NATS server.
+func (p *Publisher) announce(ctx context.Context, in serverlist.Instance) error {
+	if _, err := p.reg.Register(ctx, in); err != nil {
+		return fmt.Errorf("publisher: announce %s/%s: %w", in.Service, in.InstanceID, err)
+	}
+	if err := p.publish(ctx, in, events.Online, ""); err != nil {
+		return fmt.Errorf("publisher: announce %s/%s: %w", in.Service, in.InstanceID, err)
+	}
+	return nil
+}
+
+func (p *Publisher) publish(ctx context.Context, in serverlist.Instance, k events.Kind, reason string) error {
+	subject, data, err := events.EncodeMessage(p.cfg.Prefix, events.Event{
+		Kind: k, Service: in.Service, InstanceID: in.InstanceID,
+		Incarnation: in.Incarnation, At: time.Now(), Reason: reason,
+	})
+	if err != nil {
+		return err
+	}
+	if err := p.nc.Publish(subject, data); err != nil {
+		return fmt.Errorf("publish %s: %w", subject, err)
+	}
+	// FlushWithContext needs a deadline: give one when ctx has none.
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	if err := p.nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("flush %s: %w", subject, err)
+	}
+	return nil
+}
+
+// Withdraw publishes the offline event, so gateways stop routing at once,
+// then deregisters the instance. The lease loop stops first, so no refresh
+// can bring the entry back.
+func (p *Publisher) Withdraw(ctx context.Context, reason string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.announced {
+		return ErrNotAnnounced
+	}
+	p.stopLeaseLocked()
+	in := p.inst
+	p.announced = false
+	perr := p.publish(ctx, in, events.Offline, reason)
+	derr := p.reg.Deregister(ctx, in.Service, in.InstanceID)
+	if perr != nil || derr != nil {
+		return fmt.Errorf("publisher: withdraw %s/%s: %w", in.Service, in.InstanceID, errors.Join(perr, derr))
+	}
+	return nil
+}
+
+// Close stops the lease loop without withdrawing: the entry expires after
+// the registry's TTL unless another process refreshes it. Idempotent.
+func (p *Publisher) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	p.stopLeaseLocked()
+}
+
+func (p *Publisher) startLeaseLocked() {
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel, p.done = cancel, make(chan struct{})
+	go p.lease(ctx, p.inst.Clone(), p.done)
+}
+
+func (p *Publisher) stopLeaseLocked() {
+	if p.cancel == nil {
+		return
+	}
+	p.cancel()
+	<-p.done
+	p.cancel, p.done = nil, nil
+}
+
+// lease refreshes the registry entry every LeaseInterval and re-announces
+// after a reconnect.
+func (p *Publisher) lease(ctx context.Context, in serverlist.Instance, done chan struct{}) {
+	defer close(done)
+	refresh := time.NewTicker(p.cfg.LeaseInterval)
+	defer refresh.Stop()
+	check := time.NewTicker(p.cfg.ReconnectCheck)
+	defer check.Stop()
+	reconnects := p.nc.Stats().Reconnects
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-refresh.C:
+			rctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseInterval)
+			_, err := p.reg.Refresh(rctx, in)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				p.log.Warn().Err(err).Str("service", in.Service).Str("id", in.InstanceID).Msg("lease refresh failed")
+			}
+		case <-check.C:
+			n := p.nc.Stats().Reconnects
+			if n == reconnects || !p.nc.IsConnected() {
+				continue
+			}
+			rctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseInterval)
+			err := p.announce(rctx, in)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					p.log.Warn().Err(err).Str("service", in.Service).Str("id", in.InstanceID).Msg("re-announce after reconnect failed; will retry")
+				}
+				continue
+			}
+			reconnects = n
+			p.log.Info().Str("service", in.Service).Str("id", in.InstanceID).Msg("re-announced after reconnect")
+		}
+	}
+}

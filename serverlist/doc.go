@@ -1,0 +1,43 @@
+// Package serverlist holds the instance registry on JetStream KV and the
+// lookups that turn instance IDs into dialable instances.
+//
+// # Registry
+//
+// A [Registry] keeps one KV entry per running instance in a bucket (default
+// "pushlb_lb"): the key is [EncodeKey] of service and instance ID, the value
+// the JSON of an [Instance]. The bucket's MaxAge is the lease: publishers
+// [Registry.Register] at start, [Registry.Refresh] on an interval, and
+// [Registry.Deregister] on a clean stop. A crashed instance stops refreshing
+// and its entry expires. The bucket has limit markers enabled
+// (nats-server 2.11+), so an expiry reaches every watcher as a purge, the
+// same way a deregistration does.
+//
+// Key encoding: KV keys allow only [-/_=.a-zA-Z0-9], while instance IDs are
+// opaque (Eureka's "host:service:port", anything with '.', '/', spaces,
+// Unicode). A key is therefore
+//
+//	<service>.<base64url(instanceId)>
+//
+// with the URL-safe alphabet of RFC 4648 §5 and no padding. Service names
+// are NATS-token safe and stay readable, so one service's keys match
+// "<service>.*".
+//
+// # Mirror and Lookup
+//
+// A gateway does not query the registry per event. A [Mirror] keeps a local
+// copy of the bucket through a KV watch, resyncs after a NATS reconnect, and
+// serves its last known state while NATS is away. A [Lookup] resolves an
+// instance ID from the mirror (a map read) and, when an event has outrun the
+// mirror, from the registry with a few quick retries: the event is a hint,
+// the registry is the truth, and an ID the registry does not hold after the
+// retries resolves to ErrNotFound.
+//
+// Typical gateway wiring:
+//
+//	reg, err := serverlist.Open(ctx, js, serverlist.RegistryConfig{})
+//	mirror := serverlist.NewMirror(reg, serverlist.MirrorConfig{OnChange: onChange})
+//	err = mirror.Start(ctx)
+//	defer mirror.Stop()
+//	lookup, err := serverlist.NewLookup(reg, mirror, serverlist.LookupConfig{})
+//	instances, err := lookup.ResolveAll(ctx, "orders", ids)
+package serverlist

@@ -1,0 +1,122 @@
+package serverlist
+
+import (
+	"fmt"
+	"maps"
+	"net"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+)
+
+const (
+	// MaxServiceLen is the longest service name, in bytes.
+	MaxServiceLen = 128
+	// MaxInstanceIDLen is the longest instance ID, in bytes.
+	MaxInstanceIDLen = 256
+)
+
+// Instance is the registry's record of one running instance of a service:
+// the value stored under its key in the registry bucket (wire protocol,
+// docs/protocol.md). Field names in JSON are a contract with publishers
+// written in other languages.
+type Instance struct {
+	// Service is the service name, NATS-token safe: [A-Za-z0-9_-]+, at most
+	// MaxServiceLen bytes.
+	Service string `json:"service"`
+	// InstanceID is opaque: any valid UTF-8 without control characters, 1 to
+	// MaxInstanceIDLen bytes. Eureka-style "host:service:port" IDs are fine.
+	InstanceID string `json:"instanceId"`
+	// Host is the host name or IP address to dial.
+	Host string `json:"host"`
+	// Port is the port to dial, 1 to 65535.
+	Port int `json:"port"`
+	// Secure says the instance speaks TLS (https).
+	Secure bool `json:"secure"`
+	// Zone is the instance's availability zone; empty means unknown.
+	Zone string `json:"zone"`
+	// Metadata holds free-form labels.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Incarnation grows with every start of the instance (for example its
+	// start time in nanoseconds); it orders events about the same ID.
+	Incarnation int64 `json:"incarnation"`
+}
+
+// Validate reports whether the instance may be stored. Every error wraps
+// ErrInvalidInstance.
+func (in Instance) Validate() error {
+	if err := validateService(in.Service); err != nil {
+		return err
+	}
+	if err := validateInstanceID(in.InstanceID); err != nil {
+		return err
+	}
+	if in.Host == "" {
+		return fmt.Errorf("%w: empty host", ErrInvalidInstance)
+	}
+	if in.Port < 1 || in.Port > 65535 {
+		return fmt.Errorf("%w: port %d out of range 1..65535", ErrInvalidInstance, in.Port)
+	}
+	return nil
+}
+
+// Addr is host:port, with IPv6 hosts bracketed.
+func (in Instance) Addr() string {
+	return net.JoinHostPort(in.Host, strconv.Itoa(in.Port))
+}
+
+// Clone returns a copy that shares no memory with in.
+func (in Instance) Clone() Instance {
+	in.Metadata = maps.Clone(in.Metadata)
+	return in
+}
+
+// Equal reports whether two instances hold the same values. A nil and an
+// empty Metadata are equal.
+func (in Instance) Equal(other Instance) bool {
+	return in.Service == other.Service &&
+		in.InstanceID == other.InstanceID &&
+		in.Host == other.Host &&
+		in.Port == other.Port &&
+		in.Secure == other.Secure &&
+		in.Zone == other.Zone &&
+		in.Incarnation == other.Incarnation &&
+		maps.Equal(in.Metadata, other.Metadata)
+}
+
+func validateService(service string) error {
+	if service == "" {
+		return fmt.Errorf("%w: empty service", ErrInvalidInstance)
+	}
+	if len(service) > MaxServiceLen {
+		return fmt.Errorf("%w: service longer than %d bytes", ErrInvalidInstance, MaxServiceLen)
+	}
+	for i := 0; i < len(service); i++ {
+		if !isTokenByte(service[i]) {
+			return fmt.Errorf("%w: service %q: byte %q not in [A-Za-z0-9_-]", ErrInvalidInstance, service, service[i])
+		}
+	}
+	return nil
+}
+
+func isTokenByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_'
+}
+
+func validateInstanceID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty instance ID", ErrInvalidInstance)
+	}
+	if len(id) > MaxInstanceIDLen {
+		return fmt.Errorf("%w: instance ID longer than %d bytes", ErrInvalidInstance, MaxInstanceIDLen)
+	}
+	if !utf8.ValidString(id) {
+		return fmt.Errorf("%w: instance ID %q is not valid UTF-8", ErrInvalidInstance, id)
+	}
+	for _, r := range id {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: instance ID %q has a control character", ErrInvalidInstance, id)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,182 @@
+package serverlist_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+func TestLookupConfig(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	l, err := serverlist.NewLookup(e.reg, nil, serverlist.LookupConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Config(); got != serverlist.DefaultLookupConfig() {
+		t.Fatalf("Config() = %+v", got)
+	}
+	for _, cfg := range []serverlist.LookupConfig{{Attempts: -1}, {InitialBackoff: -1}, {MaxBackoff: -1}, {AttemptTimeout: -1}} {
+		if _, err := serverlist.NewLookup(e.reg, nil, cfg); !errors.Is(err, serverlist.ErrInvalidConfig) {
+			t.Errorf("NewLookup(%+v) = %v", cfg, err)
+		}
+	}
+	if _, err := serverlist.NewLookup(nil, nil, serverlist.LookupConfig{}); !errors.Is(err, serverlist.ErrInvalidConfig) {
+		t.Errorf("NewLookup(nil registry) = %v", err)
+	}
+}
+
+func TestLookupHit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	in := inst("orders", "10.0.0.1:orders:9001", 9001)
+	register(t, e.reg, in)
+	m := startMirror(t, e.reg, serverlist.MirrorConfig{})
+	l, err := serverlist.NewLookup(e.reg, m, serverlist.LookupConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.Resolve(testCtx(t, time.Second), "orders", in.InstanceID)
+	if err != nil || !got.Equal(in) {
+		t.Fatalf("Resolve = %+v, %v", got, err)
+	}
+	if st := l.Stats(); st != (serverlist.LookupStats{Hits: 1}) {
+		t.Fatalf("Stats = %+v", st)
+	}
+}
+
+// TestLookupFallback resolves an ID the mirror does not hold yet: the mirror
+// here is never started, so every resolution is a miss that the registry
+// answers.
+func TestLookupFallback(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	in := inst("orders", "not.yet:mirrored", 9001)
+	register(t, e.reg, in)
+	lagging := serverlist.NewMirror(e.reg, serverlist.MirrorConfig{})
+	for _, m := range []*serverlist.Mirror{lagging, nil} {
+		l, err := serverlist.NewLookup(e.reg, m, serverlist.LookupConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.Resolve(testCtx(t, 2*time.Second), "orders", in.InstanceID)
+		if err != nil || !got.Equal(in) {
+			t.Fatalf("Resolve = %+v, %v", got, err)
+		}
+		if st := l.Stats(); st != (serverlist.LookupStats{Misses: 1, Fallbacks: 1}) {
+			t.Fatalf("Stats = %+v", st)
+		}
+	}
+}
+
+// TestLookupRetriesUntilRegistered registers the instance while the lookup
+// is already retrying, as when an event outruns the registry put.
+func TestLookupRetriesUntilRegistered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	l, err := serverlist.NewLookup(e.reg, nil, serverlist.LookupConfig{Attempts: 20, InitialBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := inst("orders", "late", 1)
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		_, _ = e.reg.Register(context.Background(), in)
+	}()
+	got, err := l.Resolve(testCtx(t, 5*time.Second), "orders", "late")
+	if err != nil || !got.Equal(in) {
+		t.Fatalf("Resolve = %+v, %v", got, err)
+	}
+}
+
+func TestLookupUnknownFailsFast(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	m := startMirror(t, e.reg, serverlist.MirrorConfig{})
+	l, err := serverlist.NewLookup(e.reg, m, serverlist.LookupConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = l.Resolve(testCtx(t, 5*time.Second), "orders", "ghost")
+	elapsed := time.Since(start)
+	if !errors.Is(err, serverlist.ErrNotFound) {
+		t.Fatalf("Resolve(ghost) = %v, want ErrNotFound", err)
+	}
+	// Default backoff waits 5+10+20 ms; allow generous slack for -race.
+	if elapsed < 35*time.Millisecond || elapsed > time.Second {
+		t.Fatalf("Resolve(ghost) took %v", elapsed)
+	}
+	t.Logf("unknown ID failed after %v", elapsed)
+	if st := l.Stats(); st != (serverlist.LookupStats{Misses: 1, Failures: 1}) {
+		t.Fatalf("Stats = %+v", st)
+	}
+
+	// Invalid IDs fail at once, without retries.
+	start = time.Now()
+	if _, err := l.Resolve(testCtx(t, time.Second), "orders", ""); !errors.Is(err, serverlist.ErrInvalidInstance) {
+		t.Fatalf("Resolve(empty) = %v", err)
+	}
+	if time.Since(start) > 100*time.Millisecond {
+		t.Fatalf("invalid ID took %v", time.Since(start))
+	}
+}
+
+func TestLookupHonoursContext(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	l, err := serverlist.NewLookup(e.reg, nil, serverlist.LookupConfig{Attempts: 100, InitialBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = l.Resolve(ctx, "orders", "ghost")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Resolve = %v, want DeadlineExceeded", err)
+	}
+	if !errors.Is(err, serverlist.ErrNotFound) {
+		t.Fatalf("Resolve = %v, should also carry the last ErrNotFound", err)
+	}
+	if elapsed := time.Since(start); elapsed > 500*time.Millisecond {
+		t.Fatalf("Resolve ignored ctx: %v", elapsed)
+	}
+}
+
+func TestLookupResolveAll(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	a := inst("orders", "a", 1)
+	register(t, e.reg, a)
+	m := startMirror(t, e.reg, serverlist.MirrorConfig{})
+	// b is registered after the mirror was stopped: a fallback.
+	m.Stop()
+	b := inst("orders", "b", 2)
+	register(t, e.reg, b)
+	l, err := serverlist.NewLookup(e.reg, m, serverlist.LookupConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.ResolveAll(testCtx(t, 5*time.Second), "orders", []string{"ghost1", "b", "a", "ghost2"})
+	if ids := instanceIDs(got); !slices.Equal(ids, []string{"b", "a"}) {
+		t.Fatalf("ResolveAll = %v", ids)
+	}
+	if !errors.Is(err, serverlist.ErrNotFound) {
+		t.Fatalf("ResolveAll err = %v", err)
+	}
+	if st := l.Stats(); st != (serverlist.LookupStats{Hits: 1, Misses: 3, Fallbacks: 1, Failures: 2}) {
+		t.Fatalf("Stats = %+v", st)
+	}
+	got, err = l.ResolveAll(testCtx(t, time.Second), "orders", []string{"a"})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("ResolveAll(a) = %v, %v", got, err)
+	}
+	if got, err := l.ResolveAll(testCtx(t, time.Second), "orders", nil); err != nil || len(got) != 0 {
+		t.Fatalf("ResolveAll(nil) = %v, %v", got, err)
+	}
+}

@@ -1,0 +1,108 @@
+package serverlist_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/pushlb/pushlb/internal/natstest"
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// env is one test's NATS server, client and registry.
+type env struct {
+	srv *natstest.Server
+	js  jetstream.JetStream
+	reg *serverlist.Registry
+}
+
+func newEnv(t testing.TB, cfg serverlist.RegistryConfig) *env {
+	t.Helper()
+	srv := natstest.Start(t)
+	nc := srv.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	reg, err := serverlist.Open(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{srv: srv, js: js, reg: reg}
+}
+
+// testCtx is a context bounded by timeout and by the end of the test.
+func testCtx(t testing.TB, timeout time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls cond every few milliseconds until it holds or timeout
+// passes, and fails the test then.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func inst(service, id string, port int) serverlist.Instance {
+	return serverlist.Instance{
+		Service:     service,
+		InstanceID:  id,
+		Host:        "127.0.0.1",
+		Port:        port,
+		Zone:        "a",
+		Metadata:    map[string]string{"version": "1"},
+		Incarnation: 1,
+	}
+}
+
+func register(t testing.TB, reg *serverlist.Registry, ins ...serverlist.Instance) {
+	t.Helper()
+	ctx := testCtx(t, 5*time.Second)
+	for _, in := range ins {
+		if _, err := reg.Register(ctx, in); err != nil {
+			t.Fatalf("register %s/%s: %v", in.Service, in.InstanceID, err)
+		}
+	}
+}
+
+// startMirror starts a mirror, waits for its first sync and stops it at the
+// end of the test.
+func startMirror(t testing.TB, reg *serverlist.Registry, cfg serverlist.MirrorConfig) *serverlist.Mirror {
+	t.Helper()
+	m := serverlist.NewMirror(reg, cfg)
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Stop)
+	if err := m.WaitSynced(testCtx(t, 5*time.Second)); err != nil {
+		t.Fatalf("WaitSynced: %v", err)
+	}
+	return m
+}
+
+func mustJetStream(t testing.TB, nc *nats.Conn) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}

@@ -1,0 +1,459 @@
+package serverlist
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+const (
+	// DefaultMirrorRetryBackoff is the first wait after a failed watch.
+	DefaultMirrorRetryBackoff = 50 * time.Millisecond
+	// DefaultMirrorMaxRetryBackoff caps the wait between failed watches.
+	DefaultMirrorMaxRetryBackoff = 2 * time.Second
+)
+
+// MirrorConfig configures a [Mirror]. The zero value is usable.
+type MirrorConfig struct {
+	// OnChange, if set, is called with a service name after the mirror's view
+	// of that service changed: an instance appeared, changed or went away.
+	// A refresh that re-puts identical data is not a change. After a
+	// (re)sync it is called once per service that differs from the view
+	// before, in sorted order.
+	//
+	// Threading: OnChange is called from the mirror's goroutine, one call at
+	// a time, never while the mirror holds a lock; it may call the mirror's
+	// read methods. The mirror applies no further updates until it returns,
+	// so it should be quick (hand the work to another goroutine if not). It
+	// must not call Stop, which would wait for the call to end.
+	OnChange func(service string)
+
+	// RetryBackoff is the first wait after the watch fails to start or
+	// breaks; the wait doubles up to MaxRetryBackoff and resets once a watch
+	// syncs. Zero means DefaultMirrorRetryBackoff (50 ms).
+	RetryBackoff time.Duration
+	// MaxRetryBackoff caps the wait. Zero means DefaultMirrorMaxRetryBackoff
+	// (2 s).
+	MaxRetryBackoff time.Duration
+
+	// Logger receives watch failures and malformed entries. The zero value
+	// logs nothing.
+	Logger zerolog.Logger
+}
+
+// MirrorStats are counters since the mirror was created.
+type MirrorStats struct {
+	// Instances is the number of instances the mirror holds now.
+	Instances int
+	// Puts and Removals count the entries applied (initial values included).
+	Puts, Removals uint64
+	// MalformedKeys counts entries skipped because their key does not decode;
+	// MalformedValues those whose value is not a valid Instance for its key.
+	MalformedKeys, MalformedValues uint64
+	// Syncs counts completed (re)syncs: the first, then one per reconnect or
+	// broken watch.
+	Syncs uint64
+	// WatchErrors counts watches that failed to start or broke.
+	WatchErrors uint64
+	// Revision is the bucket revision of the last entry applied.
+	Revision uint64
+}
+
+// Mirror is a local copy of the registry bucket, kept current by a KV watch,
+// so that looking an instance up is a map read.
+//
+// The watch starts with every current entry and then follows puts, deletes,
+// purges and lease expiries. When the NATS connection comes back after a
+// disconnect (a server restart, a network cut), or the watch breaks, the
+// mirror starts a fresh watch and resyncs: it builds a new copy from the
+// bucket's current entries and swaps it in whole once caught up. Until then,
+// and for as long as NATS stays away, it serves the last known state.
+//
+// Entries whose key or value is malformed are logged, counted and skipped; a
+// malformed put leaves the last good value of that key in place.
+//
+// Read methods are safe for concurrent use, take no lock and return copies:
+// the state is an immutable snapshot behind an atomic pointer, replaced
+// (copy on write, only the changed service's map is copied) by the mirror's
+// single goroutine when something actually changes. A refresh that re-puts
+// identical data costs a comparison, not a copy.
+type Mirror struct {
+	reg *Registry
+	cfg MirrorConfig
+	log zerolog.Logger
+
+	state atomic.Pointer[mirrorState]
+
+	lifeMu   sync.Mutex
+	started  bool
+	stopped  bool
+	cancel   context.CancelFunc
+	done     chan struct{} // closed when the goroutine ends
+	synced   chan struct{} // closed at the first catch-up
+	syncOnce sync.Once
+
+	puts, removals, malformedKeys, malformedValues atomic.Uint64
+	syncs, watchErrors, revision                   atomic.Uint64
+}
+
+// NewMirror returns a mirror of reg's bucket. It does nothing until Start.
+func NewMirror(reg *Registry, cfg MirrorConfig) *Mirror {
+	if cfg.RetryBackoff <= 0 {
+		cfg.RetryBackoff = DefaultMirrorRetryBackoff
+	}
+	if cfg.MaxRetryBackoff <= 0 {
+		cfg.MaxRetryBackoff = DefaultMirrorMaxRetryBackoff
+	}
+	cfg.MaxRetryBackoff = max(cfg.MaxRetryBackoff, cfg.RetryBackoff)
+	m := &Mirror{
+		reg:    reg,
+		cfg:    cfg,
+		log:    cfg.Logger,
+		done:   make(chan struct{}),
+		synced: make(chan struct{}),
+	}
+	m.state.Store(&mirrorState{})
+	return m
+}
+
+// mirrorState is one immutable view of the bucket. It is never modified once
+// stored in Mirror.state.
+type mirrorState struct {
+	services map[string]map[string]Instance // service → instance ID → instance
+	count    int                            // instances in all services
+}
+
+// Start starts the watch in a goroutine that runs until Stop is called, ctx
+// ends, or the application closes the NATS connection; use a long-lived ctx,
+// not a request's. It does not wait for the first
+// sync (see WaitSynced). It returns ErrClosed after Stop and an error if the
+// mirror was already started.
+func (m *Mirror) Start(ctx context.Context) error {
+	m.lifeMu.Lock()
+	defer m.lifeMu.Unlock()
+	if m.stopped {
+		return ErrClosed
+	}
+	if m.started {
+		return errors.New("serverlist: mirror already started")
+	}
+	m.started = true
+	ctx, m.cancel = context.WithCancel(ctx)
+	go m.run(ctx)
+	return nil
+}
+
+// Stop stops the watch and waits for the mirror's goroutine to end. The
+// mirror keeps serving its last state. Stop is safe to call more than once
+// and before Start.
+func (m *Mirror) Stop() {
+	m.lifeMu.Lock()
+	if !m.stopped {
+		m.stopped = true
+		if m.cancel != nil {
+			m.cancel()
+		} else {
+			close(m.done) // never started
+		}
+	}
+	m.lifeMu.Unlock()
+	<-m.done
+}
+
+// WaitSynced waits until the mirror has caught up with the bucket once. It
+// returns nil at once if it has, ErrClosed if the mirror stopped before
+// that, or ctx's error.
+func (m *Mirror) WaitSynced(ctx context.Context) error {
+	select {
+	case <-m.synced:
+		return nil
+	default:
+	}
+	select {
+	case <-m.synced:
+		return nil
+	case <-m.done:
+		select {
+		case <-m.synced:
+			return nil
+		default:
+			return ErrClosed
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Synced reports whether the mirror has caught up with the bucket once.
+func (m *Mirror) Synced() bool {
+	select {
+	case <-m.synced:
+		return true
+	default:
+		return false
+	}
+}
+
+// Get returns the instance service/id if the mirror holds it.
+func (m *Mirror) Get(service, id string) (Instance, bool) {
+	in, ok := m.state.Load().services[service][id]
+	if !ok {
+		return Instance{}, false
+	}
+	return in.Clone(), true
+}
+
+// Service returns the instances of one service, sorted by instance ID.
+func (m *Mirror) Service(service string) []Instance {
+	ids := m.state.Load().services[service]
+	out := make([]Instance, 0, len(ids))
+	for _, in := range ids {
+		out = append(out, in.Clone())
+	}
+	slices.SortFunc(out, compareInstances)
+	return out
+}
+
+// Services returns the names of the services that have instances, sorted.
+func (m *Mirror) Services() []string {
+	out := slices.Collect(maps.Keys(m.state.Load().services))
+	slices.Sort(out)
+	return out
+}
+
+// Stats returns the mirror's counters.
+func (m *Mirror) Stats() MirrorStats {
+	return MirrorStats{
+		Instances:       m.state.Load().count,
+		Puts:            m.puts.Load(),
+		Removals:        m.removals.Load(),
+		MalformedKeys:   m.malformedKeys.Load(),
+		MalformedValues: m.malformedValues.Load(),
+		Syncs:           m.syncs.Load(),
+		WatchErrors:     m.watchErrors.Load(),
+		Revision:        m.revision.Load(),
+	}
+}
+
+// errReconnected ends a watch so that the loop resyncs.
+var errReconnected = errors.New("serverlist: NATS reconnected")
+
+// run owns the watch: it (re)starts it until ctx ends, backing off after
+// failures.
+func (m *Mirror) run(ctx context.Context) {
+	defer close(m.done)
+	nc := m.reg.js.Conn()
+	// A status listener does not replace the application's reconnect handler;
+	// nats.go sends to it without blocking.
+	status := nc.StatusChanged(nats.CONNECTED)
+	defer nc.RemoveStatusListener(status)
+
+	backoff := m.cfg.RetryBackoff
+	for {
+		// Reconnects before this watch starts are covered by it.
+		drainStatus(status)
+		synced, err := m.watch(ctx, status)
+		if ctx.Err() != nil {
+			return
+		}
+		if synced {
+			backoff = m.cfg.RetryBackoff
+		}
+		if errors.Is(err, errReconnected) {
+			m.log.Info().Str("bucket", m.reg.cfg.Bucket).Msg("serverlist: NATS reconnected, resyncing mirror")
+			continue
+		}
+		m.watchErrors.Add(1)
+		if nc.IsClosed() {
+			// The application closed the connection: nothing will come back.
+			m.log.Warn().Err(err).Str("bucket", m.reg.cfg.Bucket).Msg("serverlist: NATS connection closed, mirror stops following the registry")
+			return
+		}
+		m.log.Warn().Err(err).Str("bucket", m.reg.cfg.Bucket).Dur("retry_in", backoff).Msg("serverlist: mirror watch failed")
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, m.cfg.MaxRetryBackoff)
+	}
+}
+
+func drainStatus(ch chan nats.Status) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
+}
+
+// watch runs one KV watch until ctx ends, the connection reconnects, or the
+// watch breaks. The initial values build a fresh copy that replaces the
+// current one at the catch-up marker; later entries apply in place. It
+// reports whether it reached the catch-up marker.
+func (m *Mirror) watch(ctx context.Context, status <-chan nats.Status) (synced bool, err error) {
+	// The client ties the subscription to this context; cancelling it on
+	// return also ends the client's goroutine waiting on it.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := m.reg.kv.WatchAll(wctx)
+	if err != nil {
+		return false, err
+	}
+	defer stopWatcher(w)
+
+	fresh := make(map[string]map[string]Instance)
+	for {
+		select {
+		case <-ctx.Done():
+			return synced, ctx.Err()
+		case <-status:
+			return synced, errReconnected
+		case e, ok := <-w.Updates():
+			if !ok {
+				return synced, errors.New("serverlist: watcher closed")
+			}
+			if e == nil {
+				if !synced {
+					synced = true
+					m.swap(fresh)
+					fresh = nil
+				}
+				continue
+			}
+			if !synced {
+				m.applyFresh(fresh, e)
+				continue
+			}
+			if service, changed := m.apply(e); changed && m.cfg.OnChange != nil {
+				m.cfg.OnChange(service)
+			}
+		}
+	}
+}
+
+// entryChange decodes e into the change it makes: the instance to store, or
+// a removal. ok is false for a malformed entry, which is counted and logged.
+func (m *Mirror) entryChange(e jetstream.KeyValueEntry) (service, id string, in Instance, remove, ok bool) {
+	m.revision.Store(e.Revision())
+	service, id, err := DecodeKey(e.Key())
+	if err != nil {
+		m.malformedKeys.Add(1)
+		m.log.Warn().Err(err).Str("key", e.Key()).Msg("serverlist: skipping registry entry with malformed key")
+		return "", "", Instance{}, false, false
+	}
+	switch e.Operation() {
+	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
+		m.removals.Add(1)
+		return service, id, Instance{}, true, true
+	}
+	in, err = decodeValue(service, id, e.Value())
+	if err != nil {
+		m.malformedValues.Add(1)
+		m.log.Warn().Err(err).Str("key", e.Key()).Msg("serverlist: skipping malformed registry entry")
+		return "", "", Instance{}, false, false
+	}
+	m.puts.Add(1)
+	return service, id, in, false, true
+}
+
+// applyFresh applies an initial value to the copy being built.
+func (m *Mirror) applyFresh(fresh map[string]map[string]Instance, e jetstream.KeyValueEntry) {
+	service, id, in, remove, ok := m.entryChange(e)
+	if !ok {
+		return
+	}
+	if remove {
+		delete(fresh[service], id)
+		if len(fresh[service]) == 0 {
+			delete(fresh, service)
+		}
+		return
+	}
+	if fresh[service] == nil {
+		fresh[service] = make(map[string]Instance)
+	}
+	fresh[service][id] = in
+}
+
+// apply applies a live entry and reports whether the service changed. Only
+// the mirror's goroutine calls it, so it needs no lock to copy and store.
+func (m *Mirror) apply(e jetstream.KeyValueEntry) (string, bool) {
+	service, id, in, remove, ok := m.entryChange(e)
+	if !ok {
+		return "", false
+	}
+	cur := m.state.Load()
+	old, had := cur.services[service][id]
+	switch {
+	case remove && !had, !remove && had && old.Equal(in):
+		return service, false
+	}
+	ids := maps.Clone(cur.services[service])
+	if ids == nil {
+		ids = make(map[string]Instance, 1)
+	}
+	next := &mirrorState{services: maps.Clone(cur.services), count: cur.count}
+	if next.services == nil {
+		next.services = make(map[string]map[string]Instance, 1)
+	}
+	if remove {
+		delete(ids, id)
+		next.count--
+	} else {
+		ids[id] = in
+		if !had {
+			next.count++
+		}
+	}
+	if len(ids) == 0 {
+		delete(next.services, service)
+	} else {
+		next.services[service] = ids
+	}
+	m.state.Store(next)
+	return service, true
+}
+
+// swap installs a freshly synced copy and reports the services that differ
+// from the previous one through OnChange.
+func (m *Mirror) swap(fresh map[string]map[string]Instance) {
+	count := 0
+	for _, ids := range fresh {
+		count += len(ids)
+	}
+	old := m.state.Swap(&mirrorState{services: fresh, count: count}).services
+	m.syncs.Add(1)
+	m.syncOnce.Do(func() { close(m.synced) })
+
+	if m.cfg.OnChange == nil {
+		return
+	}
+	var changed []string
+	for service, ids := range fresh {
+		if !maps.EqualFunc(ids, old[service], Instance.Equal) {
+			changed = append(changed, service)
+		}
+	}
+	for service := range old {
+		if _, ok := fresh[service]; !ok {
+			changed = append(changed, service)
+		}
+	}
+	slices.Sort(changed)
+	for _, service := range changed {
+		m.cfg.OnChange(service)
+	}
+}

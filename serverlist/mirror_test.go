@@ -1,0 +1,326 @@
+package serverlist_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+// changes records OnChange calls.
+type changes struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *changes) record(service string) {
+	c.mu.Lock()
+	c.calls = append(c.calls, service)
+	c.mu.Unlock()
+}
+
+func (c *changes) count(service string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, s := range c.calls {
+		if s == service {
+			n++
+		}
+	}
+	return n
+}
+
+func TestMirrorInitialSyncAndFollow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	ctx := testCtx(t, 10*time.Second)
+	a1 := inst("orders", "10.0.0.1:orders:9001", 9001)
+	b1 := inst("billing", "b.1", 7000)
+	register(t, e.reg, a1, b1)
+
+	var ch changes
+	m := startMirror(t, e.reg, serverlist.MirrorConfig{OnChange: ch.record})
+
+	// The initial sync holds everything and reports each service once.
+	if got, ok := m.Get("orders", a1.InstanceID); !ok || !got.Equal(a1) {
+		t.Fatalf("Get after sync = %+v, %v", got, ok)
+	}
+	if !slices.Equal(m.Services(), []string{"billing", "orders"}) {
+		t.Fatalf("Services() = %v", m.Services())
+	}
+	eventually(t, time.Second, "initial OnChange", func() bool { return ch.count("orders") == 1 && ch.count("billing") == 1 })
+
+	// A put shows up.
+	a2 := inst("orders", "10.0.0.2:orders:9001", 9001)
+	register(t, e.reg, a2)
+	eventually(t, 2*time.Second, "a2 in mirror", func() bool { _, ok := m.Get("orders", a2.InstanceID); return ok })
+	if got := instanceIDs(m.Service("orders")); !slices.Equal(got, []string{a1.InstanceID, a2.InstanceID}) {
+		t.Fatalf("Service(orders) = %v", got)
+	}
+	eventually(t, time.Second, "OnChange for a2", func() bool { return ch.count("orders") == 2 })
+
+	// A refresh with identical data is not a change; an update is.
+	register(t, e.reg, a2)
+	a2.Zone = "b"
+	register(t, e.reg, a2)
+	eventually(t, 2*time.Second, "zone update", func() bool { got, _ := m.Get("orders", a2.InstanceID); return got.Zone == "b" })
+	eventually(t, time.Second, "OnChange for update", func() bool { return ch.count("orders") == 3 })
+
+	// A deregistration removes it; an empty service disappears.
+	if err := e.reg.Deregister(ctx, "billing", b1.InstanceID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "b1 gone", func() bool { _, ok := m.Get("billing", b1.InstanceID); return !ok })
+	if len(m.Service("billing")) != 0 || slices.Contains(m.Services(), "billing") {
+		t.Fatalf("billing still listed: %v", m.Services())
+	}
+	eventually(t, time.Second, "OnChange for removal", func() bool { return ch.count("billing") == 2 })
+	if n := ch.count("orders"); n != 3 {
+		t.Fatalf("orders changed %d times, want 3 (identical refresh is no change)", n)
+	}
+
+	// Copies: mutating a returned instance does not touch the mirror.
+	got, _ := m.Get("orders", a1.InstanceID)
+	got.Metadata["version"] = "mutated"
+	if again, _ := m.Get("orders", a1.InstanceID); again.Metadata["version"] != "1" {
+		t.Fatal("Get returned shared metadata")
+	}
+	st := m.Stats()
+	if st.Instances != 2 || st.Syncs != 1 || st.Removals < 1 || st.Puts < 4 { // a superseded put may be skipped
+		t.Fatalf("Stats = %+v", st)
+	}
+}
+
+func TestMirrorLeaseExpiry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{TTL: time.Second})
+	var ch changes
+	m := startMirror(t, e.reg, serverlist.MirrorConfig{OnChange: ch.record})
+	in := inst("orders", "crashes", 1)
+	start := time.Now()
+	register(t, e.reg, in)
+	eventually(t, 2*time.Second, "instance in mirror", func() bool { _, ok := m.Get("orders", in.InstanceID); return ok })
+	eventually(t, 5*time.Second, "lease expiry", func() bool { _, ok := m.Get("orders", in.InstanceID); return !ok })
+	t.Logf("mirror dropped the instance %v after registering it with a 1s lease", time.Since(start))
+	eventually(t, time.Second, "OnChange on expiry", func() bool { return ch.count("orders") == 2 })
+}
+
+func TestMirrorSkipsMalformed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	ctx := testCtx(t, 10*time.Second)
+	kv := e.reg.KeyValue()
+	good := inst("orders", "good", 1)
+	register(t, e.reg, good)
+	badKey, _ := serverlist.EncodeKey("orders", "bad")
+	if _, err := kv.PutString(ctx, badKey, "{oops"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.PutString(ctx, "orders.!!", "{}"); err == nil {
+		t.Log("server accepted an invalid key") // the client normally refuses it
+	}
+	if _, err := kv.PutString(ctx, "orders.not-base64-$", "{}"); err == nil {
+		t.Log("server accepted an invalid key")
+	}
+	if _, err := kv.PutString(ctx, "no_dot_here", "{}"); err != nil {
+		t.Fatal(err)
+	}
+
+	m := startMirror(t, e.reg, serverlist.MirrorConfig{})
+	st := m.Stats()
+	if st.Instances != 1 || st.MalformedKeys != 1 || st.MalformedValues != 1 {
+		t.Fatalf("after sync: %+v", st)
+	}
+
+	// A malformed update keeps the last good value.
+	goodKey, _ := serverlist.EncodeKey("orders", "good")
+	if _, err := kv.PutString(ctx, goodKey, `{"service":"orders","instanceId":"good","host":"","port":1}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.PutString(ctx, "x.YQ", "null"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "malformed counted", func() bool { return m.Stats().MalformedValues == 3 })
+	if got, ok := m.Get("orders", "good"); !ok || !got.Equal(good) {
+		t.Fatalf("last good value lost: %+v, %v", got, ok)
+	}
+}
+
+func TestMirrorSurvivesServerRestart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	ctx := testCtx(t, 20*time.Second)
+	a1 := inst("orders", "a1", 1)
+	a2 := inst("orders", "a2", 2)
+	register(t, e.reg, a1, a2)
+	var ch changes
+	m := startMirror(t, e.reg, serverlist.MirrorConfig{OnChange: ch.record, RetryBackoff: 10 * time.Millisecond, MaxRetryBackoff: 100 * time.Millisecond})
+
+	e.srv.Shutdown()
+	// While the server is away the mirror serves its last state.
+	time.Sleep(50 * time.Millisecond)
+	if len(m.Service("orders")) != 2 {
+		t.Fatalf("mirror lost its state while disconnected: %v", instanceIDs(m.Service("orders")))
+	}
+	e.srv.Restart(t)
+
+	// Changes after the restart reach the mirror: an update, a removal, a new
+	// instance. Retry the writes until JetStream answers again.
+	a3 := inst("orders", "a3", 3)
+	retry(t, ctx, func(ctx context.Context) error { _, err := e.reg.Register(ctx, a3); return err })
+	retry(t, ctx, func(ctx context.Context) error { return e.reg.Deregister(ctx, "orders", a1.InstanceID) })
+	eventually(t, 10*time.Second, "changes after restart", func() bool {
+		return slices.Equal(instanceIDs(m.Service("orders")), []string{"a2", "a3"})
+	})
+	if m.Stats().Syncs < 2 {
+		t.Fatalf("expected a resync after reconnect: %+v", m.Stats())
+	}
+	// A later change still flows through the new watch.
+	if err := e.reg.Deregister(ctx, "orders", "a2"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "a2 removal", func() bool { _, ok := m.Get("orders", "a2"); return !ok })
+	t.Logf("stats after restart: %+v", m.Stats())
+}
+
+// TestMirrorCatchesUpOnChangesWhileDown deletes an instance while the mirror's
+// connection is down: the resync must notice the removal although the mirror
+// never saw an event for it.
+func TestMirrorCatchesUpOnChangesWhileDown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	ctx := testCtx(t, 20*time.Second)
+	register(t, e.reg, inst("orders", "a1", 1), inst("orders", "a2", 2))
+
+	// The mirror has a connection of its own that reconnects slowly, so the
+	// change below lands while it is away.
+	nc := e.srv.Connect(t, nats.ReconnectWait(300*time.Millisecond))
+	js := mustJetStream(t, nc)
+	mreg, err := serverlist.Open(ctx, js, serverlist.RegistryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ch changes
+	m := startMirror(t, mreg, serverlist.MirrorConfig{OnChange: ch.record, RetryBackoff: 10 * time.Millisecond})
+	eventually(t, time.Second, "initial OnChange", func() bool { return ch.count("orders") == 1 })
+
+	// Restart the server and deregister a1 before the mirror's connection is
+	// back: its old watch died with the server, so it learns of the removal
+	// by resyncing.
+	e.srv.Restart(t)
+	retry(t, ctx, func(ctx context.Context) error { return e.reg.Deregister(ctx, "orders", "a1") })
+	eventually(t, 10*time.Second, "a1 removed by resync", func() bool { _, ok := m.Get("orders", "a1"); return !ok })
+	if _, ok := m.Get("orders", "a2"); !ok {
+		t.Fatal("a2 lost")
+	}
+	if m.Stats().Syncs < 2 {
+		t.Fatalf("want a resync: %+v", m.Stats())
+	}
+	eventually(t, time.Second, "OnChange after resync", func() bool { return ch.count("orders") == 2 })
+}
+
+func TestMirrorLifecycle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+
+	// Stop before Start, twice; Start after Stop fails; WaitSynced says closed.
+	m := serverlist.NewMirror(e.reg, serverlist.MirrorConfig{})
+	m.Stop()
+	m.Stop()
+	if err := m.Start(context.Background()); !errors.Is(err, serverlist.ErrClosed) {
+		t.Fatalf("Start after Stop = %v, want ErrClosed", err)
+	}
+	if err := m.WaitSynced(testCtx(t, time.Second)); !errors.Is(err, serverlist.ErrClosed) {
+		t.Fatalf("WaitSynced after Stop = %v, want ErrClosed", err)
+	}
+
+	// Start twice fails; Stop is idempotent; state survives Stop.
+	register(t, e.reg, inst("orders", "a1", 1))
+	m = startMirror(t, e.reg, serverlist.MirrorConfig{})
+	if err := m.Start(context.Background()); err == nil {
+		t.Fatal("second Start succeeded")
+	}
+	m.Stop()
+	m.Stop()
+	if _, ok := m.Get("orders", "a1"); !ok {
+		t.Fatal("stopped mirror lost its state")
+	}
+	if err := m.WaitSynced(testCtx(t, time.Second)); err != nil {
+		t.Fatalf("WaitSynced on a stopped, synced mirror = %v", err)
+	}
+
+	// Cancelling Start's context stops the mirror too.
+	ctx, cancel := context.WithCancel(context.Background())
+	m = serverlist.NewMirror(e.reg, serverlist.MirrorConfig{})
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	m.Stop()
+
+	// An unsynced mirror: WaitSynced honours ctx.
+	m = serverlist.NewMirror(e.reg, serverlist.MirrorConfig{})
+	short, cancelShort := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancelShort()
+	if err := m.WaitSynced(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitSynced on an unstarted mirror = %v", err)
+	}
+}
+
+func TestMirrorEmptyBucketSyncs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	m := startMirror(t, e.reg, serverlist.MirrorConfig{})
+	if !m.Synced() || len(m.Services()) != 0 {
+		t.Fatalf("synced %v, services %v", m.Synced(), m.Services())
+	}
+}
+
+// retry runs op until it succeeds, each attempt bounded by 250 ms, the whole
+// by ctx: right after a server restart a request can be lost while the
+// client reconnects.
+func retry(t testing.TB, ctx context.Context, op func(context.Context) error) {
+	t.Helper()
+	for {
+		actx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+		err := op(actx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("gave up: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestMirrorStopAfterConnectionClosed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	nc := e.srv.Connect(t)
+	reg, err := serverlist.Open(testCtx(t, 5*time.Second), mustJetStream(t, nc), serverlist.RegistryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	register(t, e.reg, inst("orders", "a1", 1))
+	m := startMirror(t, reg, serverlist.MirrorConfig{RetryBackoff: time.Millisecond})
+	nc.Close()
+	done := make(chan struct{})
+	go func() { m.Stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Stop hung after the connection closed")
+	}
+	if _, ok := m.Get("orders", "a1"); !ok {
+		t.Fatal("state lost")
+	}
+}

@@ -1,0 +1,330 @@
+package serverlist
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+const (
+	// DefaultPrefix is the subject prefix of a deployment when none is set.
+	DefaultPrefix = "lb"
+	// DefaultTTL is the default lease: an entry not refreshed for this long
+	// expires. Publishers refresh well within it (a third is a good
+	// interval).
+	DefaultTTL = 30 * time.Second
+	// MinTTL is the shortest lease. JetStream keeps expiry markers for whole
+	// seconds and rejects a marker TTL under one second.
+	MinTTL = time.Second
+	// bucketPrefix starts every derived bucket name.
+	bucketPrefix = "pushlb_"
+	// watchDrainTimeout bounds how long stopping a watcher waits for the
+	// client to close its channel.
+	watchDrainTimeout = 2 * time.Second
+)
+
+// RegistryConfig configures [Open]. The zero value is usable: every zero
+// field means its documented default.
+type RegistryConfig struct {
+	// Bucket names the JetStream KV bucket. Empty means "pushlb_" followed by
+	// Prefix with every '.' replaced by '_' ("pushlb_lb" by default). A
+	// bucket name holds only [A-Za-z0-9_-].
+	Bucket string
+
+	// Prefix is the deployment's subject prefix (wire protocol section 4);
+	// here it only derives the default bucket name. Empty means "lb".
+	Prefix string
+
+	// TTL is the lease, the bucket's MaxAge: an entry that is not refreshed
+	// ([Registry.Refresh]) within TTL expires, and watchers see it go as a
+	// purge (see [Registry] on expiry). Zero means DefaultTTL (30 s); a
+	// negative value or one under MinTTL (1 s) is invalid. There is no
+	// "never expire": without leases a crashed instance would stay
+	// registered forever.
+	TTL time.Duration
+
+	// MarkerTTL is how long the marker left by an expiry stays in the bucket
+	// (JetStream's LimitMarkerTTL). Live watchers see the marker as soon as
+	// it is written; the TTL only matters to watchers that start later. Zero
+	// means TTL; otherwise at least 1 s.
+	MarkerTTL time.Duration
+
+	// Replicas is the number of JetStream replicas of the bucket, 1 to 5.
+	// Zero means 1.
+	Replicas int
+
+	// Storage is where JetStream keeps the bucket. The zero value is
+	// jetstream.FileStorage, which survives server restarts.
+	Storage jetstream.StorageType
+
+	// Logger receives reports of malformed entries. The zero value logs
+	// nothing.
+	Logger zerolog.Logger
+}
+
+// withDefaults fills the zero fields and validates the result.
+func (c RegistryConfig) withDefaults() (RegistryConfig, error) {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.Bucket == "" {
+		c.Bucket = bucketPrefix + strings.ReplaceAll(c.Prefix, ".", "_")
+	}
+	if !validBucket(c.Bucket) {
+		return c, fmt.Errorf("%w: bucket name %q: only [A-Za-z0-9_-] allowed", ErrInvalidConfig, c.Bucket)
+	}
+	switch {
+	case c.TTL == 0:
+		c.TTL = DefaultTTL
+	case c.TTL < MinTTL:
+		return c, fmt.Errorf("%w: TTL %v: at least %v", ErrInvalidConfig, c.TTL, MinTTL)
+	}
+	switch {
+	case c.MarkerTTL == 0:
+		c.MarkerTTL = c.TTL
+	case c.MarkerTTL < time.Second:
+		return c, fmt.Errorf("%w: MarkerTTL %v: at least 1s", ErrInvalidConfig, c.MarkerTTL)
+	}
+	switch {
+	case c.Replicas == 0:
+		c.Replicas = 1
+	case c.Replicas < 1 || c.Replicas > 5:
+		return c, fmt.Errorf("%w: Replicas %d: 1 to 5", ErrInvalidConfig, c.Replicas)
+	}
+	return c, nil
+}
+
+func validBucket(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if !isTokenByte(name[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// Registry is the instance registry: one JetStream KV entry per instance,
+// keyed by [EncodeKey], valued by the JSON of [Instance], with a lease (the
+// bucket's MaxAge).
+//
+// # Expiry
+//
+// The bucket is created with limit markers (LimitMarkerTTL, nats-server
+// 2.11+). When an entry outlives TTL, the server removes it and writes a
+// marker in its place with the header "Nats-Marker-Reason: MaxAge"; KV
+// watchers receive it as an entry with Operation() == jetstream.KeyValuePurge
+// and an empty value, exactly as if the key had been purged. [Mirror] treats
+// every delete or purge as "gone". Deregister purges the key too, so there is
+// one way an instance disappears, whatever the cause.
+//
+// A Registry holds no background goroutine and is safe for concurrent use.
+type Registry struct {
+	js  jetstream.JetStream
+	kv  jetstream.KeyValue
+	cfg RegistryConfig
+	log zerolog.Logger
+
+	malformed atomic.Uint64
+}
+
+// Open creates the registry bucket, or updates its configuration if it
+// exists, and returns a Registry over it. The last Open wins: processes that
+// share a bucket should agree on TTL. It returns an error wrapping
+// ErrInvalidConfig for a bad cfg and jetstream.ErrLimitMarkerTTLNotSupported
+// on a server older than 2.11.
+func Open(ctx context.Context, js jetstream.JetStream, cfg RegistryConfig) (*Registry, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:         cfg.Bucket,
+		Description:    "pushlb instance registry",
+		History:        1,
+		TTL:            cfg.TTL,
+		LimitMarkerTTL: cfg.MarkerTTL,
+		Replicas:       cfg.Replicas,
+		Storage:        cfg.Storage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("serverlist: open bucket %s: %w", cfg.Bucket, err)
+	}
+	return &Registry{js: js, kv: kv, cfg: cfg, log: cfg.Logger}, nil
+}
+
+// Config returns the configuration in effect, defaults filled in.
+func (r *Registry) Config() RegistryConfig { return r.cfg }
+
+// KeyValue returns the underlying bucket, for tools and tests.
+func (r *Registry) KeyValue() jetstream.KeyValue { return r.kv }
+
+// Register stores the instance and starts its lease. It returns the entry's
+// revision. An invalid instance is rejected with an error wrapping
+// ErrInvalidInstance.
+func (r *Registry) Register(ctx context.Context, in Instance) (revision uint64, err error) {
+	if err := in.Validate(); err != nil {
+		return 0, err
+	}
+	key, err := EncodeKey(in.Service, in.InstanceID)
+	if err != nil {
+		return 0, err
+	}
+	val, err := json.Marshal(in)
+	if err != nil {
+		return 0, fmt.Errorf("serverlist: encode %s: %w", key, err)
+	}
+	rev, err := r.kv.Put(ctx, key, val)
+	if err != nil {
+		return 0, fmt.Errorf("serverlist: register %s/%s: %w", in.Service, in.InstanceID, err)
+	}
+	return rev, nil
+}
+
+// Refresh renews the instance's lease by storing it again: the lease
+// heartbeat. Call it well within TTL. If the lease had already expired, the
+// entry comes back and watchers see a new put, so gateways that dropped the
+// instance learn of it again.
+func (r *Registry) Refresh(ctx context.Context, in Instance) (revision uint64, err error) {
+	return r.Register(ctx, in)
+}
+
+// Deregister removes the instance. Removing an absent instance is not an
+// error. It purges the key rather than deleting it: the purge marker is
+// dropped when it ages out, whereas an aged-out delete marker would produce
+// a second (expiry) marker.
+func (r *Registry) Deregister(ctx context.Context, service, id string) error {
+	key, err := EncodeKey(service, id)
+	if err != nil {
+		return err
+	}
+	if err := r.kv.Purge(ctx, key); err != nil {
+		return fmt.Errorf("serverlist: deregister %s/%s: %w", service, id, err)
+	}
+	return nil
+}
+
+// Get reads one instance from the bucket. It returns an error wrapping
+// ErrNotFound when the instance is absent, deregistered or expired.
+func (r *Registry) Get(ctx context.Context, service, id string) (Instance, error) {
+	key, err := EncodeKey(service, id)
+	if err != nil {
+		return Instance{}, err
+	}
+	e, err := r.kv.Get(ctx, key)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			return Instance{}, fmt.Errorf("%w: %s/%s", ErrNotFound, service, id)
+		}
+		return Instance{}, fmt.Errorf("serverlist: get %s/%s: %w", service, id, err)
+	}
+	return decodeValue(service, id, e.Value())
+}
+
+// List returns the live instances of one service, or of every service when
+// service is "", sorted by service and instance ID. Malformed entries are
+// logged, counted (see [Registry.Malformed]) and skipped.
+func (r *Registry) List(ctx context.Context, service string) ([]Instance, error) {
+	filter := jetstream.AllKeys
+	if service != "" {
+		if err := validateService(service); err != nil {
+			return nil, err
+		}
+		filter = service + ".*"
+	}
+	// The client keeps a goroutine per watch until its context ends.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := r.kv.Watch(wctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("serverlist: list %q: %w", service, err)
+	}
+	defer stopWatcher(w)
+
+	var out []Instance
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("serverlist: list %q: %w", service, ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("serverlist: list %q: watcher closed", service)
+			}
+			if e == nil { // all current values delivered
+				slices.SortFunc(out, compareInstances)
+				return out, nil
+			}
+			in, err := decodeEntry(e.Key(), e.Value())
+			if err != nil {
+				r.malformed.Add(1)
+				r.log.Warn().Err(err).Str("key", e.Key()).Msg("serverlist: skipping malformed registry entry")
+				continue
+			}
+			out = append(out, in)
+		}
+	}
+}
+
+// Malformed is the number of malformed entries List has skipped.
+func (r *Registry) Malformed() uint64 { return r.malformed.Load() }
+
+// decodeEntry decodes a KV entry's key and value into an Instance.
+func decodeEntry(key string, value []byte) (Instance, error) {
+	service, id, err := DecodeKey(key)
+	if err != nil {
+		return Instance{}, err
+	}
+	return decodeValue(service, id, value)
+}
+
+// decodeValue decodes and validates the value stored under the key of
+// service/id. A value that names another instance than its key is invalid.
+func decodeValue(service, id string, value []byte) (Instance, error) {
+	var in Instance
+	if err := json.Unmarshal(value, &in); err != nil {
+		return Instance{}, fmt.Errorf("%w: %s/%s: %w", ErrInvalidInstance, service, id, err)
+	}
+	if err := in.Validate(); err != nil {
+		return Instance{}, err
+	}
+	if in.Service != service || in.InstanceID != id {
+		return Instance{}, fmt.Errorf("%w: key is %s/%s but value is %s/%s", ErrInvalidInstance, service, id, in.Service, in.InstanceID)
+	}
+	return in, nil
+}
+
+func compareInstances(a, b Instance) int {
+	if c := strings.Compare(a.Service, b.Service); c != 0 {
+		return c
+	}
+	return strings.Compare(a.InstanceID, b.InstanceID)
+}
+
+// stopWatcher stops w and drains its channel until the client closes it. The
+// client delivers under a lock and blocks while the channel is full, so an
+// undrained watcher would leave the client's delivery goroutine stuck.
+func stopWatcher(w jetstream.KeyWatcher) {
+	_ = w.Stop()
+	timer := time.NewTimer(watchDrainTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case _, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+		case <-timer.C:
+			return
+		}
+	}
+}

@@ -1,0 +1,42 @@
+// Package subscriber is the gateway side of pushlb's push path. It
+// subscribes to the change topics (<prefix>.svc.> or chosen services), keeps
+// a membership table (service -> live instance IDs with their
+// incarnations), and hands every change of a service's live set to a
+// Handler as an events.ListChanged carrying the full list.
+//
+// # Ordering
+//
+// Per instance, an event with a lower incarnation than the one known is
+// stale and dropped; within one incarnation an instance goes online once and
+// offline once, so a late online after the offline is stale too. Offline
+// members are remembered (tombstones) for TombstoneTTL so late events of an
+// old incarnation cannot resurrect them. Duplicates are harmless.
+//
+// # The registry is the truth
+//
+// Start subscribes first, then loads the registry's current state through
+// the serverlist Mirror, then applies the events that arrived meanwhile: no
+// gap. Whenever the mirror re-synchronises (after a NATS reconnect) and every
+// AntiEntropy interval, the table is reconciled with the registry again:
+// registered instances are added, and live instances the registry no longer
+// holds (confirmed with a direct read, since the mirror may lag an event) go
+// offline. A registry entry that expires (its lease ran out) or is deleted
+// is an offline for that instance.
+//
+// # Delivery
+//
+// Changes are coalesced per service: the first change after a quiet period
+// is delivered at once, later ones at most once per Coalesce window, and
+// changes made while the handler runs are delivered together after it
+// returns. A rolling restart of 100 instances is thus a handful of calls, not
+// 200. Each service is delivered on its own goroutine, never under a lock,
+// so a slow or failing handler for one service never delays another; calls
+// for one service never overlap and carry growing revisions.
+//
+// # Bad input
+//
+// Malformed, oversized or invalid events, subjects of the wrong shape,
+// stale events and duplicates are dropped, counted by reason (Stats), and
+// logged with zerolog at a bounded rate. The subscriber never panics on
+// input and never blocks the NATS delivery goroutine on a handler.
+package subscriber

@@ -1,0 +1,169 @@
+package subscriber
+
+import (
+	"slices"
+	"time"
+)
+
+// outcome is what applying one observation did to the membership table.
+type outcome int
+
+const (
+	applied   outcome = iota // the live set of the service changed
+	unchanged                // accepted (e.g. a newer incarnation replacing a live one) without changing the live set
+	duplicate                // already known
+	stale                    // older than what is known
+)
+
+// member is what the table knows of one instance.
+type member struct {
+	incarnation int64
+	live        bool
+	// announcedOff is set when the instance itself announced offline for
+	// this incarnation: nothing of the same incarnation revives it. An
+	// instance removed because the registry lost it (lease expired) can come
+	// back when the registry holds it again: its publisher re-put the entry.
+	announcedOff bool
+	changed      time.Time // when live last changed; tombstones are collected by age
+}
+
+// source tells where an observation comes from.
+type source int
+
+const (
+	fromEvent source = iota
+	fromRegistry
+)
+
+// membership is the table service -> instance ID -> member. It keeps
+// tombstones (offline members) so that a late event of an old incarnation
+// cannot bring an instance back. It is not safe for concurrent use: the
+// Subscriber guards it with its mutex.
+type membership struct {
+	services map[string]map[string]*member
+}
+
+func newMembership() *membership {
+	return &membership{services: make(map[string]map[string]*member)}
+}
+
+// apply records that instance id of service is online (or offline) in
+// incarnation inc. The ordering rules of the wire protocol:
+//   - a lower incarnation than the one known is stale;
+//   - a higher incarnation replaces what is known (a restart is a change
+//     even when the instance stays live: its address may differ);
+//   - within one incarnation an instance goes online once and offline once,
+//     so an announced offline wins: a late online of the same incarnation,
+//     event or registry entry, is stale. Only an instance taken offline
+//     because the registry lost it returns when the registry has it again.
+func (m *membership) apply(service, id string, inc int64, online bool, src source, now time.Time) outcome {
+	ids := m.services[service]
+	if ids == nil {
+		ids = make(map[string]*member)
+		m.services[service] = ids
+	}
+	cur := ids[id]
+	switch {
+	case cur == nil:
+		cur = &member{incarnation: inc, changed: now}
+		ids[id] = cur
+		if !online {
+			// Remember the tombstone: an online of this incarnation that
+			// arrives late must not resurrect the instance.
+			cur.announcedOff = src == fromEvent
+			return unchanged
+		}
+		cur.live = true
+		return applied
+	case inc < cur.incarnation:
+		return stale
+	case inc == cur.incarnation:
+		switch {
+		case online == cur.live:
+			if !online && src == fromEvent {
+				cur.announcedOff = true
+			}
+			return duplicate
+		case online && (src == fromEvent || cur.announcedOff):
+			return stale
+		}
+		cur.live, cur.changed = online, now
+		cur.announcedOff = !online && src == fromEvent
+		return applied
+	}
+	// A newer incarnation.
+	wasLive := cur.live
+	cur.incarnation, cur.live, cur.changed = inc, online, now
+	cur.announcedOff = !online && src == fromEvent
+	if !wasLive && !online {
+		return unchanged
+	}
+	return applied
+}
+
+// addRegistered applies every registered instance of service as online:
+// truth maps instance ID to incarnation. The ordering rules hold, so an
+// instance whose offline arrived before its deregistration stays offline.
+// It reports whether the live set changed.
+func (m *membership) addRegistered(service string, truth map[string]int64, now time.Time) bool {
+	changed := false
+	for id, inc := range truth {
+		if m.apply(service, id, inc, true, fromRegistry, now) == applied {
+			changed = true
+		}
+	}
+	return changed
+}
+
+// liveAbsent returns the live instances of service that truth does not
+// hold, with their incarnations: candidates for removal once the registry
+// confirms their absence (a local mirror may lag an event by a moment).
+func (m *membership) liveAbsent(service string, truth map[string]int64) map[string]int64 {
+	var out map[string]int64
+	for id, mem := range m.services[service] {
+		if _, ok := truth[id]; !ok && mem.live {
+			if out == nil {
+				out = make(map[string]int64)
+			}
+			out[id] = mem.incarnation
+		}
+	}
+	return out
+}
+
+// live returns the sorted live instance IDs of service.
+func (m *membership) live(service string) []string {
+	ids := m.services[service]
+	out := make([]string, 0, len(ids))
+	for id, mem := range ids {
+		if mem.live {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// serviceNames returns the services the table knows, sorted.
+func (m *membership) serviceNames() []string {
+	out := make([]string, 0, len(m.services))
+	for s := range m.services {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// collect drops tombstones older than cutoff and services left empty.
+func (m *membership) collect(cutoff time.Time) {
+	for service, ids := range m.services {
+		for id, mem := range ids {
+			if !mem.live && mem.changed.Before(cutoff) {
+				delete(ids, id)
+			}
+		}
+		if len(ids) == 0 {
+			delete(m.services, service)
+		}
+	}
+}

@@ -1,0 +1,438 @@
+package subscriber_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/internal/natstest"
+	"github.com/pushlb/pushlb/lbvisitor"
+	"github.com/pushlb/pushlb/publisher"
+	"github.com/pushlb/pushlb/serverlist"
+	"github.com/pushlb/pushlb/subscriber"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// nats-server and nats.go keep a few process-wide goroutines.
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
+		goleak.IgnoreTopFunction("time.Sleep"),
+	)
+}
+
+// balancers is a minimal lbvisitor.Balancers for tests: one balancer per
+// service with the default config.
+type balancers struct {
+	mu sync.Mutex
+	m  map[string]*balancer.Balancer
+}
+
+func (b *balancers) Get(name string) (*balancer.Balancer, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil {
+		b.m = map[string]*balancer.Balancer{}
+	}
+	if bal := b.m[name]; bal != nil {
+		return bal, nil
+	}
+	bal, err := balancer.New(name, balancer.DefaultConfig())
+	if err != nil {
+		return nil, err
+	}
+	b.m[name] = bal
+	return bal, nil
+}
+
+func (b *balancers) get(name string) *balancer.Balancer {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.m[name]
+}
+
+func (b *balancers) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, bal := range b.m {
+		bal.Close()
+	}
+}
+
+// gateway is the gateway side of the push path, wired as cmd/gateway does.
+type gateway struct {
+	nc   *nats.Conn
+	reg  *serverlist.Registry
+	bals *balancers
+	vis  *lbvisitor.Registry
+	sub  *subscriber.Subscriber
+}
+
+func openRegistry(t testing.TB, nc *nats.Conn) *serverlist.Registry {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := serverlist.Open(t.Context(), js, serverlist.RegistryConfig{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+func startGateway(t testing.TB, srv *natstest.Server, cfg subscriber.Config) *gateway {
+	t.Helper()
+	g := &gateway{nc: srv.Connect(t, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond)), bals: &balancers{}}
+	g.reg = openRegistry(t, g.nc)
+	var lookup *serverlist.Lookup
+	handler := func(ctx context.Context, lc events.ListChanged) error { return g.vis.Handle(ctx, lc) }
+	sub, err := subscriber.New(g.nc, g.reg, handler, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.sub = sub
+	lookup, err = serverlist.NewLookup(g.reg, sub.Mirror(), serverlist.LookupConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.vis = lbvisitor.NewRegistry(g.bals, lookup, nopLog)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := sub.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Stop(); g.bals.close() })
+	return g
+}
+
+// servers returns "id@host:port/zone" of a service's balancer, sorted.
+func (g *gateway) servers(service string) []string {
+	b := g.bals.get(service)
+	if b == nil {
+		return nil
+	}
+	var out []string
+	for _, s := range b.AllServers() {
+		out = append(out, fmt.Sprintf("%s@%s/%s", s.ID, s.Addr(), s.Zone))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (g *gateway) ids(service string) []string {
+	b := g.bals.get(service)
+	if b == nil {
+		return nil
+	}
+	var out []string
+	for _, s := range b.AllServers() {
+		out = append(out, s.ID)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func instance(service string, i int, inc int64) serverlist.Instance {
+	return serverlist.Instance{
+		Service: service, InstanceID: fmt.Sprintf("10.0.0.%d:%s:8080", i, service),
+		Host: fmt.Sprintf("10.0.0.%d", i), Port: 8080 + i, Zone: []string{"a", "b"}[i%2], Incarnation: inc,
+	}
+}
+
+func newPublisher(t testing.TB, srv *natstest.Server) *publisher.Publisher {
+	t.Helper()
+	nc := srv.Connect(t, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	p, err := publisher.New(nc, openRegistry(t, nc), publisher.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func TestAnnounceWithdrawRestart(t *testing.T) {
+	srv := natstest.Start(t)
+	g := startGateway(t, srv, subscriber.Config{})
+	ctx := t.Context()
+
+	var pubs []*publisher.Publisher
+	for i := 1; i <= 3; i++ {
+		p := newPublisher(t, srv)
+		if err := p.Announce(ctx, instance("orders", i, 100)); err != nil {
+			t.Fatal(err)
+		}
+		pubs = append(pubs, p)
+	}
+	want := []string{
+		"10.0.0.1:orders:8080@10.0.0.1:8081/b",
+		"10.0.0.2:orders:8080@10.0.0.2:8082/a",
+		"10.0.0.3:orders:8080@10.0.0.3:8083/b",
+	}
+	eventually(t, "3 servers with the registry's host, port and zone", func() bool { return slices.Equal(g.servers("orders"), want) })
+
+	if err := pubs[1].Withdraw(ctx, "shutdown"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "2 servers after a withdraw", func() bool { return len(g.ids("orders")) == 2 })
+	if slices.Contains(g.ids("orders"), "10.0.0.2:orders:8080") {
+		t.Fatal("withdrawn instance still listed")
+	}
+
+	// Restart with a higher incarnation, on another port.
+	restarted := instance("orders", 2, 200)
+	restarted.Port = 9999
+	if err := pubs[1].Announce(ctx, restarted); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "3 servers after the restart", func() bool {
+		return slices.Contains(g.servers("orders"), "10.0.0.2:orders:8080@10.0.0.2:9999/a")
+	})
+
+	// A delayed offline of the old incarnation is ignored.
+	dropped := g.sub.Stats().Dropped[subscriber.DropStale]
+	publishEvent(t, g.nc, events.Event{Kind: events.Offline, Service: "orders", InstanceID: "10.0.0.2:orders:8080", Incarnation: 100, At: time.Now()})
+	eventually(t, "the stale offline to be counted", func() bool { return g.sub.Stats().Dropped[subscriber.DropStale] > dropped })
+	if len(g.ids("orders")) != 3 {
+		t.Fatalf("a stale offline removed the restarted instance: %v", g.ids("orders"))
+	}
+}
+
+func publishEvent(t testing.TB, nc *nats.Conn, e events.Event) {
+	t.Helper()
+	subj, data, err := events.EncodeMessage(events.DefaultPrefix, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Publish(subj, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLateSubscriberGetsFullStateBeforeServing(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx := t.Context()
+	for i := 1; i <= 5; i++ {
+		if err := newPublisher(t, srv).Announce(ctx, instance("billing", i, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := startGateway(t, srv, subscriber.Config{})
+	// Start returned: the deliveries are under way; the first rebuild must
+	// hold all five without any further event.
+	eventually(t, "all 5 instances", func() bool { return len(g.ids("billing")) == 5 })
+	if got := g.sub.Live()["billing"]; len(got) != 5 {
+		t.Fatalf("membership after Start: %v", got)
+	}
+}
+
+func TestOnlineEventWithoutRegistryEntryRoutesNothing(t *testing.T) {
+	srv := natstest.Start(t)
+	g := startGateway(t, srv, subscriber.Config{})
+	if err := newPublisher(t, srv).Announce(t.Context(), instance("cart", 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the registered instance", func() bool { return len(g.ids("cart")) == 1 })
+	publishEvent(t, g.nc, events.Event{Kind: events.Online, Service: "cart", InstanceID: "ghost:cart:1", Incarnation: 1, At: time.Now()})
+	eventually(t, "the ghost to reach the membership", func() bool { return len(g.sub.Live()["cart"]) == 2 })
+	// The visitor's lookup retries with backoff, then leaves the ghost out.
+	time.Sleep(300 * time.Millisecond)
+	if got := g.ids("cart"); len(got) != 1 || got[0] != "10.0.0.1:cart:8080" {
+		t.Fatalf("an unregistered ID was routed: %v", got)
+	}
+}
+
+func TestBadInputIsDroppedAndCounted(t *testing.T) {
+	srv := natstest.Start(t)
+	g := startGateway(t, srv, subscriber.Config{})
+	if err := newPublisher(t, srv).Announce(t.Context(), instance("orders", 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the instance", func() bool { return len(g.ids("orders")) == 1 })
+
+	big := make([]byte, events.MaxPayloadSize+1)
+	for subj, data := range map[string][]byte{
+		"lb.svc.orders.online":           []byte(`{not json`),
+		"lb.svc.orders.offline":          []byte(`{"service":"orders","instanceId":"10.0.0.1:orders:8080","incarnation":"1","at":"2026-01-01T00:00:00Z"}`),
+		"lb.svc.orders.online.extra":     []byte(`{}`),
+		"lb.svc.orders.sideways":         []byte(`{}`),
+		"lb.svc.other.offline":           []byte(`{"service":"orders","instanceId":"10.0.0.1:orders:8080","incarnation":1,"at":"2026-01-01T00:00:00Z"}`),
+		"lb.svc.orders.offline ":         big,
+		"lb.svc.bad*name.online":         []byte(`{}`),
+		"lb.svc.orders.offline\x00":      nil,
+		"lb.svc.orders.online\u00e9":     []byte(`{"v":99}`),
+		"lb.svc.orders.online\u00e9\u00e9": []byte(`[]`),
+	} {
+		g.nc.Publish(subj, data) // some are refused by the client itself; that is fine
+	}
+	g.nc.Publish("lb.svc.orders.offline", big)
+	g.nc.Flush()
+	eventually(t, "drops to be counted", func() bool {
+		d := g.sub.Stats().Dropped
+		return d[subscriber.DropMalformed] >= 1 && d[subscriber.DropTooLarge] >= 1 && d[subscriber.DropMismatch] >= 1 && d[subscriber.DropBadSubject] >= 1
+	})
+	if got := g.ids("orders"); len(got) != 1 {
+		t.Fatalf("bad input changed the healthy list: %v", got)
+	}
+}
+
+func TestNATSRestartConverges(t *testing.T) {
+	srv := natstest.Start(t)
+	g := startGateway(t, srv, subscriber.Config{})
+	ctx := t.Context()
+	p1, p2, p3 := newPublisher(t, srv), newPublisher(t, srv), newPublisher(t, srv)
+	for i, p := range []*publisher.Publisher{p1, p2} {
+		if err := p.Announce(ctx, instance("orders", i+1, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "2 instances", func() bool { return len(g.ids("orders")) == 2 })
+
+	srv.Restart(t)
+	// While everyone reconnects, one instance withdraws and another arrives.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		if err := p1.Withdraw(wctx, "shutdown"); err == nil {
+			break
+		} else if wctx.Err() != nil {
+			t.Fatal(err)
+		}
+		p1.Announce(wctx, instance("orders", 1, 1)) // the withdraw failed half-way: restore, try again
+		time.Sleep(20 * time.Millisecond)
+	}
+	for {
+		if err := p3.Announce(wctx, instance("orders", 3, 1)); err == nil {
+			break
+		} else if wctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	truth := func() []string {
+		ins, err := g.reg.List(ctx, "orders")
+		if err != nil {
+			return nil
+		}
+		var ids []string
+		for _, in := range ins {
+			ids = append(ids, in.InstanceID)
+		}
+		sort.Strings(ids)
+		return ids
+	}
+	want := []string{"10.0.0.2:orders:8080", "10.0.0.3:orders:8080"}
+	eventually(t, "the registry's truth", func() bool { return slices.Equal(truth(), want) })
+	eventually(t, "the gateway to equal the registry", func() bool { return slices.Equal(g.ids("orders"), want) })
+}
+
+func TestSlowHandlerDoesNotDelayOtherServices(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := srv.Connect(t)
+	reg := openRegistry(t, nc)
+	release := make(chan struct{})
+	got := make(chan events.ListChanged, 100)
+	sub, err := subscriber.New(nc, reg, func(ctx context.Context, lc events.ListChanged) error {
+		if lc.Service == "slow" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}
+		got <- lc
+		return nil
+	}, subscriber.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop()
+	defer close(release)
+	p := newPublisher(t, srv)
+	if err := p.Announce(t.Context(), instance("slow", 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := newPublisher(t, srv).Announce(t.Context(), instance("fast", 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case lc := <-got:
+		if lc.Service != "fast" || len(lc.InstanceIDs) != 1 {
+			t.Fatalf("got %+v", lc)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the fast service waited for the slow handler")
+	}
+}
+
+func TestBurstIsCoalesced(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := srv.Connect(t)
+	reg := openRegistry(t, nc)
+	var mu sync.Mutex
+	calls, last := 0, 0
+	sub, err := subscriber.New(nc, reg, func(ctx context.Context, lc events.ListChanged) error {
+		mu.Lock()
+		calls++
+		last = len(lc.InstanceIDs)
+		mu.Unlock()
+		time.Sleep(time.Millisecond) // a rebuild takes a moment
+		return nil
+	}, subscriber.Config{Coalesce: 20 * time.Millisecond, Services: []string{"orders"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop()
+	// A rolling restart of 100 instances: offline then online with a new
+	// incarnation, published as fast as possible (events only: the
+	// membership does not need the registry for this).
+	pubc := srv.Connect(t)
+	for i := range 100 {
+		id := fmt.Sprintf("i-%d", i)
+		publishEvent(t, pubc, events.Event{Kind: events.Online, Service: "orders", InstanceID: id, Incarnation: 1, At: time.Now()})
+	}
+	for i := range 100 {
+		id := fmt.Sprintf("i-%d", i)
+		publishEvent(t, pubc, events.Event{Kind: events.Offline, Service: "orders", InstanceID: id, Incarnation: 1, At: time.Now()})
+		publishEvent(t, pubc, events.Event{Kind: events.Online, Service: "orders", InstanceID: id, Incarnation: 2, At: time.Now()})
+	}
+	eventually(t, "the final list", func() bool { mu.Lock(); defer mu.Unlock(); return last == 100 })
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("300 events, %d deliveries", calls)
+	if calls > 30 {
+		t.Fatalf("300 events gave %d deliveries; want a handful", calls)
+	}
+}
+
+var nopLog = zerologNop()

@@ -1,0 +1,513 @@
+package subscriber
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+// Handler receives the full live list of a service after every change.
+// Calls for one service never overlap; calls for different services run
+// concurrently. An error makes the subscriber deliver the service again
+// after a backoff (100 ms doubling to 5 s) unless a newer change comes
+// first. The ListChanged's slice must not be modified.
+type Handler func(ctx context.Context, lc events.ListChanged) error
+
+// Config configures a Subscriber. Zero values take the defaults.
+type Config struct {
+	// Prefix is the subject prefix. Default events.DefaultPrefix ("lb").
+	Prefix string
+	// Services limits the subscription to these services; empty follows
+	// every service (<prefix>.svc.>).
+	Services []string
+	// Coalesce is the minimum time between two deliveries for one service.
+	// The first change after a quiet period is delivered at once. Default
+	// 10ms; a negative value disables coalescing.
+	Coalesce time.Duration
+	// AntiEntropy is the interval of full reconciliations with the
+	// registry. Default 60s.
+	AntiEntropy time.Duration
+	// TombstoneTTL is how long offline instances are remembered to reject
+	// late events of old incarnations. Default 10m.
+	TombstoneTTL time.Duration
+	// RegistryTimeout bounds each direct registry read. Default 2s.
+	RegistryTimeout time.Duration
+	// Mirror configures the registry mirror the subscriber owns (its
+	// OnChange is the subscriber's).
+	Mirror serverlist.MirrorConfig
+	// Logger receives drops (rate-limited) and failures. Zero: no logs.
+	Logger zerolog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Prefix == "" {
+		c.Prefix = events.DefaultPrefix
+	}
+	if err := events.ValidatePrefix(c.Prefix); err != nil {
+		return c, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	for _, s := range c.Services {
+		if err := events.ValidateService(s); err != nil {
+			return c, fmt.Errorf("%w: services: %w", ErrInvalidConfig, err)
+		}
+	}
+	if c.Coalesce == 0 {
+		c.Coalesce = 10 * time.Millisecond
+	}
+	if c.AntiEntropy == 0 {
+		c.AntiEntropy = 60 * time.Second
+	}
+	if c.TombstoneTTL == 0 {
+		c.TombstoneTTL = 10 * time.Minute
+	}
+	if c.RegistryTimeout == 0 {
+		c.RegistryTimeout = 2 * time.Second
+	}
+	if c.AntiEntropy < 0 || c.TombstoneTTL < 0 || c.RegistryTimeout < 0 {
+		return c, fmt.Errorf("%w: negative interval", ErrInvalidConfig)
+	}
+	return c, nil
+}
+
+// Subscriber follows the change topics and the registry and delivers
+// ListChanged to its Handler. Build it with New, run it with Start, end it
+// with Stop. Its methods are safe for concurrent use.
+type Subscriber struct {
+	nc      *nats.Conn
+	reg     *serverlist.Registry
+	mirror  *serverlist.Mirror
+	handler Handler
+	cfg     Config
+	follow  map[string]bool // nil: every service
+	log     zerolog.Logger
+	dropLog zerolog.Logger
+	stats   counters
+
+	ctx    context.Context // ends at Stop
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // worker and deliveries
+
+	mu    sync.Mutex // guards table
+	table *membership
+
+	dmu       sync.Mutex // guards delivery state
+	svcs      map[string]*svcState
+	ready     bool
+	stopped   bool
+	started   bool
+	subs      []*nats.Subscription
+	regDirty  map[string]bool
+	regSignal chan struct{}
+}
+
+// svcState is the delivery state of one service.
+type svcState struct {
+	dirty, running bool
+	timer          *time.Timer
+	lastFire       time.Time
+	failures       int
+	rev            uint64 // only touched by the running delivery
+}
+
+// New builds a Subscriber over a NATS connection and the registry. It
+// subscribes to nothing until Start.
+func New(nc *nats.Conn, reg *serverlist.Registry, h Handler, cfg Config) (*Subscriber, error) {
+	if nc == nil || reg == nil || h == nil {
+		return nil, fmt.Errorf("%w: nil connection, registry or handler", ErrInvalidConfig)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Subscriber{
+		nc: nc, reg: reg, handler: h, cfg: cfg,
+		log:       cfg.Logger,
+		dropLog:   cfg.Logger.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second}),
+		table:     newMembership(),
+		svcs:      make(map[string]*svcState),
+		regDirty:  make(map[string]bool),
+		regSignal: make(chan struct{}, 1),
+	}
+	if len(cfg.Services) > 0 {
+		s.follow = make(map[string]bool, len(cfg.Services))
+		for _, svc := range cfg.Services {
+			s.follow[svc] = true
+		}
+	}
+	mcfg := cfg.Mirror
+	mcfg.OnChange = s.registryChanged
+	mcfg.Logger = cfg.Logger.With().Str("component", "mirror").Logger()
+	s.mirror = serverlist.NewMirror(reg, mcfg)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// Mirror returns the registry mirror the subscriber keeps; lookups by
+// instance ID should use it.
+func (s *Subscriber) Mirror() *serverlist.Mirror { return s.mirror }
+
+// Start subscribes, loads the registry's state, applies what arrived
+// meanwhile and delivers every known service once; then it returns, and
+// changes are delivered as they come. ctx bounds the initial load only.
+func (s *Subscriber) Start(ctx context.Context) error {
+	s.dmu.Lock()
+	if s.stopped {
+		s.dmu.Unlock()
+		return ErrStopped
+	}
+	if s.started {
+		s.dmu.Unlock()
+		return nil
+	}
+	s.started = true
+	s.dmu.Unlock()
+
+	// Subscribe first: events that arrive during the load are applied to
+	// the table at once, and delivered once the load is done.
+	subjects := []string{events.WildcardSubject(s.cfg.Prefix)}
+	if len(s.cfg.Services) > 0 {
+		subjects = subjects[:0]
+		for _, svc := range s.cfg.Services {
+			subjects = append(subjects, events.ServiceSubject(s.cfg.Prefix, svc))
+		}
+	}
+	var subs []*nats.Subscription
+	for _, subj := range subjects {
+		sub, err := s.nc.Subscribe(subj, s.onMsg)
+		if err != nil {
+			for _, sb := range subs {
+				sb.Unsubscribe()
+			}
+			return fmt.Errorf("subscriber: subscribe %s: %w", subj, err)
+		}
+		// Never let a burst be dropped by the client as a slow consumer.
+		sub.SetPendingLimits(-1, -1)
+		subs = append(subs, sub)
+	}
+	s.dmu.Lock()
+	s.subs = subs
+	s.dmu.Unlock()
+	// The subscriptions are in place once the server has them.
+	fctx, cancel := ctx, context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		fctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+	}
+	err := s.nc.FlushWithContext(fctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("subscriber: flush: %w", err)
+	}
+
+	if err := s.mirror.Start(s.ctx); err != nil {
+		return fmt.Errorf("subscriber: mirror: %w", err)
+	}
+	if err := s.mirror.WaitSynced(ctx); err != nil {
+		return fmt.Errorf("subscriber: waiting for the registry: %w", err)
+	}
+	s.takeRegistryDirty() // the full reconcile below covers them
+	for _, svc := range s.followedServices() {
+		s.reconcile(ctx, svc)
+	}
+
+	s.dmu.Lock()
+	s.ready = true
+	s.mu.Lock()
+	known := s.table.serviceNames()
+	s.mu.Unlock()
+	for _, svc := range known {
+		s.stateLocked(svc).dirty = true
+	}
+	for svc, st := range s.svcs {
+		if st.dirty {
+			s.scheduleLocked(svc, st)
+		}
+	}
+	s.wg.Add(1)
+	s.dmu.Unlock()
+	go s.work()
+	s.log.Info().Int("services", len(known)).Msg("subscriber started")
+	return nil
+}
+
+// Stop unsubscribes, stops the mirror and the background work, and waits
+// for deliveries in progress. It is idempotent.
+func (s *Subscriber) Stop() {
+	s.dmu.Lock()
+	if s.stopped {
+		s.dmu.Unlock()
+		return
+	}
+	s.stopped = true
+	subs := s.subs
+	for _, st := range s.svcs {
+		if st.timer != nil && st.timer.Stop() {
+			st.timer = nil
+			s.wg.Done()
+		}
+	}
+	s.dmu.Unlock()
+	for _, sub := range subs {
+		sub.Unsubscribe()
+	}
+	s.cancel()
+	s.mirror.Stop()
+	s.wg.Wait()
+}
+
+// Stats returns the counters.
+func (s *Subscriber) Stats() Stats { return s.stats.snapshot() }
+
+// Live returns the live instance IDs of every known service.
+func (s *Subscriber) Live() map[string][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string][]string, len(s.table.services))
+	for _, svc := range s.table.serviceNames() {
+		out[svc] = s.table.live(svc)
+	}
+	return out
+}
+
+// onMsg runs on the NATS delivery goroutine: it must be quick and never
+// wait on a handler.
+func (s *Subscriber) onMsg(msg *nats.Msg) {
+	s.stats.received.Add(1)
+	ev, err := events.DecodeMessage(s.cfg.Prefix, msg.Subject, msg.Data)
+	if err != nil {
+		reason := dropReason(err)
+		s.stats.drop(reason)
+		s.dropLog.Warn().Err(err).Str("subject", truncate(msg.Subject, 200)).Int("bytes", len(msg.Data)).
+			Str("reason", reason).Msg("dropped event")
+		return
+	}
+	if s.follow != nil && !s.follow[ev.Service] {
+		s.stats.drop(DropUnsubscribed)
+		return
+	}
+	s.mu.Lock()
+	out := s.table.apply(ev.Service, ev.InstanceID, ev.Incarnation, ev.Kind == events.Online, fromEvent, time.Now())
+	s.mu.Unlock()
+	switch out {
+	case applied:
+		s.stats.applied.Add(1)
+		s.markDirty(ev.Service)
+	case stale:
+		s.stats.drop(DropStale)
+		s.dropLog.Debug().Str("service", ev.Service).Str("id", ev.InstanceID).Int64("incarnation", ev.Incarnation).
+			Stringer("kind", ev.Kind).Msg("dropped stale event")
+	case duplicate:
+		s.stats.drop(DropDuplicate)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// registryChanged is the mirror's OnChange: it queues the service for
+// reconciliation by the worker, without blocking the mirror.
+func (s *Subscriber) registryChanged(service string) {
+	if s.follow != nil && !s.follow[service] {
+		return
+	}
+	s.dmu.Lock()
+	s.regDirty[service] = true
+	s.dmu.Unlock()
+	select {
+	case s.regSignal <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Subscriber) takeRegistryDirty() []string {
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
+	out := make([]string, 0, len(s.regDirty))
+	for svc := range s.regDirty {
+		out = append(out, svc)
+	}
+	clear(s.regDirty)
+	slices.Sort(out)
+	return out
+}
+
+// followedServices are the services to reconcile: those the table or the
+// mirror knows, limited to the followed ones.
+func (s *Subscriber) followedServices() []string {
+	s.mu.Lock()
+	names := s.table.serviceNames()
+	s.mu.Unlock()
+	names = append(names, s.mirror.Services()...)
+	slices.Sort(names)
+	names = slices.Compact(names)
+	if s.follow == nil {
+		return names
+	}
+	return slices.DeleteFunc(names, func(n string) bool { return !s.follow[n] })
+}
+
+// work reconciles services the registry changed, runs anti-entropy and
+// collects old tombstones.
+func (s *Subscriber) work() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.AntiEntropy)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.regSignal:
+			for _, svc := range s.takeRegistryDirty() {
+				s.reconcile(s.ctx, svc)
+				// The registry's data for the service changed (an address,
+				// a zone, a new incarnation): rebuild even if the live set
+				// did not.
+				s.markDirty(svc)
+			}
+		case <-t.C:
+			for _, svc := range s.followedServices() {
+				if s.reconcile(s.ctx, svc) {
+					s.markDirty(svc)
+				}
+			}
+			s.mu.Lock()
+			s.table.collect(time.Now().Add(-s.cfg.TombstoneTTL))
+			s.mu.Unlock()
+		}
+	}
+}
+
+// reconcile makes the table agree with the registry for one service and
+// reports whether the live set changed. Live instances the mirror lacks are
+// taken offline only once a direct read confirms they are gone: the mirror
+// may lag an online event by a moment.
+func (s *Subscriber) reconcile(ctx context.Context, service string) bool {
+	s.stats.reconciles.Add(1)
+	truth := make(map[string]int64)
+	for _, in := range s.mirror.Service(service) {
+		truth[in.InstanceID] = in.Incarnation
+	}
+	now := time.Now()
+	s.mu.Lock()
+	changed := s.table.addRegistered(service, truth, now)
+	absent := s.table.liveAbsent(service, truth)
+	s.mu.Unlock()
+	for id, inc := range absent {
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.RegistryTimeout)
+		in, err := s.reg.Get(rctx, service, id)
+		cancel()
+		switch {
+		case errors.Is(err, serverlist.ErrNotFound):
+			s.mu.Lock()
+			out := s.table.apply(service, id, inc, false, fromRegistry, time.Now())
+			s.mu.Unlock()
+			if out == applied {
+				changed = true
+				s.stats.registryRemovals.Add(1)
+				s.log.Info().Str("service", service).Str("id", id).Msg("instance gone from the registry (deregistered or lease expired)")
+			}
+		case err != nil:
+			// The registry is unreachable: keep the instance; the next
+			// reconciliation decides.
+			s.log.Warn().Err(err).Str("service", service).Str("id", id).Msg("registry read failed; instance kept")
+		default:
+			s.mu.Lock()
+			if s.table.apply(service, id, in.Incarnation, true, fromRegistry, time.Now()) == applied {
+				changed = true
+			}
+			s.mu.Unlock()
+		}
+	}
+	return changed
+}
+
+// markDirty records a change of service and schedules its delivery.
+func (s *Subscriber) markDirty(service string) {
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
+	st := s.stateLocked(service)
+	st.dirty = true
+	if s.ready && !s.stopped {
+		s.scheduleLocked(service, st)
+	}
+}
+
+func (s *Subscriber) stateLocked(service string) *svcState {
+	st := s.svcs[service]
+	if st == nil {
+		st = &svcState{}
+		s.svcs[service] = st
+	}
+	return st
+}
+
+// scheduleLocked starts a delivery now or when the coalescing window (or
+// the error backoff) allows. Called with dmu held.
+func (s *Subscriber) scheduleLocked(service string, st *svcState) {
+	if st.running || st.timer != nil || s.stopped {
+		return
+	}
+	var delay time.Duration
+	if st.failures > 0 {
+		delay = min(100*time.Millisecond<<min(st.failures-1, 6), 5*time.Second)
+	} else if s.cfg.Coalesce > 0 && !st.lastFire.IsZero() {
+		delay = time.Until(st.lastFire.Add(s.cfg.Coalesce))
+	}
+	s.wg.Add(1)
+	if delay <= 0 {
+		st.running, st.dirty = true, false
+		go s.deliver(service, st)
+		return
+	}
+	st.timer = time.AfterFunc(delay, func() {
+		s.dmu.Lock()
+		st.timer = nil
+		if s.stopped {
+			s.dmu.Unlock()
+			s.wg.Done()
+			return
+		}
+		st.running, st.dirty = true, false
+		s.dmu.Unlock()
+		s.deliver(service, st)
+	})
+}
+
+// deliver calls the handler with the service's current live list.
+func (s *Subscriber) deliver(service string, st *svcState) {
+	defer s.wg.Done()
+	s.mu.Lock()
+	ids := s.table.live(service)
+	s.mu.Unlock()
+	st.rev++
+	err := s.handler(s.ctx, events.ListChanged{Service: service, InstanceIDs: ids, Revision: st.rev})
+	s.stats.delivered.Add(1)
+
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
+	st.running = false
+	st.lastFire = time.Now()
+	if err != nil && s.ctx.Err() == nil {
+		s.stats.handlerErrors.Add(1)
+		st.failures++
+		st.dirty = true
+		s.log.Warn().Err(err).Str("service", service).Int("failures", st.failures).Msg("list handler failed; will retry")
+	} else {
+		st.failures = 0
+	}
+	if st.dirty {
+		s.scheduleLocked(service, st)
+	}
+}
