@@ -105,7 +105,7 @@ type Balancer struct {
 	snap atomic.Pointer[Snapshot]
 
 	mu        sync.Mutex // serialises list changes; guards the fields below
-	instances map[string]*instance
+	byID      map[string]*Server // the current list by ID
 	version   uint64
 	listeners []Listener
 	started   bool
@@ -138,7 +138,7 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 		cfg:       cfg,
 		rnd:       globalRand{},
 		pollDelay: time.Second,
-		instances: make(map[string]*instance),
+		byID:      make(map[string]*Server),
 		shared: &statsShared{
 			clock:         systemClock{},
 			breaker:       cfg.Breaker,
@@ -258,12 +258,12 @@ func (b *Balancer) SetServers(servers []Server) error {
 		b.mu.Unlock()
 		return ErrClosed
 	}
-	list, err := b.adopt(servers)
+	list, byID, err := b.adopt(servers)
 	if len(list) == 0 && len(servers) > 0 {
 		b.mu.Unlock()
 		return fmt.Errorf("balancer %q: no valid server, list kept: %w", b.name, err)
 	}
-	b.installLocked(list)
+	b.installLocked(list, byID)
 	b.mu.Unlock()
 	b.notify()
 	return err
@@ -284,8 +284,8 @@ func (b *Balancer) AddServers(servers ...Server) error {
 	}
 	merged = append(merged, servers...)
 	// Later entries replace earlier ones with the same ID, in place.
-	list, err := b.adopt(dedupeLastWins(merged))
-	b.installLocked(list)
+	list, byID, err := b.adopt(dedupeLastWins(merged))
+	b.installLocked(list, byID)
 	b.mu.Unlock()
 	b.notify()
 	return err
@@ -317,14 +317,11 @@ func dedupeLastWins(in []Server) []Server {
 }
 
 // adopt turns caller values into the balancer's *Server copies, reusing the
-// current copy of an unchanged server. Called with b.mu held.
-func (b *Balancer) adopt(servers []Server) ([]*Server, error) {
-	cur := make(map[string]*Server, len(b.instances))
-	for _, s := range b.snap.Load().all {
-		cur[s.ID] = s
-	}
+// current copy of an unchanged server, and indexes them by ID. Called with
+// b.mu held.
+func (b *Balancer) adopt(servers []Server) ([]*Server, map[string]*Server, error) {
 	var errs []error
-	seen := make(map[string]bool, len(servers))
+	byID := make(map[string]*Server, len(servers))
 	list := make([]*Server, 0, len(servers))
 	for i := range servers {
 		s := servers[i]
@@ -332,13 +329,14 @@ func (b *Balancer) adopt(servers []Server) ([]*Server, error) {
 			errs = append(errs, err)
 			continue
 		}
-		if seen[s.ID] {
+		if byID[s.ID] != nil {
 			errs = append(errs, fmt.Errorf("balancer: server %q: duplicate ID, first kept", s.ID))
 			continue
 		}
-		seen[s.ID] = true
-		if old := cur[s.ID]; old != nil && old.sameAs(&s) {
+		old := b.byID[s.ID]
+		if old != nil && old.sameAs(&s) {
 			list = append(list, old)
+			byID[s.ID] = old
 			continue
 		}
 		// A fresh copy only for new or changed servers: taking &s would
@@ -347,14 +345,16 @@ func (b *Balancer) adopt(servers []Server) ([]*Server, error) {
 		*ns = s
 		ns.Metadata = cloneMap(s.Metadata)
 		ns.zone = lowerASCII(s.Zone)
-		ns.inst = b.instances[s.ID]
-		if ns.inst == nil {
+		if old != nil {
+			ns.inst = old.inst // same instance, new details: keep its stats
+		} else {
 			ns.inst = &instance{stats: ServerStats{shared: b.shared}}
 			ns.inst.alive.Store(true)
 		}
 		list = append(list, ns)
+		byID[s.ID] = ns
 	}
-	return list, errors.Join(errs...)
+	return list, byID, errors.Join(errs...)
 }
 
 func cloneMap(m map[string]string) map[string]string {
@@ -370,16 +370,12 @@ func cloneMap(m map[string]string) map[string]string {
 
 // installLocked swaps in a snapshot of list if it differs from the current
 // one and queues the change for listeners. Called with b.mu held.
-func (b *Balancer) installLocked(list []*Server) {
+func (b *Balancer) installLocked(list []*Server, byID map[string]*Server) {
 	old := b.snap.Load()
 	if slices.Equal(old.all, list) {
 		return
 	}
-	next := make(map[string]*instance, len(list))
-	for _, s := range list {
-		next[s.ID] = s.inst
-	}
-	b.instances = next
+	b.byID = byID
 	b.swapLocked(list)
 	b.nmu.Lock()
 	b.pending = append(b.pending, change{old: old.all, new: list})
@@ -415,10 +411,11 @@ func (b *Balancer) setAlive(alive map[string]bool) bool {
 	}
 	found, changed := false, false
 	for id, up := range alive {
-		inst := b.instances[id]
-		if inst == nil {
+		srv := b.byID[id]
+		if srv == nil {
 			continue
 		}
+		inst := srv.inst
 		found = true
 		if inst.alive.Swap(up) != up {
 			changed = true
@@ -438,12 +435,19 @@ func (b *Balancer) ReachableServers() []*Server { return b.snap.Load().full.serv
 
 // ServerStats returns the stats of a listed server, or nil.
 func (b *Balancer) ServerStats(id string) *ServerStats {
-	for _, s := range b.snap.Load().all {
-		if s.ID == id {
-			return &s.inst.stats
-		}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s := b.byID[id]; s != nil {
+		return &s.inst.stats
 	}
 	return nil
+}
+
+// Server returns the listed server with this ID, or nil.
+func (b *Balancer) Server(id string) *Server {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.byID[id]
 }
 
 // ZoneSnapshots returns fresh statistics of every zone with alive servers,
