@@ -1,0 +1,165 @@
+package publisher_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/internal/natstest"
+	"github.com/pushlb/pushlb/publisher"
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"))
+}
+
+type rig struct {
+	srv *natstest.Server
+	nc  *nats.Conn
+	reg *serverlist.Registry
+	evs chan events.Event
+}
+
+func newRig(t *testing.T, ttl time.Duration) *rig {
+	t.Helper()
+	srv := natstest.Start(t)
+	nc := srv.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := serverlist.Open(t.Context(), js, serverlist.RegistryConfig{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{srv: srv, nc: nc, reg: reg, evs: make(chan events.Event, 16)}
+	watcher := srv.Connect(t)
+	if _, err := watcher.Subscribe(events.WildcardSubject(events.DefaultPrefix), func(m *nats.Msg) {
+		if e, err := events.DecodeMessage(events.DefaultPrefix, m.Subject, m.Data); err == nil {
+			r.evs <- e
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	watcher.Flush()
+	return r
+}
+
+func (r *rig) next(t *testing.T) events.Event {
+	t.Helper()
+	select {
+	case e := <-r.evs:
+		return e
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event")
+	}
+	return events.Event{}
+}
+
+func (r *rig) registered(t *testing.T, id string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	_, err := r.reg.Get(ctx, "orders", id)
+	if err != nil && !errors.Is(err, serverlist.ErrNotFound) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+var orders = serverlist.Instance{Service: "orders", InstanceID: "10.0.0.1:orders:8080", Host: "10.0.0.1", Port: 8080, Zone: "a"}
+
+func TestAnnounceThenWithdraw(t *testing.T) {
+	r := newRig(t, 5*time.Second)
+	p, err := publisher.New(r.nc, r.reg, publisher.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Withdraw(t.Context(), ""); !errors.Is(err, publisher.ErrNotAnnounced) {
+		t.Fatalf("withdraw before announce: %v", err)
+	}
+	before := time.Now().UnixNano()
+	if err := p.Announce(t.Context(), orders); err != nil {
+		t.Fatal(err)
+	}
+	if !r.registered(t, orders.InstanceID) {
+		t.Fatal("not registered")
+	}
+	e := r.next(t)
+	if e.Kind != events.Online || e.InstanceID != orders.InstanceID || e.Incarnation < before {
+		t.Fatalf("online event %+v; incarnation should default to the start time", e)
+	}
+	if err := p.Withdraw(t.Context(), "shutdown"); err != nil {
+		t.Fatal(err)
+	}
+	off := r.next(t)
+	if off.Kind != events.Offline || off.Incarnation != e.Incarnation || off.Reason != "shutdown" {
+		t.Fatalf("offline event %+v", off)
+	}
+	if r.registered(t, orders.InstanceID) {
+		t.Fatal("still registered after withdraw")
+	}
+}
+
+func TestLeaseKeepsEntryAliveAndCloseLetsItExpire(t *testing.T) {
+	r := newRig(t, time.Second)
+	p, err := publisher.New(r.nc, r.reg, publisher.Config{LeaseInterval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Announce(t.Context(), orders); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // longer than the 1 s TTL
+	if !r.registered(t, orders.InstanceID) {
+		t.Fatal("the lease was not refreshed")
+	}
+	p.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for r.registered(t, orders.InstanceID) {
+		if time.Now().After(deadline) {
+			t.Fatal("the entry did not expire after Close")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestReannounceAfterReconnect(t *testing.T) {
+	r := newRig(t, 5*time.Second)
+	p, err := publisher.New(r.nc, r.reg, publisher.Config{ReconnectCheck: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Announce(t.Context(), orders); err != nil {
+		t.Fatal(err)
+	}
+	first := r.next(t)
+	r.srv.Restart(t)
+	e := r.next(t)
+	if e.Kind != events.Online || e.Incarnation != first.Incarnation {
+		t.Fatalf("after reconnect want the same online again, got %+v", e)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	r := newRig(t, time.Second)
+	if _, err := publisher.New(r.nc, r.reg, publisher.Config{LeaseInterval: 2 * time.Second}); !errors.Is(err, publisher.ErrInvalidConfig) {
+		t.Fatalf("a lease interval above the TTL must be refused: %v", err)
+	}
+	if _, err := publisher.New(r.nc, r.reg, publisher.Config{Prefix: "bad prefix"}); !errors.Is(err, publisher.ErrInvalidConfig) {
+		t.Fatalf("bad prefix: %v", err)
+	}
+	p, _ := publisher.New(r.nc, r.reg, publisher.Config{})
+	if err := p.Announce(t.Context(), serverlist.Instance{Service: "a.b", InstanceID: "x", Host: "h", Port: 1}); err == nil {
+		t.Fatal("an invalid service name must be refused")
+	}
+}
