@@ -104,7 +104,7 @@ type Balancer struct {
 
 	snap atomic.Pointer[Snapshot]
 
-	mu        sync.Mutex // serialises list changes; guards the fields below
+	mu        sync.Mutex         // serialises list changes; guards the fields below
 	byID      map[string]*Server // the current list by ID
 	version   uint64
 	listeners []Listener

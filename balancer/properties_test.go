@@ -7,28 +7,9 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
-
-// propClock is a manual clock for the properties tests.
-type propClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *propClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *propClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 func loadProps(t *testing.T, src string) *ClientsConfig {
 	t.Helper()
@@ -69,7 +50,7 @@ func TestPropertiesServiceProviderEndToEnd(t *testing.T) {
 		t.Fatalf("service-provider config:\n got %+v\nwant %+v", c, want)
 	}
 
-	clock := &propClock{now: time.Unix(1000, 0)}
+	clock := &fakeClock{t: time.Unix(1000, 0)}
 	f2, err := NewFactory(cfg, WithBalancerOptions(WithClock(clock)))
 	if err != nil {
 		t.Fatal(err)

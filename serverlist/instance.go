@@ -5,15 +5,15 @@ import (
 	"maps"
 	"net"
 	"strconv"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/pushlb/pushlb/events"
 )
 
 const (
 	// MaxServiceLen is the longest service name, in bytes.
-	MaxServiceLen = 128
+	MaxServiceLen = events.MaxServiceLength
 	// MaxInstanceIDLen is the longest instance ID, in bytes.
-	MaxInstanceIDLen = 256
+	MaxInstanceIDLen = events.MaxInstanceIDLength
 )
 
 // Instance is the registry's record of one running instance of a service:
@@ -84,39 +84,18 @@ func (in Instance) Equal(other Instance) bool {
 		maps.Equal(in.Metadata, other.Metadata)
 }
 
+// validateService and validateInstanceID apply the wire protocol's rules
+// (events package), reported as ErrInvalidInstance.
 func validateService(service string) error {
-	if service == "" {
-		return fmt.Errorf("%w: empty service", ErrInvalidInstance)
-	}
-	if len(service) > MaxServiceLen {
-		return fmt.Errorf("%w: service longer than %d bytes", ErrInvalidInstance, MaxServiceLen)
-	}
-	for i := 0; i < len(service); i++ {
-		if !isTokenByte(service[i]) {
-			return fmt.Errorf("%w: service %q: byte %q not in [A-Za-z0-9_-]", ErrInvalidInstance, service, service[i])
-		}
+	if err := events.ValidateService(service); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidInstance, err)
 	}
 	return nil
 }
 
-func isTokenByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_'
-}
-
 func validateInstanceID(id string) error {
-	if id == "" {
-		return fmt.Errorf("%w: empty instance ID", ErrInvalidInstance)
-	}
-	if len(id) > MaxInstanceIDLen {
-		return fmt.Errorf("%w: instance ID longer than %d bytes", ErrInvalidInstance, MaxInstanceIDLen)
-	}
-	if !utf8.ValidString(id) {
-		return fmt.Errorf("%w: instance ID %q is not valid UTF-8", ErrInvalidInstance, id)
-	}
-	for _, r := range id {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: instance ID %q has a control character", ErrInvalidInstance, id)
-		}
+	if err := events.ValidateInstanceID(id); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidInstance, err)
 	}
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb/events"
 )
 
 const (
@@ -102,17 +104,9 @@ func (c RegistryConfig) withDefaults() (RegistryConfig, error) {
 	return c, nil
 }
 
-func validBucket(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		if !isTokenByte(name[i]) {
-			return false
-		}
-	}
-	return true
-}
+// validBucket: a bucket name holds the same bytes as a NATS token
+// ([A-Za-z0-9_-]), which events.ValidateService checks.
+func validBucket(name string) bool { return events.ValidateService(name) == nil }
 
 // Registry is the instance registry: one JetStream KV entry per instance,
 // keyed by [EncodeKey], valued by the JSON of [Instance], with a lease (the
