@@ -462,6 +462,9 @@ func (b *Balancer) ZoneSnapshots() map[string]ZoneSnapshot {
 	return out
 }
 
+// BreakerTrips returns how many times a server's circuit breaker tripped.
+func (b *Balancer) BreakerTrips() uint64 { return b.shared.trips.Load() }
+
 // AddListener registers l and calls it at once with the current list.
 func (b *Balancer) AddListener(l Listener) {
 	b.mu.Lock()

@@ -289,6 +289,9 @@ func TestCircuitBreakerBlackout(t *testing.T) {
 	if st.CircuitTripped() || st.SuccessiveFailures() != 0 {
 		t.Fatal("a success should reset the breaker")
 	}
+	if n := tb.BreakerTrips(); n != 1 {
+		t.Fatalf("BreakerTrips = %d, want 1 (failures past the threshold are one trip)", n)
+	}
 }
 
 func TestActiveRequestsDecay(t *testing.T) {

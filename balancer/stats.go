@@ -50,6 +50,9 @@ type statsShared struct {
 	// epoch grows whenever a breaker trips or resets, so cached zone
 	// statistics know they are out of date.
 	epoch atomic.Uint64
+	// trips counts breakers tripping (successive failures reaching the
+	// threshold).
+	trips atomic.Uint64
 }
 
 // nanotime is monotonic nanoseconds since the balancer was built.
@@ -121,6 +124,7 @@ func (s *ServerStats) NoteConnectionFailure() {
 	s.lastFailure.Store(s.shared.nanotime())
 	if s.failures.Add(1) == int64(s.shared.breaker.Threshold) {
 		s.shared.epoch.Add(1)
+		s.shared.trips.Add(1)
 	}
 }
 

@@ -46,6 +46,11 @@ type Config struct {
 	Mirror serverlist.MirrorConfig
 	// Logger receives drops (rate-limited) and failures. Zero: no logs.
 	Logger zerolog.Logger
+	// OnEvent, if set, is called with every valid event of a followed
+	// service, before it is applied (for metrics such as the propagation
+	// lag, time.Since(e.At)). It runs on the NATS delivery goroutine: it must
+	// be quick and must not block.
+	OnEvent func(e events.Event)
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -292,6 +297,9 @@ func (s *Subscriber) onMsg(msg *nats.Msg) {
 	if s.follow != nil && !s.follow[ev.Service] {
 		s.stats.drop(DropUnsubscribed)
 		return
+	}
+	if s.cfg.OnEvent != nil {
+		s.cfg.OnEvent(ev)
 	}
 	s.mu.Lock()
 	out := s.table.apply(ev.Service, ev.InstanceID, ev.Incarnation, ev.Kind == events.Online, fromEvent, time.Now())
