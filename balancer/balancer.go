@@ -325,6 +325,9 @@ func (b *Balancer) adopt(servers []Server) ([]*Server, map[string]*Server, error
 	list := make([]*Server, 0, len(servers))
 	for i := range servers {
 		s := servers[i]
+		// A copy of one of our servers carries derived fields: drop them,
+		// the caller may have changed what they derive from.
+		s.inst, s.zone, s.addr = nil, "", ""
 		if err := s.normalize(); err != nil {
 			errs = append(errs, err)
 			continue
@@ -345,6 +348,7 @@ func (b *Balancer) adopt(servers []Server) ([]*Server, map[string]*Server, error
 		*ns = s
 		ns.Metadata = cloneMap(s.Metadata)
 		ns.zone = lowerASCII(s.Zone)
+		ns.addr = ns.Addr()
 		if old != nil {
 			ns.inst = old.inst // same instance, new details: keep its stats
 		} else {

@@ -35,6 +35,7 @@ type Server struct {
 
 	inst *instance // set on the balancer's copies
 	zone string    // lower-case Zone, set on the balancer's copies
+	addr string    // "host:port", set on the balancer's copies
 }
 
 // instance is the state of one server ID inside a balancer that outlives
@@ -44,8 +45,13 @@ type instance struct {
 	alive atomic.Bool
 }
 
-// Addr returns "host:port".
-func (s *Server) Addr() string { return net.JoinHostPort(s.Host, strconv.Itoa(s.Port)) }
+// Addr returns "host:port". It does not allocate for a balancer's servers.
+func (s *Server) Addr() string {
+	if s.addr != "" {
+		return s.addr
+	}
+	return net.JoinHostPort(s.Host, strconv.Itoa(s.Port))
+}
 
 // URLScheme returns the scheme to use in URLs: Scheme, or "http" when empty.
 func (s *Server) URLScheme() string {

@@ -1,0 +1,129 @@
+package lbhttp
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pushlb/pushlb/balancer"
+)
+
+// okServer is a backend that answers "ok" and records nothing, so that the
+// benchmarks measure the client side.
+func okServer(b *testing.B) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	b.Cleanup(srv.Close)
+	return srv
+}
+
+// roundTripLoop sends req through rt b.N times, reading every body.
+func roundTripLoop(b *testing.B, rt http.RoundTripper, req *http.Request) {
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
+
+// BenchmarkRoundTrip compares one GET through a plain *http.Transport with
+// the same GET through lbhttp's Transport over a balancer of that backend:
+// the difference is the cost of the pick, the URL rewrite and the stats.
+func BenchmarkRoundTrip(b *testing.B) {
+	srv := okServer(b)
+	b.Run("plain", func(b *testing.B) {
+		rt := &http.Transport{MaxIdleConnsPerHost: defaultMaxIdleConnsPerHost}
+		defer rt.CloseIdleConnections()
+		req, _ := http.NewRequest("GET", srv.URL+"/x", nil)
+		roundTripLoop(b, rt, req)
+	})
+	b.Run("lbhttp", func(b *testing.B) {
+		lb := newBalancer(b, "bench", balancer.DefaultConfig(), []balancer.Server{serverAt("a", srv.Listener.Addr().String(), "")})
+		tr := newTestTransport(b, BalancerMap{"bench": lb})
+		req, _ := http.NewRequest("GET", "http://bench/x", nil)
+		roundTripLoop(b, tr, req)
+	})
+}
+
+// BenchmarkProxy measures GETs straight to a backend ("direct") and
+// through the Proxy ("proxy"): from concurrent clients (GOMAXPROCS of them)
+// for throughput, and from one client ("-serial") for unloaded latency.
+// Besides ns/op (wall time per request) it reports requests per second
+// and the 99th percentile of the per-request latency.
+func BenchmarkProxy(b *testing.B) {
+	srv := okServer(b)
+	lb := newBalancer(b, "bench", balancer.DefaultConfig(), []balancer.Server{serverAt("a", srv.Listener.Addr().String(), "")})
+	tr := newTestTransport(b, BalancerMap{"bench": lb})
+	p, err := NewProxy(tr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	b.Cleanup(front.Close)
+
+	for _, tc := range []struct {
+		name, url string
+		parallel  bool
+	}{
+		{"direct", srv.URL + "/x", true},
+		{"proxy", front.URL + "/bench/x", true},
+		{"direct-serial", srv.URL + "/x", false},
+		{"proxy-serial", front.URL + "/bench/x", false},
+	} {
+		b.Run(tc.name, func(b *testing.B) { benchmarkGets(b, tc.url, tc.parallel) })
+	}
+}
+
+// benchmarkGets sends GETs to url and reports throughput and p99 latency.
+func benchmarkGets(b *testing.B, url string, parallel bool) {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: defaultMaxIdleConnsPerHost}}
+	defer client.CloseIdleConnections()
+	var mu sync.Mutex
+	var all []time.Duration
+	// gets runs requests while next allows and keeps their latencies.
+	gets := func(next func() bool) {
+		lat := make([]time.Duration, 0, 1024)
+		req, _ := http.NewRequest("GET", url, nil)
+		for next() {
+			t0 := time.Now()
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			lat = append(lat, time.Since(t0))
+		}
+		mu.Lock()
+		all = append(all, lat...)
+		mu.Unlock()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	if parallel {
+		b.RunParallel(func(pb *testing.PB) { gets(pb.Next) })
+	} else {
+		n := 0
+		gets(func() bool { n++; return n <= b.N })
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if len(all) == 0 {
+		return
+	}
+	slices.Sort(all)
+	p99 := all[(len(all)*99+99)/100-1]
+	b.ReportMetric(float64(p99.Microseconds()), "p99-us")
+	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "req/s")
+}

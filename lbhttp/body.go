@@ -1,0 +1,69 @@
+package lbhttp
+
+import (
+	"io"
+	"sync"
+	"sync/atomic"
+)
+
+// bodyGuard wraps a request body that cannot be replayed (no GetBody), for
+// one attempt. It records whether the attempt read from the body, and keeps
+// the attempt's Close from closing the caller's body until the Transport
+// knows it will not hand the body to another attempt: a dial that fails
+// closes the request body, yet the body is intact and the next server may
+// have it.
+//
+// Read is called by the attempt's transport only; Close and release may
+// come from different goroutines (the transport may close the body after
+// RoundTrip returned), hence the lock.
+type bodyGuard struct {
+	rc   io.ReadCloser
+	read atomic.Bool
+
+	mu       sync.Mutex
+	closed   bool // the attempt's transport called Close
+	released bool // the body is no longer ours to keep: Close closes rc
+	done     bool // rc has been closed
+}
+
+func newBodyGuard(rc io.ReadCloser) *bodyGuard { return &bodyGuard{rc: rc} }
+
+// Read reads from the wrapped body and notes that it was touched.
+func (g *bodyGuard) Read(p []byte) (int, error) {
+	g.read.Store(true)
+	return g.rc.Read(p)
+}
+
+// Close closes the wrapped body once it is released; until then it only
+// notes the call.
+func (g *bodyGuard) Close() error {
+	g.mu.Lock()
+	g.closed = true
+	closeNow := g.released && !g.done
+	if closeNow {
+		g.done = true
+	}
+	g.mu.Unlock()
+	if closeNow {
+		return g.rc.Close()
+	}
+	return nil
+}
+
+// release gives the body up: it is closed now if the attempt already closed
+// the guard, or when it does.
+func (g *bodyGuard) release() {
+	g.mu.Lock()
+	g.released = true
+	closeNow := g.closed && !g.done
+	if closeNow {
+		g.done = true
+	}
+	g.mu.Unlock()
+	if closeNow {
+		g.rc.Close()
+	}
+}
+
+// untouched reports whether the attempt never read from the body.
+func (g *bodyGuard) untouched() bool { return !g.read.Load() }

@@ -1,0 +1,35 @@
+// Package lbhttp sends HTTP requests to services through pushlb's
+// balancers: the client side of load balancing, as Ribbon's
+// LoadBalancerInterceptor and Feign client are for Spring, and the reverse
+// proxy a gateway serves.
+//
+// A [Transport] is a [net/http.RoundTripper] for URLs whose host is a
+// service name:
+//
+//	factory, _ := balancer.NewFactory(cfg)  // or a BalancerMap
+//	tr, _ := lbhttp.NewTransport(factory)
+//	defer tr.CloseIdleConnections()
+//	client := &http.Client{Transport: tr}
+//	resp, err := client.Get("http://orders/api/x") // one instance of orders
+//
+// For each attempt it chooses a server with the service's balancer
+// (honouring balancer.WithZone and balancer.WithKey on the request's
+// context), rewrites the URL to that server, and records the outcome in the
+// server's stats: a response resets the server's successive-failure count,
+// a connection failure feeds its circuit breaker. Failed attempts are
+// retried as the balancer's Config says (MaxAutoRetries on the same server,
+// MaxAutoRetriesNextServer on others, never the server that just failed),
+// and non-idempotent requests only when nothing was sent, unless
+// RetryAllOperations. Each service has its own connection pool with the
+// ConnectTimeout and ReadTimeout of its Config.
+//
+// A [Proxy] is a [net/http.Handler] built on
+// [net/http/httputil.ReverseProxy] over a Transport: "/orders/api/x" goes
+// to "http://orders/api/x", explicit [Route] values map other prefixes, and
+// failures become short 404, 502, 503 or 504 answers.
+//
+// Errors are [*Error] values matching [ErrUnknownService], [ErrNoServers]
+// (the balancer's own sentinel) or [ErrAllTriesFailed] with errors.Is, and
+// their cause; [IsConnectFailure] tells a failure to connect from others.
+// Metrics hang off an [Observer], so this package needs no metrics library.
+package lbhttp

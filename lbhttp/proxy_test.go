@@ -1,0 +1,338 @@
+package lbhttp
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb/balancer"
+)
+
+// newFront serves proxy on 127.0.0.1; the returned client's idle
+// connections are closed with the server.
+func newFront(t testing.TB, tr http.RoundTripper, opts ...ProxyOption) (*httptest.Server, *http.Client) {
+	t.Helper()
+	p, err := NewProxy(tr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	return front, front.Client()
+}
+
+func TestProxyDefaultRouteStripsServicePrefix(t *testing.T) {
+	orders := newBackend(t, "orders-1", nil)
+	tr := newTestTransport(t, BalancerMap{"orders": newBalancer(t, "orders", balancer.DefaultConfig(), []balancer.Server{orders.server("")})})
+	front, client := newFront(t, tr)
+
+	tests := []struct {
+		path, wantPath, wantRawPath, wantQuery string
+	}{
+		{"/orders/api/x?q=1", "/api/x", "", "q=1"},
+		{"/orders", "/", "", ""},
+		{"/orders/", "/", "", ""},
+		{"/orders/a%2Fb/c?x=%20", "/a/b/c", "/a%2Fb/c", "x=%20"},
+	}
+	for _, tc := range tests {
+		req := newRequest(t, "GET", front.URL+tc.path, nil)
+		req.Header.Set("X-Forwarded-For", "6.6.6.6") // a client's claim: dropped
+		status, body, err := send(t, client, req)
+		if err != nil || status != 200 || body != "orders-1" {
+			t.Fatalf("GET %s = %d %q, %v", tc.path, status, body, err)
+		}
+		s := orders.last.Load()
+		if s.Path != tc.wantPath || s.RawPath != tc.wantRawPath || s.Query != tc.wantQuery {
+			t.Errorf("GET %s reached the backend as path %q raw %q query %q; want %q %q %q",
+				tc.path, s.Path, s.RawPath, s.Query, tc.wantPath, tc.wantRawPath, tc.wantQuery)
+		}
+		frontHost := strings.TrimPrefix(front.URL, "http://")
+		for h, want := range map[string]string{
+			"X-Forwarded-For":    "127.0.0.1",
+			"X-Forwarded-Host":   frontHost,
+			"X-Forwarded-Proto":  "http",
+			"X-Forwarded-Prefix": "/orders",
+		} {
+			if got := s.Header.Get(h); got != want {
+				t.Errorf("GET %s: %s = %q, want %q", tc.path, h, got, want)
+			}
+		}
+		if want := orders.Listener.Addr().String(); s.Host != want {
+			t.Errorf("Host = %q, want the server address %q", s.Host, want)
+		}
+	}
+}
+
+func TestProxyRoutes(t *testing.T) {
+	orders := newBackend(t, "orders-1", nil)
+	catalog := newBackend(t, "catalog-1", nil)
+	bs := BalancerMap{
+		"orders":  newBalancer(t, "orders", balancer.DefaultConfig(), []balancer.Server{orders.server("")}),
+		"catalog": newBalancer(t, "catalog", balancer.DefaultConfig(), []balancer.Server{catalog.server("")}),
+	}
+	tr := newTestTransport(t, bs)
+	routes := WithRoutes(
+		Route{Prefix: "/api", Service: "catalog"},
+		Route{Prefix: "/api/orders/", Service: "orders", StripPrefix: true},
+	)
+
+	tests := []struct {
+		name       string
+		opts       []ProxyOption
+		path       string
+		wantStatus int
+		wantBody   string
+		backend    *backend
+		wantPath   string
+	}{
+		{name: "longest prefix wins", opts: []ProxyOption{routes}, path: "/api/orders/list?x=1", wantStatus: 200, wantBody: "orders-1", backend: orders, wantPath: "/list"},
+		{name: "prefix alone", opts: []ProxyOption{routes}, path: "/api/orders", wantStatus: 200, wantBody: "orders-1", backend: orders, wantPath: "/"},
+		{name: "shorter prefix, not stripped", opts: []ProxyOption{routes}, path: "/api/ordersx/1", wantStatus: 200, wantBody: "catalog-1", backend: catalog, wantPath: "/api/ordersx/1"},
+		{name: "default rule still on", opts: []ProxyOption{routes}, path: "/orders/z", wantStatus: 200, wantBody: "orders-1", backend: orders, wantPath: "/z"},
+		{name: "default rule off", opts: []ProxyOption{routes, WithoutDefaultRoute()}, path: "/orders/z", wantStatus: 404, wantBody: "no route\n"},
+		{name: "unknown service", path: "/billing/z", wantStatus: 404, wantBody: "unknown service\n"},
+		{name: "not a service name", path: "/%2e%2e/z", wantStatus: 404, wantBody: "no route\n"},
+		{name: "root", path: "/", wantStatus: 404, wantBody: "no route\n"},
+		{name: "filtered service", opts: []ProxyOption{WithServices(func(s string) bool { return s == "catalog" })}, path: "/orders/z", wantStatus: 404, wantBody: "no route\n"},
+		{name: "allowed service", opts: []ProxyOption{WithServices(func(s string) bool { return s == "catalog" })}, path: "/catalog/z", wantStatus: 200, wantBody: "catalog-1", backend: catalog, wantPath: "/z"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			front, client := newFront(t, tr, tc.opts...)
+			status, body, err := send(t, client, newRequest(t, "GET", front.URL+tc.path, nil))
+			if err != nil || status != tc.wantStatus || body != tc.wantBody {
+				t.Fatalf("GET %s = %d %q, %v; want %d %q", tc.path, status, body, err, tc.wantStatus, tc.wantBody)
+			}
+			if tc.backend != nil {
+				if got := tc.backend.last.Load().Path; got != tc.wantPath {
+					t.Errorf("backend saw path %q, want %q", got, tc.wantPath)
+				}
+			}
+		})
+	}
+}
+
+func TestProxyPreserveHost(t *testing.T) {
+	orders := newBackend(t, "orders-1", nil)
+	tr := newTestTransport(t, BalancerMap{"orders": newBalancer(t, "orders", balancer.DefaultConfig(), []balancer.Server{orders.server("")})})
+	front, client := newFront(t, tr, WithPreserveHost())
+	req := newRequest(t, "GET", front.URL+"/orders/x", nil)
+	req.Host = "shop.example"
+	if _, _, err := send(t, client, req); err != nil {
+		t.Fatal(err)
+	}
+	if got := orders.last.Load().Host; got != "shop.example" {
+		t.Errorf("Host = %q, want the client's", got)
+	}
+}
+
+func TestProxyErrorAnswers(t *testing.T) {
+	release := make(chan struct{})
+	slow := newBackend(t, "slow", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	t.Cleanup(func() { close(release) })
+	slowCfg := balancer.DefaultConfig()
+	slowCfg.ReadTimeout = 50 * time.Millisecond
+	bs := BalancerMap{
+		"empty": newBalancer(t, "empty", balancer.DefaultConfig(), nil),
+		"dead":  newBalancer(t, "dead", balancer.DefaultConfig(), []balancer.Server{refusing(t, "d1"), refusing(t, "d2")}),
+		"slow":  newBalancer(t, "slow", slowCfg, []balancer.Server{slow.server("")}),
+	}
+	var logs lockedBuffer
+	tr := newTestTransport(t, bs)
+	front, client := newFront(t, tr, WithProxyLogger(zerolog.New(&logs)))
+	for _, tc := range []struct {
+		path, body string
+		status     int
+	}{
+		{"/empty/x", "no instances of empty available\n", 503},
+		{"/dead/x", "dead unavailable\n", 502},
+		{"/slow/x", "slow timed out\n", 504},
+		{"/nope/x", "unknown service\n", 404},
+	} {
+		req := newRequest(t, "GET", front.URL+tc.path, nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || string(body) != tc.body {
+			t.Errorf("GET %s = %d %q; want %d %q", tc.path, resp.StatusCode, body, tc.status, tc.body)
+		}
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+			t.Errorf("GET %s: Content-Type %q", tc.path, ct)
+		}
+	}
+	// The details go to the log, not to the client.
+	out := logs.String()
+	for _, want := range []string{`"level":"warn"`, `"service":"dead"`, "connection refused", `"status":504`, `"attempts":2`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %s:\n%s", want, out)
+		}
+	}
+}
+
+// lockedBuffer is a log sink safe for concurrent writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestProxyRetriesPOSTBodyAfterRefusedConnection(t *testing.T) {
+	good := newBackend(t, "good", nil)
+	lb := newBalancer(t, "orders", balancer.DefaultConfig(), []balancer.Server{refusing(t, "dead"), good.server("")},
+		balancer.WithRule(script("dead", "good")))
+	var logs lockedBuffer
+	tr := newTestTransport(t, BalancerMap{"orders": lb}, WithLogger(zerolog.New(&logs).Level(zerolog.DebugLevel)))
+	front, client := newFront(t, tr)
+	payload := strings.Repeat("p", 100<<10)
+	status, body, err := send(t, client, newRequest(t, "POST", front.URL+"/orders/new", strings.NewReader(payload)))
+	if err != nil || status != 200 || body != "good" {
+		t.Fatalf("POST = %d %q, %v", status, body, err)
+	}
+	if got := good.last.Load().Body; got != payload {
+		t.Errorf("good received %d bytes, want %d", len(got), len(payload))
+	}
+	if out := logs.String(); !strings.Contains(out, `"next":"good@`) || !strings.Contains(out, "lbhttp: retrying") {
+		t.Errorf("retry not logged:\n%s", out)
+	}
+}
+
+func TestProxyStreamsResponses(t *testing.T) {
+	next := make(chan struct{})
+	stream := newBackend(t, "stream", func(w http.ResponseWriter, r *http.Request) {
+		// A known length and a plain type: ReverseProxy flushes these only
+		// because the Proxy asks it to (it always flushes event streams and
+		// bodies of unknown length).
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("Content-Length", "27")
+		rc := http.NewResponseController(w)
+		for i := range 3 {
+			fmt.Fprintf(w, "data: %d\n\n", i)
+			if err := rc.Flush(); err != nil {
+				return
+			}
+			select {
+			case <-next:
+			case <-r.Context().Done():
+				return
+			}
+		}
+	})
+	tr := newTestTransport(t, BalancerMap{"events": newBalancer(t, "events", balancer.DefaultConfig(), []balancer.Server{stream.server("")})})
+	front, client := newFront(t, tr)
+	resp, err := client.Do(newRequest(t, "GET", front.URL+"/events/feed", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	for i := range 3 {
+		// Each event must arrive before the backend is told to send the
+		// next one: the proxy does not buffer.
+		line, err := br.ReadString('\n')
+		if err != nil || line != fmt.Sprintf("data: %d\n", i) {
+			t.Fatalf("event %d: %q, %v", i, line, err)
+		}
+		if _, err := br.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		next <- struct{}{}
+	}
+}
+
+func TestProxyTunnelsUpgrade(t *testing.T) {
+	// A backend that switches to an echo protocol by hand, as a WebSocket
+	// server does after its handshake.
+	echo := newBackend(t, "echo", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			http.Error(w, "upgrade required", http.StatusUpgradeRequired)
+			return
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		brw.Flush()
+		io.Copy(conn, brw)
+	})
+	tr := newTestTransport(t, BalancerMap{"ws": newBalancer(t, "ws", balancer.DefaultConfig(), []balancer.Server{echo.server("")})})
+	front, _ := newFront(t, tr)
+
+	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(front.URL, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(conn, "GET /ws/socket HTTP/1.1\r\nHost: gateway\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Upgrade") != "echo" {
+		t.Fatalf("handshake: %s, Upgrade %q", resp.Status, resp.Header.Get("Upgrade"))
+	}
+	for _, msg := range []string{"hello", "over the tunnel"} {
+		if _, err := io.WriteString(conn, msg); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(br, buf); err != nil || string(buf) != msg {
+			t.Fatalf("echo = %q, %v; want %q", buf, err, msg)
+		}
+	}
+	if got := echo.last.Load().Path; got != "/socket" {
+		t.Errorf("backend saw path %q", got)
+	}
+}
+
+func TestNewProxyOptions(t *testing.T) {
+	tr := newTestTransport(t, BalancerMap{})
+	for name, opts := range map[string][]ProxyOption{
+		"nil option":       {nil},
+		"relative prefix":  {WithRoutes(Route{Prefix: "api", Service: "a"})},
+		"no service":       {WithRoutes(Route{Prefix: "/api"})},
+		"bad service name": {WithRoutes(Route{Prefix: "/api", Service: "a/b"})},
+		"duplicate prefix": {WithRoutes(Route{Prefix: "/api", Service: "a"}, Route{Prefix: "/api/", Service: "b"})},
+		"nil filter":       {WithServices(nil)},
+	} {
+		if _, err := NewProxy(tr, opts...); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("%s: %v; want ErrInvalidOption", name, err)
+		}
+	}
+	if _, err := NewProxy(nil); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("nil transport: %v", err)
+	}
+}
