@@ -1,0 +1,188 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+// ErrConfig wraps every configuration error; cmd/gateway exits 2 on it.
+var ErrConfig = errors.New("gateway: invalid config")
+
+// Config is the gateway's configuration: a YAML file, then command-line
+// flags over it. Zero values take the defaults of DefaultConfig.
+type Config struct {
+	// Listen is the proxy's address. Default 127.0.0.1:8080.
+	Listen string `yaml:"listen"`
+	// Admin is the admin listener (/-/lb, /metrics, /healthz). Default
+	// 127.0.0.1:8081; "off" disables it.
+	Admin string `yaml:"admin"`
+	// Zone is the gateway's own zone, for the zone filters of every client
+	// that does not set one.
+	Zone string `yaml:"zone"`
+	// Prefix is the NATS subject prefix. Default "lb".
+	Prefix string `yaml:"prefix"`
+	// Lease is the registry's TTL; it must match the announcers'. Default
+	// 30s.
+	Lease time.Duration `yaml:"lease"`
+
+	// NATS is the connection to an existing NATS server. With an empty URL
+	// the gateway starts an embedded server with JetStream.
+	NATS NATSConfig `yaml:"nats"`
+	// EmbeddedNATS is where the embedded server listens. Default
+	// 127.0.0.1:4222.
+	EmbeddedNATS string `yaml:"embeddedNats"`
+	// DataDir holds the embedded server's JetStream data. Default: a
+	// temporary directory removed at exit.
+	DataDir string `yaml:"dataDir"`
+
+	// Subscriber tunes the push path.
+	Subscriber SubscriberConfig `yaml:"subscriber"`
+
+	// Routes map path prefixes to services, in addition to the default
+	// /<service>/<rest> rule (unless DefaultRoutes is false).
+	Routes        []Route `yaml:"routes"`
+	DefaultRoutes *bool   `yaml:"defaultRoutes"`
+
+	// Balancer holds the per-client balancer settings: defaults and
+	// clients, as balancer.LoadConfigYAML reads them.
+	Balancer *balancer.ClientsConfig `yaml:"balancer"`
+
+	// ShutdownTimeout bounds how long in-flight requests may take to finish
+	// on SIGTERM. Default 10s.
+	ShutdownTimeout time.Duration `yaml:"shutdownTimeout"`
+
+	// Demo starts three local backends in two zones that announce
+	// themselves as service "demo".
+	Demo bool `yaml:"demo"`
+}
+
+// NATSConfig is the NATS connection.
+type NATSConfig struct {
+	URL       string `yaml:"url"`
+	CredsFile string `yaml:"credsFile"`
+	User      string `yaml:"user"`
+	Password  string `yaml:"password"`
+	Token     string `yaml:"token"`
+	TLS       struct {
+		CA   string `yaml:"ca"`
+		Cert string `yaml:"cert"`
+		Key  string `yaml:"key"`
+	} `yaml:"tls"`
+}
+
+// SubscriberConfig tunes the subscriber.
+type SubscriberConfig struct {
+	// Services limits the gateway to these services; empty follows all.
+	Services []string `yaml:"services"`
+	// Coalesce is the minimum time between two rebuilds of one service.
+	// Default 10ms.
+	Coalesce time.Duration `yaml:"coalesce"`
+	// AntiEntropy is the full reconciliation interval. Default 60s.
+	AntiEntropy time.Duration `yaml:"antiEntropy"`
+}
+
+// Route sends requests whose path starts with Prefix to Service.
+type Route struct {
+	Prefix      string `yaml:"prefix"`
+	Service     string `yaml:"service"`
+	StripPrefix bool   `yaml:"stripPrefix"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Listen:          "127.0.0.1:8080",
+		Admin:           "127.0.0.1:8081",
+		Prefix:          events.DefaultPrefix,
+		Lease:           serverlist.DefaultTTL,
+		EmbeddedNATS:    "127.0.0.1:4222",
+		ShutdownTimeout: 10 * time.Second,
+		Subscriber:      SubscriberConfig{Coalesce: 10 * time.Millisecond, AntiEntropy: 60 * time.Second},
+	}
+}
+
+// LoadFile reads a configuration file over DefaultConfig: YAML (.yaml,
+// .yml) for the whole gateway, or a Ribbon .properties file for the
+// balancer settings only.
+func LoadFile(path string) (Config, error) {
+	cfg := DefaultConfig()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".properties":
+		bc, err := balancer.LoadRibbonProperties(bytes.NewReader(data))
+		if err != nil {
+			return cfg, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
+		}
+		cfg.Balancer = bc
+	case ".yaml", ".yml":
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+			return cfg, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
+		}
+	default:
+		return cfg, fmt.Errorf("%w: %s: unknown file type (want .yaml, .yml or .properties)", ErrConfig, path)
+	}
+	return cfg, cfg.Validate()
+}
+
+// Validate reports the first invalid setting, wrapping ErrConfig, and fills
+// defaults that depend on other settings.
+func (c *Config) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)
+	}
+	if c.Listen == "" {
+		return bad("listen: empty address")
+	}
+	if c.Admin == "" {
+		return bad(`admin: empty address (use "off" to disable)`)
+	}
+	if err := events.ValidatePrefix(c.Prefix); err != nil {
+		return bad("prefix: %w", err)
+	}
+	if c.Lease < serverlist.MinTTL {
+		return bad("lease: %v is below the minimum %v", c.Lease, serverlist.MinTTL)
+	}
+	for _, s := range c.Subscriber.Services {
+		if err := events.ValidateService(s); err != nil {
+			return bad("subscriber.services: %w", err)
+		}
+	}
+	if c.Subscriber.AntiEntropy < 0 || c.ShutdownTimeout < 0 {
+		return bad("negative duration")
+	}
+	for i, r := range c.Routes {
+		if !strings.HasPrefix(r.Prefix, "/") {
+			return bad("routes[%d].prefix %q must start with /", i, r.Prefix)
+		}
+		if err := events.ValidateService(r.Service); err != nil {
+			return bad("routes[%d].service: %w", i, err)
+		}
+	}
+	if c.Balancer == nil {
+		c.Balancer = balancer.DefaultClientsConfig()
+	}
+	if err := c.Balancer.Validate(); err != nil {
+		return bad("balancer: %w", err)
+	}
+	return nil
+}
+
+// defaultRoutes reports whether the /<service>/<rest> rule is on.
+func (c *Config) defaultRoutes() bool { return c.DefaultRoutes == nil || *c.DefaultRoutes }

@@ -1,0 +1,11 @@
+// Package gateway is the embedding of pushlb that cmd/gateway runs: an HTTP
+// reverse proxy whose balancers are fed by the push path.
+//
+// Start wires, in order: NATS (an embedded server with JetStream when no URL
+// is configured), the registry bucket, the balancer factory (per-client
+// settings from YAML or Ribbon properties), the subscriber (which owns the
+// registry mirror) with one lbvisitor per service, the lbhttp proxy, and the
+// admin listener (/-/lb, /metrics, /healthz). Shutdown stops accepting,
+// finishes in-flight requests within a bound, and stops everything in the
+// reverse order.
+package gateway

@@ -1,0 +1,249 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/pushlb/pushlb/publisher"
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"))
+}
+
+func testConfig(t *testing.T) Config {
+	cfg := DefaultConfig()
+	cfg.Listen, cfg.Admin, cfg.EmbeddedNATS = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.DataDir = t.TempDir()
+	return cfg
+}
+
+func startGateway(t *testing.T, cfg Config) *Gateway {
+	t.Helper()
+	g, err := New(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := g.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Shutdown(context.Background()) })
+	return g
+}
+
+// announce publishes a backend as an instance of service through its own
+// NATS connection, as cmd/announce would.
+func announce(t *testing.T, g *Gateway, service, zone string, backend *httptest.Server) *publisher.Publisher {
+	t.Helper()
+	nc, err := nats.Connect(g.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	reg, err := serverlist.Open(t.Context(), js, serverlist.RegistryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := publisher.New(nc, reg, publisher.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	host, port, _ := net.SplitHostPort(backend.Listener.Addr().String())
+	pn, _ := strconv.Atoi(port)
+	if err := p.Announce(t.Context(), serverlist.Instance{Service: service, InstanceID: backend.URL, Host: host, Port: pn, Zone: zone}); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func backend(t *testing.T, name string) *httptest.Server {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s", name, r.URL.Path)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestGatewayRoutesToAnnouncedInstances(t *testing.T) {
+	g := startGateway(t, testConfig(t))
+	proxy := "http://" + g.ProxyAddr()
+	if code, _ := get(t, proxy+"/orders/x"); code != http.StatusNotFound {
+		t.Fatalf("unknown service: %d, want 404", code)
+	}
+	a, b := backend(t, "a"), backend(t, "b")
+	announce(t, g, "orders", "z1", a)
+	pb := announce(t, g, "orders", "z1", b)
+	seen := map[string]bool{}
+	eventually(t, "both backends to answer", func() bool {
+		_, body := get(t, proxy+"/orders/api/x")
+		seen[body] = true
+		return seen["a /api/x"] && seen["b /api/x"]
+	})
+
+	if err := pb.Withdraw(t.Context(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b to leave", func() bool { return len(g.State().Services[0].Servers) == 1 })
+	for range 20 {
+		if _, body := get(t, proxy+"/orders/y"); body != "a /y" {
+			t.Fatalf("request reached %q after b withdrew", body)
+		}
+	}
+}
+
+func TestGatewayAdminEndpoints(t *testing.T) {
+	g := startGateway(t, testConfig(t))
+	announce(t, g, "orders", "z1", backend(t, "a"))
+	eventually(t, "the service", func() bool { return len(g.State().Services) == 1 })
+	get(t, "http://"+g.ProxyAddr()+"/orders/")
+	admin := "http://" + g.AdminAddr()
+
+	code, body := get(t, admin+"/-/lb")
+	if code != 200 || !strings.Contains(body, `"name": "orders"`) || !strings.Contains(body, `"zone": "z1"`) {
+		t.Fatalf("/-/lb: %d %s", code, body)
+	}
+	req, _ := http.NewRequest("GET", admin+"/-/lb", nil)
+	req.Header.Set("Accept", "text/html")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	html, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(resp.Header.Get("Content-Type"), "text/html") || !strings.Contains(string(html), "<h2>orders") {
+		t.Fatalf("HTML view: %s", html)
+	}
+	_, metrics := get(t, admin+"/metrics")
+	for _, m := range []string{"pushlb_events_received_total", `pushlb_events_dropped_total{reason="malformed"}`,
+		"pushlb_event_propagation_lag_seconds_bucket", `pushlb_servers{service="orders"} 1`, `pushlb_picks_total{service="orders"} 1`,
+		"pushlb_breaker_trips_total", `pushlb_lookups_total{result="hit"}`, "pushlb_registry_resyncs_total", "pushlb_retries_total"} {
+		if !strings.Contains(metrics, m) {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+	if code, _ := get(t, admin+"/healthz"); code != 200 {
+		t.Fatalf("/healthz %d", code)
+	}
+}
+
+func TestGatewayNoServersIs503(t *testing.T) {
+	g := startGateway(t, testConfig(t))
+	p := announce(t, g, "orders", "", backend(t, "a"))
+	eventually(t, "the service", func() bool { return len(g.State().Services) == 1 })
+	p.Withdraw(t.Context(), "")
+	eventually(t, "an empty list", func() bool { return len(g.State().Services[0].Servers) == 0 })
+	if code, body := get(t, "http://"+g.ProxyAddr()+"/orders/x"); code != http.StatusServiceUnavailable || !strings.Contains(body, "orders") {
+		t.Fatalf("%d %q", code, body)
+	}
+}
+
+func TestGatewayDemo(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Demo = true
+	g := startGateway(t, cfg)
+	proxy, admin := "http://"+g.ProxyAddr(), "http://"+g.AdminAddr()
+	seen := map[string]bool{}
+	eventually(t, "three demo backends", func() bool {
+		_, body := get(t, proxy+"/demo/")
+		seen[strings.Fields(body)[2]] = true
+		return len(seen) == 3
+	})
+	resp, err := http.Post(admin+"/-/demo/stop/demo-2", "", nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("stop: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	for range 30 {
+		if _, body := get(t, proxy+"/demo/"); strings.Contains(body, "demo-2") {
+			t.Fatalf("demo-2 answered after its stop: %s", body)
+		}
+	}
+	if !strings.Contains(g.DemoInstructions(), "/-/demo/stop/demo-2") {
+		t.Fatal("instructions lack the stop command")
+	}
+}
+
+func TestConfigFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(body), 0o600)
+		return p
+	}
+	good := write("good.yaml", `
+listen: 127.0.0.1:9000
+zone: a
+routes:
+  - {prefix: /api/orders, service: orders, stripPrefix: true}
+subscriber: {coalesce: 5ms}
+balancer:
+  clients:
+    orders: {rule: RoundRobin}
+`)
+	cfg, err := LoadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != "127.0.0.1:9000" || cfg.Balancer.For("orders").Rule != "RoundRobin" || len(cfg.Routes) != 1 || cfg.Subscriber.Coalesce != 5*time.Millisecond {
+		t.Fatalf("loaded %+v", cfg)
+	}
+	if _, err := LoadFile(write("r.properties", "orders.ribbon.NFLoadBalancerRuleClassName=com.netflix.loadbalancer.RandomRule\n")); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{
+		"unknown.yaml":   "listn: x\n",
+		"type.yaml":      "lease: forever\n",
+		"route.yaml":     "routes: [{prefix: api, service: orders}]\n",
+		"rule.yaml":      "balancer: {defaults: {rule: Fastest}}\n",
+		"bad.properties": "orders.ribbon.NFLoadBalancerRuleClassName=com.example.Nope\n",
+		"x.toml":         "",
+	} {
+		if _, err := LoadFile(write(name, body)); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: want ErrConfig, got %v", name, err)
+		}
+	}
+}
