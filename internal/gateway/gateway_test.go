@@ -138,8 +138,10 @@ func TestGatewayRoutesToAnnouncedInstances(t *testing.T) {
 func TestGatewayAdminEndpoints(t *testing.T) {
 	g := startGateway(t, testConfig(t))
 	announce(t, g, "orders", "z1", backend(t, "a"))
-	eventually(t, "the service", func() bool { return len(g.State().Services) == 1 })
-	get(t, "http://"+g.ProxyAddr()+"/orders/")
+	eventually(t, "the server", func() bool { s := g.State().Services; return len(s) == 1 && len(s[0].Servers) == 1 })
+	if code, _ := get(t, "http://"+g.ProxyAddr()+"/orders/"); code != 200 {
+		t.Fatalf("proxy answered %d", code)
+	}
 	admin := "http://" + g.AdminAddr()
 
 	code, body := get(t, admin+"/-/lb")
@@ -173,7 +175,7 @@ func TestGatewayAdminEndpoints(t *testing.T) {
 func TestGatewayNoServersIs503(t *testing.T) {
 	g := startGateway(t, testConfig(t))
 	p := announce(t, g, "orders", "", backend(t, "a"))
-	eventually(t, "the service", func() bool { return len(g.State().Services) == 1 })
+	eventually(t, "the server", func() bool { s := g.State().Services; return len(s) == 1 && len(s[0].Servers) == 1 })
 	p.Withdraw(t.Context(), "")
 	eventually(t, "an empty list", func() bool { return len(g.State().Services[0].Servers) == 0 })
 	if code, body := get(t, "http://"+g.ProxyAddr()+"/orders/x"); code != http.StatusServiceUnavailable || !strings.Contains(body, "orders") {

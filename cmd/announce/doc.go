@@ -1,0 +1,115 @@
+// Command announce announces a service instance to pushlb's gateways over
+// NATS: it registers the instance in the registry (a JetStream KV bucket)
+// and publishes an online event once the instance is ready, keeps the
+// registry lease alive while it runs, and announces it offline before it
+// stops. Gateways then route to the instance at once, and stop routing to it
+// at once, instead of polling. The wire protocol is docs/protocol.md.
+//
+// # Modes
+//
+// Hold mode announces an address served by another process:
+//
+//	announce -service orders -addr 127.0.0.1:9001 [-id ID] [-zone Z] [-meta k=v]... [-secure]
+//
+// It waits until the address accepts TCP connections (or until -health
+// answers 2xx), for at most -ready-timeout, then announces and holds the
+// lease. On SIGINT or SIGTERM it publishes the offline event, removes the
+// registry entry and exits 0.
+//
+// Supervise mode starts the service itself:
+//
+//	announce [flags] -- COMMAND [ARGS...]
+//
+// COMMAND inherits stdin, stdout, stderr and the environment and runs in its
+// own process group, so that a Ctrl-C at a terminal reaches announce first.
+// announce connects to NATS before it starts COMMAND (a deployment without
+// NATS fails fast and leaves nothing behind), announces once the address is
+// ready, and exits with COMMAND's exit status, or 128+N if a signal N killed
+// it, as shells report. On SIGINT or SIGTERM it withdraws the instance
+// (offline event, then registry removal) first, waits -drain so gateways
+// stop sending, and only then forwards the signal to COMMAND's process
+// group; a second SIGINT or SIGTERM cuts the drain short. SIGHUP, SIGUSR1
+// and SIGUSR2 are forwarded at once. If COMMAND exits on its own, announce
+// withdraws at once; if it exits before it was ready, nothing is announced.
+// If it is not ready within -ready-timeout, announce stops it (SIGTERM, then
+// SIGKILL after 5 s) and exits 1. On Linux COMMAND also receives SIGTERM if
+// announce itself is killed. A COMMAND that cannot be found exits 127, one
+// that cannot be run 126.
+//
+// Offline mode announces an instance offline on its behalf, for example
+// after its host died:
+//
+//	announce offline -service orders -id ID [-reason R] [-incarnation N]
+//
+// It publishes the offline event and removes the registry entry. Gateways
+// ignore an offline event whose incarnation is lower than the one they know,
+// so announce uses the incarnation stored in the registry. When the registry
+// holds no entry (it expired or was removed), it uses the current time in
+// nanoseconds: higher than that of any earlier start, so gateways that still
+// route to the ID drop it, and lower than that of any later start, which
+// still comes online normally. -incarnation overrides both. Offline mode
+// only reads and purges the registry bucket; it never creates it or changes
+// its settings.
+//
+// # Flags
+//
+// Instance (hold and supervise modes):
+//
+//	-service NAME        service name, a NATS token: [A-Za-z0-9_-]{1,128} (required)
+//	-addr HOST:PORT      address gateways dial (required). An empty, 0.0.0.0 or
+//	                     :: host registers os.Hostname() and checks readiness
+//	                     on 127.0.0.1
+//	-id ID               instance ID; default Eureka's HOST:SERVICE:PORT
+//	-zone Z              availability zone
+//	-meta k=v            metadata label, repeatable
+//	-secure              the instance speaks TLS
+//	-health URL          readiness check: GET URL until it answers 2xx, instead
+//	                     of a TCP connect to -addr
+//	-ready-timeout D     how long to wait for readiness (default 30s; 0 waits forever)
+//	-drain D             supervise mode: wait between the offline event and
+//	                     forwarding the signal (default 1s)
+//	-lease D             registry TTL (default 30s, at least 1s); the entry is
+//	                     refreshed every third of it. All publishers and
+//	                     gateways of a deployment must agree on it
+//	-gossip HOST:PORT,.. memberlist peers to join (not available in this build yet)
+//	-gossip-bind H:P     memberlist bind address (not available in this build yet)
+//
+// Offline mode:
+//
+//	-service NAME        service name (required)
+//	-id ID               instance ID (required)
+//	-reason R            reason carried by the event (default "manual")
+//	-incarnation N       incarnation to announce offline (default: the registry's,
+//	                     else the current time in ns)
+//
+// Common to all modes:
+//
+//	-nats URL            NATS server URLs, comma-separated (default nats://127.0.0.1:4222)
+//	-nats-timeout D      how long to retry the first NATS connection (default 10s)
+//	-creds FILE          NATS credentials file
+//	-user U, -password P NATS user and password
+//	-token T             NATS token
+//	-tls-ca FILE         CA certificates to verify the NATS server
+//	-tls-cert FILE, -tls-key FILE   client certificate and key
+//	-prefix P            subject prefix (default "lb"); the registry bucket is
+//	                     pushlb_<P with . replaced by _>
+//	-log-level L         debug, info, warn or error (default info)
+//
+// Logs go to stderr: human-readable when stderr is a terminal, JSON lines
+// otherwise.
+//
+// # Exit status
+//
+//	0    stopped by SIGINT or SIGTERM after withdrawing (hold), or done (offline)
+//	1    NATS unreachable after -nats-timeout, the registry unusable, the
+//	     address not ready within -ready-timeout, a withdrawal that failed
+//	2    usage error: a missing or invalid flag, unexpected arguments, a gossip flag
+//	N    supervise mode: COMMAND's status (128+signal if a signal killed it;
+//	     126 or 127 if it could not be started)
+//
+// # Examples
+//
+//	announce -service orders -addr 10.0.0.5:8080 -zone eu-west-1a -meta version=1.4.2
+//	announce -nats nats://nats:4222 -service orders -addr :8080 -health http://127.0.0.1:8080/health -- ./orders -port 8080
+//	announce offline -service orders -id 10.0.0.5:orders:8080
+package main

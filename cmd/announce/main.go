@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb/internal/natsconn"
+	"github.com/pushlb/pushlb/publisher"
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+// Exit statuses of announce itself; supervise mode also passes on its
+// command's.
+const (
+	exitOK       = 0
+	exitFailure  = 1
+	exitUsage    = 2
+	exitNoExec   = 126 // the command exists but cannot be run, as in shells
+	exitNotFound = 127 // the command was not found, as in shells
+)
+
+const (
+	// opTimeout bounds one network operation: opening the registry, one
+	// announce attempt, a withdrawal.
+	opTimeout = 5 * time.Second
+	// withdrawTimeout bounds the withdrawal at shutdown, which delays the
+	// command's signal in supervise mode.
+	withdrawTimeout = 3 * time.Second
+)
+
+func main() {
+	started := time.Now()
+	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, started))
+}
+
+// run is the whole program: it parses args, runs the mode and returns the
+// exit status. started is the process start time, the incarnation.
+func run(args []string, stdout, stderr io.Writer, started time.Time) int {
+	cfg, err := parseArgs(args, stdout, stderr)
+	var uerr *usageError
+	switch {
+	case errors.Is(err, errHelp):
+		return exitOK
+	case errors.As(err, &uerr):
+		fmt.Fprintf(stderr, "announce: %v\n%s", uerr, synopsis)
+		return exitUsage
+	case err != nil:
+		fmt.Fprintf(stderr, "announce: %v\n", err)
+		return exitFailure
+	}
+	log := newLogger(stderr, cfg.logLevel).With().
+		Str("service", cfg.instance.Service).Str("id", cfg.instance.InstanceID).Logger()
+	a := &app{cfg: cfg, log: log}
+	a.cfg.instance.Incarnation = started.UnixNano()
+	a.cfg.nats.Name = "announce " + cfg.instance.Service + " " + cfg.instance.InstanceID
+
+	a.sigs = make(chan os.Signal, 8)
+	notify := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if cfg.mode == modeSupervise {
+		notify = append(notify, forwardedSignals...)
+	}
+	signal.Notify(a.sigs, notify...)
+	defer signal.Stop(a.sigs)
+
+	switch cfg.mode {
+	case modeSupervise:
+		return a.supervise()
+	case modeOffline:
+		return a.offline()
+	default:
+		return a.hold()
+	}
+}
+
+// newLogger logs to w at level: human-readable on a terminal, JSON lines
+// otherwise.
+func newLogger(w io.Writer, level zerolog.Level) zerolog.Logger {
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			w = zerolog.ConsoleWriter{Out: f, TimeFormat: "15:04:05.000"}
+		}
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Str("cmd", "announce").Logger()
+}
+
+// app is one run of announce.
+type app struct {
+	cfg  config
+	log  zerolog.Logger
+	sigs chan os.Signal
+
+	// Set in supervise mode once the command runs, for forwarding.
+	child *child
+}
+
+// isStop reports whether s asks announce to stop (SIGINT, SIGTERM), as
+// opposed to one that supervise mode only forwards.
+func isStop(s os.Signal) bool { return s == os.Interrupt || s == syscall.SIGTERM }
+
+// interruptible runs f with a context that a stop signal cancels. It
+// returns f's error, or the stop signal when one came (after f returned).
+// Signals that are only forwarded are forwarded to the command, if any.
+func (a *app) interruptible(f func(ctx context.Context) error) (os.Signal, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f(ctx) }()
+	for {
+		select {
+		case err := <-done:
+			return nil, err
+		case s := <-a.sigs:
+			if !isStop(s) {
+				a.forward(s)
+				continue
+			}
+			a.log.Info().Stringer("signal", s).Msg("stopping")
+			cancel()
+			<-done
+			return s, nil
+		}
+	}
+}
+
+// forward passes a signal on to the command, if one runs.
+func (a *app) forward(s os.Signal) {
+	if a.child == nil {
+		return
+	}
+	a.log.Debug().Stringer("signal", s).Msg("forwarding signal to the command")
+	if err := a.child.signal(s); err != nil {
+		a.log.Warn().Err(err).Stringer("signal", s).Msg("cannot forward signal to the command")
+	}
+}
+
+// session is the connection to NATS, the registry and the publisher.
+type session struct {
+	nc  *nats.Conn
+	reg *serverlist.Registry
+	pub *publisher.Publisher
+}
+
+// connect opens the session of hold and supervise modes.
+func (a *app) connect(ctx context.Context) (*session, error) {
+	nc, err := natsconn.Connect(ctx, a.cfg.nats, a.log)
+	if err != nil {
+		return nil, err
+	}
+	s, err := a.openRegistry(ctx, nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (a *app) openRegistry(ctx context.Context, nc *nats.Conn) (*session, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	octx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	reg, err := serverlist.Open(octx, js, serverlist.RegistryConfig{Prefix: a.cfg.prefix, TTL: a.cfg.lease, Logger: a.log})
+	if err != nil {
+		return nil, fmt.Errorf("open the registry (is JetStream enabled, nats-server 2.11+?): %w", err)
+	}
+	pub, err := publisher.New(nc, reg, publisher.Config{Prefix: a.cfg.prefix, Logger: a.log})
+	if err != nil {
+		return nil, fmt.Errorf("publisher: %w", err)
+	}
+	return &session{nc: nc, reg: reg, pub: pub}, nil
+}
+
+// close stops the lease and closes the connection.
+func (s *session) close() {
+	s.pub.Close()
+	s.nc.Close()
+}
+
+// announce announces the instance, retrying with backoff until it
+// succeeds or ctx ends: once the instance is ready, an outage of NATS only
+// delays its announcement.
+func (a *app) announce(ctx context.Context, s *session) error {
+	backoff := 100 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, opTimeout)
+		err := s.pub.Announce(actx, a.cfg.instance)
+		cancel()
+		if err == nil {
+			in := a.cfg.instance
+			a.log.Info().Str("host", in.Host).Int("port", in.Port).Str("zone", in.Zone).
+				Bool("secure", in.Secure).Int64("incarnation", in.Incarnation).Msg("announced online")
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		a.log.Warn().Err(err).Stringer("retry_in", backoff).Msg("announce failed; retrying")
+		if err := sleep(ctx, backoff); err != nil {
+			return err
+		}
+		backoff = min(2*backoff, opTimeout)
+	}
+}
+
+// withdraw announces the instance offline and removes its registry entry.
+// If it was never fully announced (a signal came during the announcement),
+// it only removes the entry a half-done announcement may have left.
+func (a *app) withdraw(s *session, reason string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), withdrawTimeout)
+	defer cancel()
+	err := s.pub.Withdraw(ctx, reason)
+	if errors.Is(err, publisher.ErrNotAnnounced) {
+		return s.reg.Deregister(ctx, a.cfg.instance.Service, a.cfg.instance.InstanceID)
+	}
+	if err != nil {
+		return err
+	}
+	a.log.Info().Str("reason", reason).Msg("announced offline and deregistered")
+	return nil
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

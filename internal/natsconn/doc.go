@@ -1,0 +1,27 @@
+// Package natsconn sets up the NATS connection that pushlb's binaries share:
+// the same flags (-nats, -creds, -user, -password, -token, -tls-ca,
+// -tls-cert, -tls-key, -nats-timeout), the same checks of conflicting
+// options, and the same connection policy.
+//
+// The policy has two phases:
+//
+//   - The first connection is retried with backoff for at most
+//     [Config.ConnectTimeout] (10 s by default), so a process started just
+//     before its NATS server still comes up. Errors that waiting cannot cure
+//     (an authorization violation, a TLS certificate the server rejects, an
+//     unreadable credentials file) end the wait at once. When the wait runs
+//     out, the error names the URL: "cannot reach NATS at
+//     nats://127.0.0.1:4222 after 10s: ...".
+//   - Once connected, the client reconnects forever (MaxReconnects(-1)) with
+//     a short wait between attempts, and logs disconnects, reconnects and
+//     asynchronous errors to the zerolog logger it was given.
+//
+// Typical use in a command:
+//
+//	var nc natsconn.Config
+//	nc.RegisterFlags(flag.CommandLine)
+//	flag.Parse()
+//	conn, err := natsconn.Connect(ctx, nc, log)
+//
+// Passwords and tokens embedded in a URL are masked in errors and logs.
+package natsconn
