@@ -275,15 +275,15 @@ func TestBadInputIsDroppedAndCounted(t *testing.T) {
 
 	big := make([]byte, events.MaxPayloadSize+1)
 	for subj, data := range map[string][]byte{
-		"lb.svc.orders.online":           []byte(`{not json`),
-		"lb.svc.orders.offline":          []byte(`{"service":"orders","instanceId":"10.0.0.1:orders:8080","incarnation":"1","at":"2026-01-01T00:00:00Z"}`),
-		"lb.svc.orders.online.extra":     []byte(`{}`),
-		"lb.svc.orders.sideways":         []byte(`{}`),
-		"lb.svc.other.offline":           []byte(`{"service":"orders","instanceId":"10.0.0.1:orders:8080","incarnation":1,"at":"2026-01-01T00:00:00Z"}`),
-		"lb.svc.orders.offline ":         big,
-		"lb.svc.bad*name.online":         []byte(`{}`),
-		"lb.svc.orders.offline\x00":      nil,
-		"lb.svc.orders.online\u00e9":     []byte(`{"v":99}`),
+		"lb.svc.orders.online":             []byte(`{not json`),
+		"lb.svc.orders.offline":            []byte(`{"service":"orders","instanceId":"10.0.0.1:orders:8080","incarnation":"1","at":"2026-01-01T00:00:00Z"}`),
+		"lb.svc.orders.online.extra":       []byte(`{}`),
+		"lb.svc.orders.sideways":           []byte(`{}`),
+		"lb.svc.other.offline":             []byte(`{"service":"orders","instanceId":"10.0.0.1:orders:8080","incarnation":1,"at":"2026-01-01T00:00:00Z"}`),
+		"lb.svc.orders.offline ":           big,
+		"lb.svc.bad*name.online":           []byte(`{}`),
+		"lb.svc.orders.offline\x00":        nil,
+		"lb.svc.orders.online\u00e9":       []byte(`{"v":99}`),
 		"lb.svc.orders.online\u00e9\u00e9": []byte(`[]`),
 	} {
 		g.nc.Publish(subj, data) // some are refused by the client itself; that is fine
