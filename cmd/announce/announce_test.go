@@ -341,7 +341,7 @@ func TestDefaultInstance(t *testing.T) {
 		{"[::]:8080", host + ":orders:8080", host, "127.0.0.1:8080"},
 		{"[::1]:8080", "::1:orders:8080", "::1", "[::1]:8080"},
 	} {
-		cfg, err := parseArgs([]string{"-service", "orders", "-addr", tc.addr, "-meta", "k=v"}, nil, nil)
+		cfg, err := parseArgs([]string{"-service", "orders", "-addr", tc.addr, "-meta", "k=v"}, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.addr, err)
 		}

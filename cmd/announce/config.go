@@ -133,8 +133,9 @@ func newFlagSet(m mode, v *flagValues, nc *natsconn.Config) *flag.FlagSet {
 	return fs
 }
 
-// parseArgs parses the command line (without the program name).
-func parseArgs(args []string, stdout, stderr io.Writer) (config, error) {
+// parseArgs parses the command line (without the program name). The help
+// goes to stdout; errors are returned.
+func parseArgs(args []string, stdout io.Writer) (config, error) {
 	m := modeHold
 	if len(args) > 0 && args[0] == "offline" {
 		m, args = modeOffline, args[1:]
@@ -142,7 +143,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (config, error) {
 	var v flagValues
 	var cfg config
 	fs := newFlagSet(m, &v, &cfg.nats)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // run prints parse errors with the synopsis
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printHelp(stdout, m, fs)

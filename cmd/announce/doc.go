@@ -32,9 +32,14 @@
 // and SIGUSR2 are forwarded at once. If COMMAND exits on its own, announce
 // withdraws at once; if it exits before it was ready, nothing is announced.
 // If it is not ready within -ready-timeout, announce stops it (SIGTERM, then
-// SIGKILL after 5 s) and exits 1. On Linux COMMAND also receives SIGTERM if
-// announce itself is killed. A COMMAND that cannot be found exits 127, one
-// that cannot be run 126.
+// SIGKILL after 5 s) and exits 1. A stop signal before the announcement is
+// forwarded at once; one that comes while announce is still connecting,
+// before COMMAND starts, ends announce with 128+N. On Linux COMMAND also
+// receives SIGTERM if announce itself is killed. A COMMAND that cannot be
+// found gives 127, one that cannot be run 126.
+//
+// In hold mode a stop signal before the announcement ends announce with
+// status 0: there is nothing to undo.
 //
 // Offline mode announces an instance offline on its behalf, for example
 // after its host died:

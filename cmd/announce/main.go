@@ -47,7 +47,7 @@ func main() {
 // run is the whole program: it parses args, runs the mode and returns the
 // exit status. started is the process start time, the incarnation.
 func run(args []string, stdout, stderr io.Writer, started time.Time) int {
-	cfg, err := parseArgs(args, stdout, stderr)
+	cfg, err := parseArgs(args, stdout)
 	var uerr *usageError
 	switch {
 	case errors.Is(err, errHelp):
