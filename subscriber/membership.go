@@ -18,22 +18,44 @@ const (
 // member is what the table knows of one instance.
 type member struct {
 	incarnation int64
-	live        bool
-	// announcedOff is set when the instance itself announced offline for
-	// this incarnation: nothing of the same incarnation revives it. An
-	// instance removed because the registry lost it (lease expired) can come
-	// back when the registry holds it again: its publisher re-put the entry.
-	announcedOff bool
-	changed      time.Time // when live last changed; tombstones are collected by age
+	// off says why the instance is offline in this incarnation; offNone
+	// means it is live.
+	off     offReason
+	changed time.Time // when it last went online or offline; tombstones are collected by age
 }
 
+func (m *member) live() bool { return m.off == offNone }
+
+// offReason records who took an instance offline, which decides who may
+// bring it back within the same incarnation.
+type offReason uint8
+
+const (
+	offNone      offReason = iota
+	offAnnounced           // the instance announced offline: final for the incarnation
+	offRegistry            // the registry lost it (deregistered, lease expired): the registry may bring it back
+	offGossip              // gossip declared it dead: gossip may bring it back (a refuted suspicion)
+)
+
 // source tells where an observation comes from.
-type source int
+type source uint8
 
 const (
 	fromEvent source = iota
 	fromRegistry
+	fromGossip
 )
+
+// offBy is the reason an offline observation from src records.
+func offBy(src source) offReason {
+	switch src {
+	case fromRegistry:
+		return offRegistry
+	case fromGossip:
+		return offGossip
+	}
+	return offAnnounced
+}
 
 // membership is the table service -> instance ID -> member. It keeps
 // tombstones (offline members) so that a late event of an old incarnation
@@ -48,14 +70,17 @@ func newMembership() *membership {
 }
 
 // apply records that instance id of service is online (or offline) in
-// incarnation inc. The ordering rules of the wire protocol:
+// incarnation inc, as src observed it. The ordering rules:
 //   - a lower incarnation than the one known is stale;
 //   - a higher incarnation replaces what is known (a restart is a change
 //     even when the instance stays live: its address may differ);
-//   - within one incarnation an instance goes online once and offline once,
-//     so an announced offline wins: a late online of the same incarnation,
-//     event or registry entry, is stale. Only an instance taken offline
-//     because the registry lost it returns when the registry has it again.
+//   - within one incarnation an instance announces online once and
+//     offline once, so an announced offline is final: nothing of the same
+//     incarnation brings it back. An instance the registry lost comes
+//     back only when the registry holds it again (its publisher re-put the
+//     entry); one gossip declared dead, only when gossip sees it alive (a
+//     refuted suspicion). An online event never revives: it is the
+//     announcement the instance already made.
 func (m *membership) apply(service, id string, inc int64, online bool, src source, now time.Time) outcome {
 	ids := m.services[service]
 	if ids == nil {
@@ -64,41 +89,60 @@ func (m *membership) apply(service, id string, inc int64, online bool, src sourc
 	}
 	cur := ids[id]
 	switch {
+	case online && src == fromGossip && (cur == nil || inc != cur.incarnation):
+		// Gossip seeing a node alive only undoes its own suspicion: an
+		// instance becomes live by announcing (or registering), which may
+		// reach us after its gossip.
+		return unchanged
 	case cur == nil:
 		cur = &member{incarnation: inc, changed: now}
 		ids[id] = cur
 		if !online {
 			// Remember the tombstone: an online of this incarnation that
 			// arrives late must not resurrect the instance.
-			cur.announcedOff = src == fromEvent
+			cur.off = offBy(src)
 			return unchanged
 		}
-		cur.live = true
 		return applied
 	case inc < cur.incarnation:
 		return stale
-	case inc == cur.incarnation:
-		switch {
-		case online == cur.live:
-			if !online && src == fromEvent {
-				cur.announcedOff = true
-			}
-			return duplicate
-		case online && (src == fromEvent || cur.announcedOff):
-			return stale
+	case inc > cur.incarnation:
+		wasLive := cur.live()
+		cur.incarnation, cur.changed = inc, now
+		if online {
+			cur.off = offNone
+		} else {
+			cur.off = offBy(src)
 		}
-		cur.live, cur.changed = online, now
-		cur.announcedOff = !online && src == fromEvent
+		if !wasLive && !online {
+			return unchanged
+		}
 		return applied
 	}
-	// A newer incarnation.
-	wasLive := cur.live
-	cur.incarnation, cur.live, cur.changed = inc, online, now
-	cur.announcedOff = !online && src == fromEvent
-	if !wasLive && !online {
-		return unchanged
+	// The same incarnation.
+	if !online {
+		switch {
+		case src == fromEvent && cur.off != offAnnounced:
+			wasLive := cur.live()
+			cur.off, cur.changed = offAnnounced, now
+			if wasLive {
+				return applied
+			}
+			return unchanged
+		case cur.live():
+			cur.off, cur.changed = offBy(src), now
+			return applied
+		}
+		return duplicate
 	}
-	return applied
+	switch {
+	case cur.live():
+		return duplicate
+	case src == fromRegistry && cur.off == offRegistry, src == fromGossip && cur.off == offGossip:
+		cur.off, cur.changed = offNone, now
+		return applied
+	}
+	return stale
 }
 
 // addRegistered applies every registered instance of service as online:
@@ -121,7 +165,7 @@ func (m *membership) addRegistered(service string, truth map[string]int64, now t
 func (m *membership) liveAbsent(service string, truth map[string]int64) map[string]int64 {
 	var out map[string]int64
 	for id, mem := range m.services[service] {
-		if _, ok := truth[id]; !ok && mem.live {
+		if _, ok := truth[id]; !ok && mem.live() {
 			if out == nil {
 				out = make(map[string]int64)
 			}
@@ -136,7 +180,7 @@ func (m *membership) live(service string) []string {
 	ids := m.services[service]
 	out := make([]string, 0, len(ids))
 	for id, mem := range ids {
-		if mem.live {
+		if mem.live() {
 			out = append(out, id)
 		}
 	}
@@ -158,7 +202,7 @@ func (m *membership) serviceNames() []string {
 func (m *membership) collect(cutoff time.Time) {
 	for service, ids := range m.services {
 		for id, mem := range ids {
-			if !mem.live && mem.changed.Before(cutoff) {
+			if !mem.live() && mem.changed.Before(cutoff) {
 				delete(ids, id)
 			}
 		}

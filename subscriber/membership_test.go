@@ -14,7 +14,7 @@ func TestMembershipOrdering(t *testing.T) {
 		want   outcome
 		live   bool
 	}
-	ev, reg := fromEvent, fromRegistry
+	ev, reg, gos := fromEvent, fromRegistry, fromGossip
 	for name, steps := range map[string][]step{
 		"online, duplicate, offline": {
 			{1, true, ev, applied, true}, {1, true, ev, duplicate, true}, {1, false, ev, applied, false}, {1, false, ev, duplicate, false},
@@ -33,6 +33,24 @@ func TestMembershipOrdering(t *testing.T) {
 		},
 		"registry loss is revived by the registry": {
 			{1, true, ev, applied, true}, {1, false, reg, applied, false}, {1, true, ev, stale, false}, {1, true, reg, applied, true},
+		},
+		"gossip dead, refuted": {
+			{1, true, ev, applied, true}, {1, false, gos, applied, false}, {1, true, reg, stale, false}, {1, true, ev, stale, false}, {1, true, gos, applied, true},
+		},
+		"late gossip dead of an old incarnation": {
+			{1, true, ev, applied, true}, {2, true, ev, applied, true}, {1, false, gos, stale, true},
+		},
+		"gossip dead then restart": {
+			{1, true, ev, applied, true}, {1, false, gos, applied, false}, {2, true, ev, applied, true},
+		},
+		"gossip alone does not add, nor block the announcement": {
+			{1, true, gos, unchanged, false}, {1, true, ev, applied, true},
+		},
+		"gossip alive of a newer incarnation waits for its announcement": {
+			{1, true, ev, applied, true}, {2, true, gos, unchanged, true}, {1, false, ev, applied, false}, {2, true, ev, applied, true},
+		},
+		"gossip alive does not undo an announced offline": {
+			{1, true, ev, applied, true}, {1, false, ev, applied, false}, {1, true, gos, stale, false},
 		},
 		"newer offline for unknown-live": {
 			{1, true, reg, applied, true}, {3, false, ev, applied, false}, {2, true, ev, stale, false}, {3, true, reg, stale, false},

@@ -79,11 +79,16 @@ type gateway struct {
 
 func openRegistry(t testing.TB, nc *nats.Conn) *serverlist.Registry {
 	t.Helper()
+	return openRegistryTTL(t, nc, 5*time.Second)
+}
+
+func openRegistryTTL(t testing.TB, nc *nats.Conn, ttl time.Duration) *serverlist.Registry {
+	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := serverlist.Open(t.Context(), js, serverlist.RegistryConfig{TTL: 5 * time.Second})
+	reg, err := serverlist.Open(t.Context(), js, serverlist.RegistryConfig{TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,3 +441,63 @@ func TestBurstIsCoalesced(t *testing.T) {
 }
 
 var nopLog = zerologNop()
+
+// TestLeaseExpiryRemovesCrashedInstance: with gossip off, an instance whose
+// process dies (no offline, no lease refresh) leaves the gateway's list
+// once its registry lease expires.
+func TestLeaseExpiryRemovesCrashedInstance(t *testing.T) {
+	const ttl = time.Second
+	srv := natstest.Start(t)
+	g := startGateway(t, srv, subscriber.Config{})
+	nc := srv.Connect(t)
+	reg := openRegistryTTL(t, nc, ttl) // the last Open sets the bucket's TTL
+	crashing, err := publisher.New(nc, reg, publisher.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	staying, err := publisher.New(nc, reg, publisher.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer staying.Close()
+	if err := crashing.Announce(t.Context(), instance("orders", 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := staying.Announce(t.Context(), instance("orders", 2, 1)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "both instances", func() bool { return len(g.ids("orders")) == 2 })
+	crashing.Close() // the lease loop stops, nothing is announced: a crash
+	began := time.Now()
+	eventually(t, "the crashed instance to leave", func() bool { return len(g.ids("orders")) == 1 })
+	took := time.Since(began)
+	t.Logf("lease path: crashed instance removed %v after the crash (TTL %v)", took, ttl)
+	if took > ttl+2*time.Second {
+		t.Fatalf("removal took %v, want within TTL + 2 s", took)
+	}
+	if got := g.ids("orders"); got[0] != instance("orders", 2, 1).InstanceID {
+		t.Fatalf("the wrong instance left: %v", got)
+	}
+	if g.sub.Stats().RegistryRemovals == 0 {
+		t.Fatal("the removal should be counted as a registry removal")
+	}
+}
+
+func TestGossipGoneAndAlive(t *testing.T) {
+	srv := natstest.Start(t)
+	g := startGateway(t, srv, subscriber.Config{})
+	p := newPublisher(t, srv)
+	in := instance("orders", 1, 7)
+	if err := p.Announce(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the instance", func() bool { return len(g.ids("orders")) == 1 })
+	g.sub.GossipGone("orders", in.InstanceID, 6) // an older incarnation: ignored
+	g.sub.GossipGone("orders", in.InstanceID, 7)
+	eventually(t, "gossip to remove it", func() bool { return len(g.ids("orders")) == 0 })
+	g.sub.GossipAlive("orders", in.InstanceID, 7) // refuted
+	eventually(t, "gossip to restore it", func() bool { return len(g.ids("orders")) == 1 })
+	if st := g.sub.Stats(); st.GossipRemovals != 1 || st.GossipRevivals != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}

@@ -39,11 +39,15 @@ type Stats struct {
 	// RegistryRemovals the instances they took offline (deleted or expired
 	// entries).
 	Reconciles, RegistryRemovals uint64
+	// GossipRemovals counts instances taken offline because gossip declared
+	// them dead or gone; GossipRevivals those it brought back.
+	GossipRemovals, GossipRevivals uint64
 }
 
 type counters struct {
 	received, applied, delivered, handlerErrors atomic.Uint64
 	reconciles, registryRemovals                atomic.Uint64
+	gossipRemovals, gossipRevivals              atomic.Uint64
 	dropped                                     [9]atomic.Uint64 // indexed like DropReasons
 }
 
@@ -64,6 +68,8 @@ func (c *counters) snapshot() Stats {
 		HandlerErrors:    c.handlerErrors.Load(),
 		Reconciles:       c.reconciles.Load(),
 		RegistryRemovals: c.registryRemovals.Load(),
+		GossipRemovals:   c.gossipRemovals.Load(),
+		GossipRevivals:   c.gossipRevivals.Load(),
 		Dropped:          make(map[string]uint64, len(DropReasons)),
 	}
 	for i, r := range DropReasons {

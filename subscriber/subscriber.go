@@ -282,6 +282,40 @@ func (s *Subscriber) Live() map[string][]string {
 	return out
 }
 
+// GossipGone takes an instance offline because gossip declared its node
+// dead or saw it leave. Only that incarnation is affected: a late report
+// about an older incarnation is ignored. The instance comes back when
+// gossip sees it alive again (GossipAlive) or it restarts.
+func (s *Subscriber) GossipGone(service, id string, incarnation int64) {
+	s.gossip(service, id, incarnation, false)
+}
+
+// GossipAlive brings back an instance that GossipGone took offline, when
+// its node turns out alive after all (it refuted the suspicion). It never
+// adds an instance that has not announced itself.
+func (s *Subscriber) GossipAlive(service, id string, incarnation int64) {
+	s.gossip(service, id, incarnation, true)
+}
+
+func (s *Subscriber) gossip(service, id string, incarnation int64, alive bool) {
+	if s.follow != nil && !s.follow[service] {
+		return
+	}
+	s.mu.Lock()
+	out := s.table.apply(service, id, incarnation, alive, fromGossip, time.Now())
+	s.mu.Unlock()
+	if out != applied {
+		return
+	}
+	if alive {
+		s.stats.gossipRevivals.Add(1)
+	} else {
+		s.stats.gossipRemovals.Add(1)
+	}
+	s.log.Info().Str("service", service).Str("id", id).Int64("incarnation", incarnation).Bool("alive", alive).Msg("gossip changed an instance")
+	s.markDirty(service)
+}
+
 // onMsg runs on the NATS delivery goroutine: it must be quick and never
 // wait on a handler.
 func (s *Subscriber) onMsg(msg *nats.Msg) {
