@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -325,5 +326,52 @@ func TestBadConfigExitsTwo(t *testing.T) {
 	out, _ := exec.Command(bin.gateway, "-config", bad).CombinedOutput()
 	if !strings.Contains(string(out), "listn") {
 		t.Errorf("the error should name the bad key: %s", out)
+	}
+}
+
+// BenchmarkGatewayVsDirect measures, in the same run, requests sent straight
+// to a backend and through the real gateway binary (embedded NATS, the
+// backend announced by a real announce process): throughput with 8
+// concurrent clients and per-request latency percentiles.
+func BenchmarkGatewayVsDirect(b *testing.B) {
+	g := startGateway(b, b.TempDir(), freePort(b))
+	be := named(b, "bench")
+	announceHold(b, g, "bench", be.Listener.Addr().String())
+	eventually(b, "the backend through the gateway", func() bool { return g.seenBy("/bench/", 1)["bench"] == 1 })
+	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+	for _, target := range []struct{ name, url string }{{"direct", be.URL + "/"}, {"gateway", "http://" + g.proxy + "/bench/"}} {
+		b.Run(target.name, func(b *testing.B) {
+			var mu sync.Mutex
+			var lat []time.Duration
+			b.SetParallelism(4) // 8 clients on 2 cores
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				var mine []time.Duration
+				for pb.Next() {
+					start := time.Now()
+					resp, err := c.Get(target.url)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					mine = append(mine, time.Since(start))
+				}
+				mu.Lock()
+				lat = append(lat, mine...)
+				mu.Unlock()
+			})
+			b.StopTimer()
+			if len(lat) == 0 {
+				return
+			}
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+		})
 	}
 }
