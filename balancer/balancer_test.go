@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pushlb/pushlb/internal/testutil"
 )
 
 func ids(list []*Server) []string {
@@ -249,7 +251,7 @@ func TestConcurrentChooseAndChanges(t *testing.T) {
 					tb.clock.Advance(time.Second)
 				}
 			}
-			eventually(t, "picks to succeed", func() bool { return picks.Load() >= 100 })
+			testutil.Eventually(t, "picks to succeed", func() bool { return picks.Load() >= 100 })
 			stop.Store(true)
 			wg.Wait()
 		})

@@ -1,7 +1,6 @@
 package balancer
 
 import (
-	"context"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pushlb/pushlb/internal/testutil"
 )
 
 func serverOf(t *testing.T, id string, ts *httptest.Server) Server {
@@ -20,20 +21,6 @@ func serverOf(t *testing.T, id string, ts *httptest.Server) Server {
 	}
 	p, _ := strconv.Atoi(port)
 	return Server{ID: id, Host: host, Port: p}
-}
-
-// eventually polls cond until it holds or a bounded wait ends.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
 }
 
 func TestHTTPPingMarksServersDownAndUp(t *testing.T) {
@@ -62,12 +49,12 @@ func TestHTTPPingMarksServersDownAndUp(t *testing.T) {
 	reachable := func() []string { return ids(b.ReachableServers()) }
 
 	healthy.Store(false)
-	eventually(t, "flaky to be pinged down", func() bool { return slices.Equal(reachable(), []string{"steady"}) })
+	testutil.Eventually(t, "flaky to be pinged down", func() bool { return slices.Equal(reachable(), []string{"steady"}) })
 	healthy.Store(true)
-	eventually(t, "flaky to be pinged up", func() bool { return len(reachable()) == 2 })
+	testutil.Eventually(t, "flaky to be pinged up", func() bool { return len(reachable()) == 2 })
 
 	steady.Close() // refuses connections from now on
-	eventually(t, "a closed server to be pinged down", func() bool { return slices.Equal(reachable(), []string{"flaky"}) })
+	testutil.Eventually(t, "a closed server to be pinged down", func() bool { return slices.Equal(reachable(), []string{"flaky"}) })
 }
 
 func TestNoOpPingRunsNoLoop(t *testing.T) {

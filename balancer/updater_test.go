@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pushlb/pushlb/internal/testutil"
 )
 
 // switchList is a ServerList whose answer tests change.
@@ -46,16 +48,16 @@ func TestPollingUpdater(t *testing.T) {
 	}
 	defer b.Close()
 	b.Start()
-	eventually(t, "initial list", func() bool { return len(b.AllServers()) == 2 })
+	testutil.Eventually(t, "initial list", func() bool { return len(b.AllServers()) == 2 })
 
 	src.set(servers(3, "", 0), nil)
-	eventually(t, "updated list", func() bool { return len(b.AllServers()) == 3 })
+	testutil.Eventually(t, "updated list", func() bool { return len(b.AllServers()) == 3 })
 
 	// A failing source keeps the last good list.
 	src.set(nil, errors.New("registry down"))
 	u := b.Updater()
 	before := u.Failures()
-	eventually(t, "a failed poll", func() bool { return u.Failures() > before })
+	testutil.Eventually(t, "a failed poll", func() bool { return u.Failures() > before })
 	if len(b.AllServers()) != 3 || u.LastError() == nil {
 		t.Fatalf("a failed poll changed the list or lost its error: %d, %v", len(b.AllServers()), u.LastError())
 	}
@@ -74,7 +76,7 @@ func TestPollingUpdater(t *testing.T) {
 
 	// Restarted: polls again.
 	u.Start()
-	eventually(t, "list after restart", func() bool { return len(b.AllServers()) == 1 })
+	testutil.Eventually(t, "list after restart", func() bool { return len(b.AllServers()) == 1 })
 	b.Close()
 	if u.Running() {
 		t.Fatal("updater outlived its balancer")
@@ -90,7 +92,7 @@ func TestStaticListFromConfig(t *testing.T) {
 	}
 	defer b.Close()
 	b.Start()
-	eventually(t, "static list", func() bool { return len(b.AllServers()) == 2 })
+	testutil.Eventually(t, "static list", func() bool { return len(b.AllServers()) == 2 })
 	if s := b.AllServers()[1]; s.URLScheme() != "https" || s.Port != 9002 {
 		t.Fatalf("got %+v", s)
 	}

@@ -101,24 +101,29 @@ func (p *Publisher) Announce(ctx context.Context, in serverlist.Instance) error 
 		return ErrClosed
 	}
 	p.stopLeaseLocked()
-	if err := p.announce(ctx, in); err != nil {
-		return err
+	registered, err := p.announce(ctx, in)
+	if registered {
+		// From the registry put on, gateways may route to the instance
+		// (the registry is the truth), even if the online event failed or
+		// ctx ended while flushing it: Withdraw must clean up, and the
+		// lease must be kept.
+		p.inst, p.announced = in.Clone(), true
+		p.startLeaseLocked()
 	}
-	p.inst, p.announced = in.Clone(), true
-	p.startLeaseLocked()
-	return nil
+	return err
 }
 
 // announce puts the registry entry, then publishes online and flushes, so
-// when it returns the event has reached the NATS server.
-func (p *Publisher) announce(ctx context.Context, in serverlist.Instance) error {
+// when it returns the event has reached the NATS server. registered
+// reports whether the registry put succeeded.
+func (p *Publisher) announce(ctx context.Context, in serverlist.Instance) (registered bool, err error) {
 	if _, err := p.reg.Register(ctx, in); err != nil {
-		return fmt.Errorf("publisher: announce %s/%s: %w", in.Service, in.InstanceID, err)
+		return false, fmt.Errorf("publisher: announce %s/%s: %w", in.Service, in.InstanceID, err)
 	}
 	if err := p.publish(ctx, in, events.Online, ""); err != nil {
-		return fmt.Errorf("publisher: announce %s/%s: %w", in.Service, in.InstanceID, err)
+		return true, fmt.Errorf("publisher: announce %s/%s: %w", in.Service, in.InstanceID, err)
 	}
-	return nil
+	return true, nil
 }
 
 func (p *Publisher) publish(ctx context.Context, in serverlist.Instance, k events.Kind, reason string) error {
@@ -214,7 +219,7 @@ func (p *Publisher) lease(ctx context.Context, in serverlist.Instance, done chan
 				continue
 			}
 			rctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseInterval)
-			err := p.announce(rctx, in)
+			_, err := p.announce(rctx, in)
 			cancel()
 			if err != nil {
 				if ctx.Err() == nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/internal/natstest"
+	"github.com/pushlb/pushlb/internal/testutil"
 	"github.com/pushlb/pushlb/lbvisitor"
 	"github.com/pushlb/pushlb/serverlist"
 	"github.com/pushlb/pushlb/subscriber"
@@ -67,7 +68,7 @@ func BenchmarkPropagation(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	eventually(b, "3 servers", func() bool { return len(g.ids("orders")) == 3 })
+	testutil.Eventually(b, "3 servers", func() bool { return len(g.ids("orders")) == 3 })
 	bal := g.bals.get("orders")
 	changed := make(chan time.Time, 64)
 	bal.AddListener(func(_, _ []*balancer.Server) {
@@ -149,7 +150,7 @@ func BenchmarkStorm(b *testing.B) {
 			return true
 		}
 	}
-	eventually(b, "10,000 instances", every(perService))
+	testutil.Eventually(b, "10,000 instances", every(perService))
 	publishAll := func(k events.Kind, inc int64) {
 		at := time.Now()
 		for _, in := range ins {
@@ -208,7 +209,7 @@ func BenchmarkRebuild10k(b *testing.B) {
 	if err := mirror.WaitSynced(b.Context()); err != nil {
 		b.Fatal(err)
 	}
-	eventually(b, "a warm mirror", func() bool { return len(mirror.Service("big")) == 10000 })
+	testutil.Eventually(b, "a warm mirror", func() bool { return len(mirror.Service("big")) == 10000 })
 	lookup, err := serverlist.NewLookup(reg, mirror, serverlist.LookupConfig{})
 	if err != nil {
 		b.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/internal/natstest"
+	"github.com/pushlb/pushlb/internal/testutil"
 	"github.com/pushlb/pushlb/lbvisitor"
 	"github.com/pushlb/pushlb/publisher"
 	"github.com/pushlb/pushlb/serverlist"
@@ -147,17 +148,6 @@ func (g *gateway) ids(service string) []string {
 	return out
 }
 
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func instance(service string, i int, inc int64) serverlist.Instance {
 	return serverlist.Instance{
 		Service: service, InstanceID: fmt.Sprintf("10.0.0.%d:%s:8080", i, service),
@@ -194,12 +184,12 @@ func TestAnnounceWithdrawRestart(t *testing.T) {
 		"10.0.0.2:orders:8080@10.0.0.2:8082/a",
 		"10.0.0.3:orders:8080@10.0.0.3:8083/b",
 	}
-	eventually(t, "3 servers with the registry's host, port and zone", func() bool { return slices.Equal(g.servers("orders"), want) })
+	testutil.Eventually(t, "3 servers with the registry's host, port and zone", func() bool { return slices.Equal(g.servers("orders"), want) })
 
 	if err := pubs[1].Withdraw(ctx, "shutdown"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "2 servers after a withdraw", func() bool { return len(g.ids("orders")) == 2 })
+	testutil.Eventually(t, "2 servers after a withdraw", func() bool { return len(g.ids("orders")) == 2 })
 	if slices.Contains(g.ids("orders"), "10.0.0.2:orders:8080") {
 		t.Fatal("withdrawn instance still listed")
 	}
@@ -210,14 +200,14 @@ func TestAnnounceWithdrawRestart(t *testing.T) {
 	if err := pubs[1].Announce(ctx, restarted); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "3 servers after the restart", func() bool {
+	testutil.Eventually(t, "3 servers after the restart", func() bool {
 		return slices.Contains(g.servers("orders"), "10.0.0.2:orders:8080@10.0.0.2:9999/a")
 	})
 
 	// A delayed offline of the old incarnation is ignored.
 	dropped := g.sub.Stats().Dropped[subscriber.DropStale]
 	publishEvent(t, g.nc, events.Event{Kind: events.Offline, Service: "orders", InstanceID: "10.0.0.2:orders:8080", Incarnation: 100, At: time.Now()})
-	eventually(t, "the stale offline to be counted", func() bool { return g.sub.Stats().Dropped[subscriber.DropStale] > dropped })
+	testutil.Eventually(t, "the stale offline to be counted", func() bool { return g.sub.Stats().Dropped[subscriber.DropStale] > dropped })
 	if len(g.ids("orders")) != 3 {
 		t.Fatalf("a stale offline removed the restarted instance: %v", g.ids("orders"))
 	}
@@ -248,7 +238,7 @@ func TestLateSubscriberGetsFullStateBeforeServing(t *testing.T) {
 	g := startGateway(t, srv, subscriber.Config{})
 	// Start returned: the deliveries are under way; the first rebuild must
 	// hold all five without any further event.
-	eventually(t, "all 5 instances", func() bool { return len(g.ids("billing")) == 5 })
+	testutil.Eventually(t, "all 5 instances", func() bool { return len(g.ids("billing")) == 5 })
 	if got := g.sub.Live()["billing"]; len(got) != 5 {
 		t.Fatalf("membership after Start: %v", got)
 	}
@@ -260,9 +250,9 @@ func TestOnlineEventWithoutRegistryEntryRoutesNothing(t *testing.T) {
 	if err := newPublisher(t, srv).Announce(t.Context(), instance("cart", 1, 1)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the registered instance", func() bool { return len(g.ids("cart")) == 1 })
+	testutil.Eventually(t, "the registered instance", func() bool { return len(g.ids("cart")) == 1 })
 	publishEvent(t, g.nc, events.Event{Kind: events.Online, Service: "cart", InstanceID: "ghost:cart:1", Incarnation: 1, At: time.Now()})
-	eventually(t, "the ghost to reach the membership", func() bool { return len(g.sub.Live()["cart"]) == 2 })
+	testutil.Eventually(t, "the ghost to reach the membership", func() bool { return len(g.sub.Live()["cart"]) == 2 })
 	// The visitor's lookup retries with backoff, then leaves the ghost out.
 	time.Sleep(300 * time.Millisecond)
 	if got := g.ids("cart"); len(got) != 1 || got[0] != "10.0.0.1:cart:8080" {
@@ -276,7 +266,7 @@ func TestBadInputIsDroppedAndCounted(t *testing.T) {
 	if err := newPublisher(t, srv).Announce(t.Context(), instance("orders", 1, 1)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the instance", func() bool { return len(g.ids("orders")) == 1 })
+	testutil.Eventually(t, "the instance", func() bool { return len(g.ids("orders")) == 1 })
 
 	big := make([]byte, events.MaxPayloadSize+1)
 	for subj, data := range map[string][]byte{
@@ -295,7 +285,7 @@ func TestBadInputIsDroppedAndCounted(t *testing.T) {
 	}
 	g.nc.Publish("lb.svc.orders.offline", big)
 	g.nc.Flush()
-	eventually(t, "drops to be counted", func() bool {
+	testutil.Eventually(t, "drops to be counted", func() bool {
 		d := g.sub.Stats().Dropped
 		return d[subscriber.DropMalformed] >= 1 && d[subscriber.DropTooLarge] >= 1 && d[subscriber.DropMismatch] >= 1 && d[subscriber.DropBadSubject] >= 1
 	})
@@ -314,7 +304,7 @@ func TestNATSRestartConverges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "2 instances", func() bool { return len(g.ids("orders")) == 2 })
+	testutil.Eventually(t, "2 instances", func() bool { return len(g.ids("orders")) == 2 })
 
 	srv.Restart(t)
 	// While everyone reconnects, one instance withdraws and another arrives.
@@ -350,8 +340,8 @@ func TestNATSRestartConverges(t *testing.T) {
 		return ids
 	}
 	want := []string{"10.0.0.2:orders:8080", "10.0.0.3:orders:8080"}
-	eventually(t, "the registry's truth", func() bool { return slices.Equal(truth(), want) })
-	eventually(t, "the gateway to equal the registry", func() bool { return slices.Equal(g.ids("orders"), want) })
+	testutil.Eventually(t, "the registry's truth", func() bool { return slices.Equal(truth(), want) })
+	testutil.Eventually(t, "the gateway to equal the registry", func() bool { return slices.Equal(g.ids("orders"), want) })
 }
 
 func TestSlowHandlerDoesNotDelayOtherServices(t *testing.T) {
@@ -430,7 +420,7 @@ func TestBurstIsCoalesced(t *testing.T) {
 		publishEvent(t, pubc, events.Event{Kind: events.Offline, Service: "orders", InstanceID: id, Incarnation: 1, At: time.Now()})
 		publishEvent(t, pubc, events.Event{Kind: events.Online, Service: "orders", InstanceID: id, Incarnation: 2, At: time.Now()})
 	}
-	eventually(t, "the final list", func() bool { mu.Lock(); defer mu.Unlock(); return last == 100 })
+	testutil.Eventually(t, "the final list", func() bool { mu.Lock(); defer mu.Unlock(); return last == 100 })
 	time.Sleep(50 * time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()
@@ -466,10 +456,10 @@ func TestLeaseExpiryRemovesCrashedInstance(t *testing.T) {
 	if err := staying.Announce(t.Context(), instance("orders", 2, 1)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "both instances", func() bool { return len(g.ids("orders")) == 2 })
+	testutil.Eventually(t, "both instances", func() bool { return len(g.ids("orders")) == 2 })
 	crashing.Close() // the lease loop stops, nothing is announced: a crash
 	began := time.Now()
-	eventually(t, "the crashed instance to leave", func() bool { return len(g.ids("orders")) == 1 })
+	testutil.Eventually(t, "the crashed instance to leave", func() bool { return len(g.ids("orders")) == 1 })
 	took := time.Since(began)
 	t.Logf("lease path: crashed instance removed %v after the crash (TTL %v)", took, ttl)
 	if took > ttl+2*time.Second {
@@ -491,12 +481,12 @@ func TestGossipGoneAndAlive(t *testing.T) {
 	if err := p.Announce(t.Context(), in); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the instance", func() bool { return len(g.ids("orders")) == 1 })
+	testutil.Eventually(t, "the instance", func() bool { return len(g.ids("orders")) == 1 })
 	g.sub.GossipGone("orders", in.InstanceID, 6) // an older incarnation: ignored
 	g.sub.GossipGone("orders", in.InstanceID, 7)
-	eventually(t, "gossip to remove it", func() bool { return len(g.ids("orders")) == 0 })
+	testutil.Eventually(t, "gossip to remove it", func() bool { return len(g.ids("orders")) == 0 })
 	g.sub.GossipAlive("orders", in.InstanceID, 7) // refuted
-	eventually(t, "gossip to restore it", func() bool { return len(g.ids("orders")) == 1 })
+	testutil.Eventually(t, "gossip to restore it", func() bool { return len(g.ids("orders")) == 1 })
 	if st := g.sub.Stats(); st.GossipRemovals != 1 || st.GossipRevivals != 1 {
 		t.Fatalf("stats %+v", st)
 	}

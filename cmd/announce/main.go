@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/pushlb/pushlb/internal/logx"
 	"github.com/pushlb/pushlb/internal/natsconn"
 	"github.com/pushlb/pushlb/publisher"
 	"github.com/pushlb/pushlb/serverlist"
@@ -86,12 +87,7 @@ func run(args []string, stdout, stderr io.Writer, started time.Time) int {
 // newLogger logs to w at level: human-readable on a terminal, JSON lines
 // otherwise.
 func newLogger(w io.Writer, level zerolog.Level) zerolog.Logger {
-	if f, ok := w.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			w = zerolog.ConsoleWriter{Out: f, TimeFormat: "15:04:05.000"}
-		}
-	}
-	return zerolog.New(w).Level(level).With().Timestamp().Str("cmd", "announce").Logger()
+	return logx.New(w, level).With().Str("cmd", "announce").Logger()
 }
 
 // app is one run of announce.

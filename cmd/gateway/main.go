@@ -32,6 +32,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/internal/gateway"
+	"github.com/pushlb/pushlb/internal/logx"
 )
 
 func main() {
@@ -170,14 +171,5 @@ func newLogger(level string, w io.Writer) (zerolog.Logger, error) {
 	if err != nil || level == "" {
 		return zerolog.Logger{}, fmt.Errorf("bad -log-level %q: want debug, info, warn or error", level)
 	}
-	if f, ok := w.(*os.File); ok && isTerminal(f) {
-		w = zerolog.ConsoleWriter{Out: f, TimeFormat: "15:04:05.000"}
-	}
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
-}
-
-// isTerminal reports whether f is a character device (a terminal).
-func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return logx.New(w, lvl), nil
 }

@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pushlb/pushlb/internal/testutil"
 )
 
 var bin struct{ gateway, announce, backend string }
@@ -55,31 +57,14 @@ func freePort(t testing.TB) string {
 // proc is a running binary whose output is kept for failure reports.
 type proc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testutil.SyncBuffer
 	done chan struct{}
 	err  error
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func start(t testing.TB, path string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(path, args...), out: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{cmd: exec.Command(path, args...), out: &testutil.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -115,7 +100,7 @@ func startGateway(t testing.TB, dataDir, natsAddr string) *gw {
 	t.Helper()
 	g := &gw{proxy: freePort(t), admin: freePort(t), nats: natsAddr}
 	g.proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-embedded-nats", natsAddr, "-data-dir", dataDir, "-log-level", "debug")
-	eventually(t, "the gateway to be healthy", func() bool {
+	testutil.Eventually(t, "the gateway to be healthy", func() bool {
 		resp, err := http.Get("http://" + g.admin + "/healthz")
 		if err != nil {
 			return false
@@ -124,17 +109,6 @@ func startGateway(t testing.TB, dataDir, natsAddr string) *gw {
 		return resp.StatusCode == 200
 	})
 	return g
-}
-
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 var client = &http.Client{Timeout: 5 * time.Second}
@@ -206,14 +180,14 @@ func TestGatewayWithAnnouncedBackends(t *testing.T) {
 	for _, b := range backends {
 		anns = append(anns, announceHold(t, g, "orders", b.Listener.Addr().String()))
 	}
-	eventually(t, "all three backends through the gateway", func() bool {
+	testutil.Eventually(t, "all three backends through the gateway", func() bool {
 		return len(g.seenBy("/orders/x", 12)) == 3
 	})
 
 	// SIGTERM the second announce: once the gateway has its offline, no
 	// request reaches b2, which keeps running.
 	anns[1].stop(t)
-	eventually(t, "the gateway to drop b2", func() bool { return strings.Count(g.state(t), `"id"`) == 2 })
+	testutil.Eventually(t, "the gateway to drop b2", func() bool { return strings.Count(g.state(t), `"id"`) == 2 })
 	if seen := g.reached(t, "/orders/x", 60); seen["b2"] != 0 || len(seen) != 2 {
 		t.Fatalf("after b2's offline: %v", seen)
 	}
@@ -228,7 +202,7 @@ func TestGatewayRetriesPastARefusingBackend(t *testing.T) {
 	bad := named(t, "bad")
 	announceHold(t, g, "orders", good.Listener.Addr().String())
 	announceHold(t, g, "orders", bad.Listener.Addr().String())
-	eventually(t, "both backends", func() bool { return len(g.seenBy("/orders/", 10)) == 2 })
+	testutil.Eventually(t, "both backends", func() bool { return len(g.seenBy("/orders/", 10)) == 2 })
 	bad.Close() // refuses connections; still registered and listed
 	if seen := g.reached(t, "/orders/", 50); seen["good"] != 50 {
 		t.Fatalf("want every request answered by good, got %v", seen)
@@ -241,7 +215,7 @@ func TestGatewayRestartServesWithinOneSecond(t *testing.T) {
 	for _, name := range []string{"r1", "r2", "r3"} {
 		announceHold(t, g, "orders", named(t, name).Listener.Addr().String())
 	}
-	eventually(t, "three backends", func() bool { return len(g.seenBy("/orders/", 12)) == 3 })
+	testutil.Eventually(t, "three backends", func() bool { return len(g.seenBy("/orders/", 12)) == 3 })
 	g.stop(t)
 
 	began := time.Now()
@@ -276,7 +250,7 @@ func TestRollingRestartZeroFailures(t *testing.T) {
 			"--", bin.backend, "-addr", addrs[i], "-name", fmt.Sprintf("v%d", i))
 	}
 	procs := []*proc{supervise(0), supervise(1), supervise(2)}
-	eventually(t, "three backends", func() bool { return len(g.seenBy("/orders/", 12)) == 3 })
+	testutil.Eventually(t, "three backends", func() bool { return len(g.seenBy("/orders/", 12)) == 3 })
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var sent, failed atomic.Int64
@@ -302,7 +276,7 @@ func TestRollingRestartZeroFailures(t *testing.T) {
 		}
 		procs[i] = supervise(i)
 		name := fmt.Sprintf("v%d", i)
-		eventually(t, name+" back", func() bool { return g.seenBy("/orders/", 9)[name+" /"] > 0 })
+		testutil.Eventually(t, name+" back", func() bool { return g.seenBy("/orders/", 9)[name+" /"] > 0 })
 	}
 	cancel()
 	wg.Wait()
@@ -337,7 +311,7 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 	g := startGateway(b, b.TempDir(), freePort(b))
 	be := named(b, "bench")
 	announceHold(b, g, "bench", be.Listener.Addr().String())
-	eventually(b, "the backend through the gateway", func() bool { return g.seenBy("/bench/", 1)["bench"] == 1 })
+	testutil.Eventually(b, "the backend through the gateway", func() bool { return g.seenBy("/bench/", 1)["bench"] == 1 })
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr}

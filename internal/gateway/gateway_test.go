@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
+	"github.com/pushlb/pushlb/internal/testutil"
 	"github.com/pushlb/pushlb/publisher"
 	"github.com/pushlb/pushlb/serverlist"
 )
@@ -97,17 +98,6 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestGatewayRoutesToAnnouncedInstances(t *testing.T) {
 	g := startGateway(t, testConfig(t))
 	proxy := "http://" + g.ProxyAddr()
@@ -118,7 +108,7 @@ func TestGatewayRoutesToAnnouncedInstances(t *testing.T) {
 	announce(t, g, "orders", "z1", a)
 	pb := announce(t, g, "orders", "z1", b)
 	seen := map[string]bool{}
-	eventually(t, "both backends to answer", func() bool {
+	testutil.Eventually(t, "both backends to answer", func() bool {
 		_, body := get(t, proxy+"/orders/api/x")
 		seen[body] = true
 		return seen["a /api/x"] && seen["b /api/x"]
@@ -127,7 +117,7 @@ func TestGatewayRoutesToAnnouncedInstances(t *testing.T) {
 	if err := pb.Withdraw(t.Context(), "test"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "b to leave", func() bool { return len(g.State().Services[0].Servers) == 1 })
+	testutil.Eventually(t, "b to leave", func() bool { return len(g.State().Services[0].Servers) == 1 })
 	for range 20 {
 		if _, body := get(t, proxy+"/orders/y"); body != "a /y" {
 			t.Fatalf("request reached %q after b withdrew", body)
@@ -138,7 +128,7 @@ func TestGatewayRoutesToAnnouncedInstances(t *testing.T) {
 func TestGatewayAdminEndpoints(t *testing.T) {
 	g := startGateway(t, testConfig(t))
 	announce(t, g, "orders", "z1", backend(t, "a"))
-	eventually(t, "the server", func() bool { s := g.State().Services; return len(s) == 1 && len(s[0].Servers) == 1 })
+	testutil.Eventually(t, "the server", func() bool { s := g.State().Services; return len(s) == 1 && len(s[0].Servers) == 1 })
 	if code, _ := get(t, "http://"+g.ProxyAddr()+"/orders/"); code != 200 {
 		t.Fatalf("proxy answered %d", code)
 	}
@@ -175,9 +165,9 @@ func TestGatewayAdminEndpoints(t *testing.T) {
 func TestGatewayNoServersIs503(t *testing.T) {
 	g := startGateway(t, testConfig(t))
 	p := announce(t, g, "orders", "", backend(t, "a"))
-	eventually(t, "the server", func() bool { s := g.State().Services; return len(s) == 1 && len(s[0].Servers) == 1 })
+	testutil.Eventually(t, "the server", func() bool { s := g.State().Services; return len(s) == 1 && len(s[0].Servers) == 1 })
 	p.Withdraw(t.Context(), "")
-	eventually(t, "an empty list", func() bool { return len(g.State().Services[0].Servers) == 0 })
+	testutil.Eventually(t, "an empty list", func() bool { return len(g.State().Services[0].Servers) == 0 })
 	if code, body := get(t, "http://"+g.ProxyAddr()+"/orders/x"); code != http.StatusServiceUnavailable || !strings.Contains(body, "orders") {
 		t.Fatalf("%d %q", code, body)
 	}
@@ -189,7 +179,7 @@ func TestGatewayDemo(t *testing.T) {
 	g := startGateway(t, cfg)
 	proxy, admin := "http://"+g.ProxyAddr(), "http://"+g.AdminAddr()
 	seen := map[string]bool{}
-	eventually(t, "three demo backends", func() bool {
+	testutil.Eventually(t, "three demo backends", func() bool {
 		_, body := get(t, proxy+"/demo/")
 		seen[strings.Fields(body)[2]] = true
 		return len(seen) == 3

@@ -1,14 +1,12 @@
 package natsconn_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,29 +17,11 @@ import (
 
 	"github.com/pushlb/pushlb/internal/natsconn"
 	"github.com/pushlb/pushlb/internal/natstest"
+	"github.com/pushlb/pushlb/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// syncBuffer is a log sink that the client's callback goroutines and the
-// test may use at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // waitFor polls cond every 10 ms until it holds or d has passed.
@@ -147,7 +127,7 @@ func TestMissingFilesAreConfigErrors(t *testing.T) {
 func TestConnectAndReconnect(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	log := zerolog.New(&logs)
 	nc, err := natsconn.Connect(t.Context(), natsconn.Config{URL: srv.URL(), Name: "natsconn-test", ReconnectWait: 20 * time.Millisecond}, log)
 	if err != nil {
