@@ -1,0 +1,139 @@
+package gossip
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+func TestInvalidConfig(t *testing.T) {
+	good := func() Config { return fastConfig(instanceMeta("orders", "i-1", 1)) }
+	tests := []struct {
+		name string
+		edit func(*Config)
+		also error // a second sentinel the error must wrap
+	}{
+		{name: "key of 10 bytes", edit: func(c *Config) { c.SecretKey = make([]byte, 10) }},
+		{name: "key of 33 bytes", edit: func(c *Config) { c.SecretKey = make([]byte, 33) }},
+		{name: "oversized meta", also: ErrMetaTooLarge,
+			edit: func(c *Config) { c.Meta.InstanceID = strings.Repeat("x", 480) }},
+		{name: "meta without role", also: ErrInvalidMeta, edit: func(c *Config) { c.Meta = Meta{} }},
+		{name: "unknown role", also: ErrInvalidMeta, edit: func(c *Config) { c.Meta.Role = "db" }},
+		{name: "instance without service", also: ErrInvalidMeta, edit: func(c *Config) { c.Meta.Service = "" }},
+		{name: "instance without id", also: ErrInvalidMeta, edit: func(c *Config) { c.Meta.InstanceID = "" }},
+		{name: "instance without incarnation", also: ErrInvalidMeta, edit: func(c *Config) { c.Meta.Incarnation = 0 }},
+		{name: "id not UTF-8", also: ErrInvalidMeta, edit: func(c *Config) { c.Meta.InstanceID = "a\xffb" }},
+		{name: "bind without port", edit: func(c *Config) { c.BindAddr = "127.0.0.1" }},
+		{name: "bind port too big", edit: func(c *Config) { c.BindAddr = "127.0.0.1:70000" }},
+		{name: "bind port not a number", edit: func(c *Config) { c.BindAddr = "127.0.0.1:gossip" }},
+		{name: "advertise without port", edit: func(c *Config) { c.AdvertiseAddr = "10.0.0.1" }},
+		{name: "advertise port with random bind port", edit: func(c *Config) { c.AdvertiseAddr = "10.0.0.1:7946" }},
+		{name: "empty join entry", edit: func(c *Config) { c.Join = []string{"127.0.0.1:7946", ""} }},
+		{name: "unknown profile", edit: func(c *Config) { c.Profile = "wan" }},
+		{name: "label too long", edit: func(c *Config) { c.Label = strings.Repeat("l", 256) }},
+		{name: "node name too long", edit: func(c *Config) { c.NodeName = strings.Repeat("n", MaxNodeNameLength+1) }},
+		{name: "negative join retry", edit: func(c *Config) { c.JoinRetry.Initial = -time.Second }},
+		{name: "join retry initial above max", edit: func(c *Config) { c.JoinRetry = JoinRetry{Initial: time.Minute, Max: time.Second} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := good()
+			tt.edit(&cfg)
+			n, err := Start(context.Background(), cfg, nil)
+			if n != nil {
+				n.Shutdown()
+			}
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("Start = %v, want ErrInvalidConfig", err)
+			}
+			if tt.also != nil && !errors.Is(err, tt.also) {
+				t.Fatalf("Start = %v, want it to wrap %v too", err, tt.also)
+			}
+			if !strings.HasPrefix(err.Error(), "gossip: ") {
+				t.Fatalf("error %q lacks the package prefix", err)
+			}
+		})
+	}
+}
+
+func TestValidConfigEdges(t *testing.T) {
+	cfg := fastConfig(Meta{Role: RoleGateway, Service: "edge"})
+	cfg.SecretKey = make([]byte, 32)
+	cfg.Label = strings.Repeat("l", 255)
+	cfg.NodeName = "gw-1"
+	cfg.AdvertiseAddr = "127.0.0.1:0"
+	cfg.JoinRetry = JoinRetry{Initial: time.Minute} // Max follows Initial
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	c, _ := cfg.check()
+	if c.retry.Max != time.Minute {
+		t.Fatalf("JoinRetry.Max = %v, want Initial", c.retry.Max)
+	}
+	cfg.BindAddr = "localhost:0" // names are resolved
+	n := startNode(t, cfg, nil)
+	if n.Name() != "gw-1" || !strings.HasPrefix(n.LocalAddr(), "127.0.0.1:") {
+		t.Fatalf("Name %q, LocalAddr %q", n.Name(), n.LocalAddr())
+	}
+
+	var zero Config
+	zero.Meta = gatewayMeta()
+	c, err := zero.check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.bindHost != "0.0.0.0" || c.bindPort != DefaultPort || c.profile != ProfileLAN ||
+		c.retry != (JoinRetry{DefaultJoinRetryInitial, DefaultJoinRetryMax}) {
+		t.Fatalf("defaults = %+v", c)
+	}
+}
+
+func TestDetectionTimeMatchesDoc(t *testing.T) {
+	// The package documentation quotes these numbers; keep them in step.
+	tests := []struct {
+		profile         Profile
+		n               int
+		expected, bound time.Duration
+	}{
+		{ProfileFast, 3, 1050 * time.Millisecond, 2500 * time.Millisecond},
+		{ProfileFast, 5, 1050 * time.Millisecond, 2500 * time.Millisecond},
+		{ProfileFast, 20, 1230600 * time.Microsecond, 3041800 * time.Microsecond},
+		{ProfileFast, 50, 1468800 * time.Microsecond, 3756400 * time.Microsecond},
+		{ProfileLAN, 3, 6200 * time.Millisecond, 7400 * time.Millisecond},
+		{ProfileLAN, 5, 6200 * time.Millisecond, 27400 * time.Millisecond},
+		{ProfileLAN, 20, 7404 * time.Millisecond, 34624 * time.Millisecond},
+		{ProfileLAN, 50, 8992 * time.Millisecond, 44152 * time.Millisecond},
+		{"", 5, 6200 * time.Millisecond, 27400 * time.Millisecond},
+		{"wan", 5, 0, 0},
+	}
+	for _, tt := range tests {
+		exp, bound := tt.profile.DetectionTime(tt.n)
+		if exp != tt.expected || bound != tt.bound {
+			t.Errorf("%q N=%d: DetectionTime = %v, %v; want %v, %v", tt.profile, tt.n, exp, bound, tt.expected, tt.bound)
+		}
+	}
+}
+
+func TestMemberlistLogsGoToZerolog(t *testing.T) {
+	var buf bytes.Buffer
+	w := logWriter{zerolog.New(&buf)}
+	if _, err := w.Write([]byte("[WARN] memberlist: Refuting a suspect message (from: b)\n")); err != nil {
+		t.Fatal(err)
+	}
+	got := buf.String()
+	for _, want := range []string{`"level":"debug"`, `"memberlist_level":"WARN"`, `"message":"Refuting a suspect message (from: b)"`} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("log line %s lacks %s", got, want)
+		}
+	}
+	buf.Reset()
+	quiet := logWriter{zerolog.New(&buf).Level(zerolog.InfoLevel)}
+	if n, err := quiet.Write([]byte("[DEBUG] memberlist: x\n")); n != 22 || err != nil || buf.Len() != 0 {
+		t.Fatalf("Write at info level = %d, %v, wrote %q", n, err, buf.String())
+	}
+}

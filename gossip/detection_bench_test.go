@@ -1,0 +1,155 @@
+package gossip
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// BenchmarkDetection measures how long a crash takes to reach the Handler:
+// one instance of an N-node cluster on loopback is shut down without Leave,
+// and the time until the observer (the gateway everyone joined) gets
+// NodeGone(ReasonDead), and until every survivor has, is recorded. Each
+// iteration crashes one node and then starts a replacement, so the cluster
+// stays at N. Reported metrics, over all iterations:
+//
+//	p50-ms, p99-ms        time to the observer's NodeGone
+//	all-p50-ms, all-p99-ms  time until the last survivor's NodeGone
+//	expected-ms, bound-ms   Profile.DetectionTime(N), for comparison
+//	false-gone            NodeGone for nodes that were not crashed
+//
+// The lan profile takes 6 to 10 s per iteration; choose the count per run:
+//
+//	go test -run '^$' -bench 'Detection/fast' -benchtime 10x ./gossip/
+//	go test -run '^$' -bench 'Detection/lan' -benchtime 3x -timeout 30m ./gossip/
+func BenchmarkDetection(b *testing.B) {
+	for _, p := range []Profile{ProfileFast, ProfileLAN} {
+		for _, n := range []int{5, 20, 50} {
+			b.Run(fmt.Sprintf("%s/N=%d", p, n), func(b *testing.B) { benchDetection(b, p, n) })
+		}
+	}
+}
+
+type benchNode struct {
+	node *Node
+	rec  *recorder
+}
+
+func benchDetection(b *testing.B, profile Profile, size int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+
+	start := func(meta Meta, join ...string) benchNode {
+		cfg := fastConfig(meta, join...)
+		cfg.Profile = profile
+		rec := newRecorder()
+		n, err := Start(ctx, cfg, rec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return benchNode{n, rec}
+	}
+	observer := start(gatewayMeta())
+	nodes := []benchNode{observer}
+	defer func() {
+		for _, n := range nodes {
+			n.node.Shutdown()
+		}
+	}()
+	seq := 0
+	newInstance := func() benchNode {
+		seq++
+		return start(instanceMeta("bench", strconv.Itoa(seq), 1), observer.node.LocalAddr())
+	}
+	for len(nodes) < size {
+		nodes = append(nodes, newInstance())
+	}
+	converge := func() {
+		live := make([]*Node, len(nodes))
+		for i, n := range nodes {
+			live[i] = n.node
+		}
+		wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+		defer wcancel()
+		if err := waitMembers(wctx, size, live...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	converge()
+
+	expected, bound := profile.DetectionTime(size)
+	var toObserver, toAll []time.Duration
+	victim := 0
+	crashed := map[string]bool{}
+	for b.Loop() {
+		victim = victim%(len(nodes)-1) + 1 // never the observer
+		v := nodes[victim]
+		crashed[v.node.Name()] = true
+		t0 := time.Now()
+		v.node.Shutdown()
+
+		wctx, wcancel := context.WithTimeout(ctx, 4*bound)
+		var last time.Duration
+		for i, n := range nodes {
+			if i == victim {
+				continue
+			}
+			rec, err := n.rec.wait(wctx, goneNamed(v.node.Name()))
+			if err != nil {
+				wcancel()
+				b.Fatalf("%s never saw %s gone: %v", n.node.Name(), v.node.Name(), err)
+			}
+			if rec.reason != ReasonDead {
+				b.Fatalf("reason %q, want dead", rec.reason)
+			}
+			d := rec.at.Sub(t0)
+			if i == 0 {
+				toObserver = append(toObserver, d)
+			}
+			last = max(last, d)
+		}
+		wcancel()
+		toAll = append(toAll, last)
+
+		nodes[victim] = newInstance()
+		converge()
+	}
+
+	falseGone := 0
+	for _, n := range nodes {
+		recs, _ := n.rec.snapshot()
+		for _, r := range recs {
+			if r.gone && !crashed[r.member.Name] {
+				falseGone++
+			}
+		}
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(ms(percentile(toObserver, 0.50)), "p50-ms")
+	b.ReportMetric(ms(percentile(toObserver, 0.99)), "p99-ms")
+	b.ReportMetric(ms(percentile(toAll, 0.50)), "all-p50-ms")
+	b.ReportMetric(ms(percentile(toAll, 0.99)), "all-p99-ms")
+	b.ReportMetric(ms(expected), "expected-ms")
+	b.ReportMetric(ms(bound), "bound-ms")
+	b.ReportMetric(float64(falseGone), "false-gone")
+	b.Logf("%s N=%d: %d crashes; observer p50 %v p99 %v; all survivors p50 %v p99 %v; expected %v, bound %v; false NodeGone %d",
+		profile, size, len(toObserver),
+		percentile(toObserver, 0.50).Round(time.Millisecond), percentile(toObserver, 0.99).Round(time.Millisecond),
+		percentile(toAll, 0.50).Round(time.Millisecond), percentile(toAll, 0.99).Round(time.Millisecond),
+		expected, bound, falseGone)
+}
+
+// percentile returns the q-quantile of ds by the nearest-rank method.
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}

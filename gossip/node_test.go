@@ -1,0 +1,388 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestThreeNodesJoinAndSeeMeta(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	gwRec := newRecorder()
+	gw := startNode(t, fastConfig(gatewayMeta()), gwRec)
+	a := startNode(t, fastConfig(instanceMeta("orders", "10.0.0.1:orders:9001", 1001), gw.LocalAddr()), nil)
+	bRec := newRecorder()
+	b := startNode(t, fastConfig(instanceMeta("orders", "10.0.0.2:orders:9001", 2002), gw.LocalAddr()), bRec)
+
+	if host, port, err := net.SplitHostPort(gw.LocalAddr()); err != nil || host != "127.0.0.1" || port == "0" {
+		t.Fatalf("LocalAddr() = %q (%v), want 127.0.0.1 and a real port", gw.LocalAddr(), err)
+	}
+	if err := a.WaitJoined(ctx); err != nil {
+		t.Fatalf("a.WaitJoined: %v", err)
+	}
+	if err := waitMembers(ctx, 3, gw, a, b); err != nil {
+		t.Fatal(err)
+	}
+
+	rec, err := gwRec.wait(ctx, aliveNamed(a.Name()))
+	if err != nil {
+		t.Fatalf("gateway never told about %s: %v", a.Name(), err)
+	}
+	want := instanceMeta("orders", "10.0.0.1:orders:9001", 1001)
+	if rec.member.Meta != want || rec.member.Addr != a.LocalAddr() {
+		t.Fatalf("gateway got %+v, want meta %+v at %s", rec.member, want, a.LocalAddr())
+	}
+	if a.Name() != "orders/10.0.0.1:orders:9001/1001" {
+		t.Errorf("default instance name = %q", a.Name())
+	}
+
+	// b learned about a through gossip, not by joining it.
+	if _, err := bRec.wait(ctx, aliveNamed(a.Name())); err != nil {
+		t.Fatalf("b never told about a: %v", err)
+	}
+	members := b.Members()
+	if len(members) != 3 {
+		t.Fatalf("b.Members() = %+v", members)
+	}
+	for i := 1; i < len(members); i++ {
+		if members[i-1].Name >= members[i].Name {
+			t.Fatalf("Members not sorted: %+v", members)
+		}
+	}
+
+	// The local node is in Members but never reported to the Handler.
+	recs, _ := gwRec.snapshot()
+	for _, r := range recs {
+		if r.member.Name == gw.Name() {
+			t.Fatalf("handler told about the local node: %+v", r)
+		}
+	}
+
+	// A Meta update reaches the others as NodeAlive.
+	updated := instanceMeta("orders", "10.0.0.1:orders:9001", 1002)
+	if err := a.UpdateMeta(updated, time.Second); err != nil {
+		t.Fatalf("UpdateMeta: %v", err)
+	}
+	if _, err := gwRec.wait(ctx, func(r record) bool {
+		return !r.gone && r.member.Name == a.Name() && r.member.Meta == updated
+	}); err != nil {
+		t.Fatalf("gateway never saw the new meta: %v", err)
+	}
+	if err := a.UpdateMeta(Meta{Role: "cat"}, time.Second); !errors.Is(err, ErrInvalidMeta) {
+		t.Fatalf("UpdateMeta(bad) = %v, want ErrInvalidMeta", err)
+	}
+}
+
+func TestCrashIsReportedDead(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+
+	gwRec := newRecorder()
+	gw := startNode(t, fastConfig(gatewayMeta()), gwRec)
+	a := startNode(t, fastConfig(instanceMeta("orders", "a", 1), gw.LocalAddr()), nil)
+	b, err := Start(ctx, fastConfig(instanceMeta("orders", "b", 1), gw.LocalAddr()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Shutdown()
+	if err := waitMembers(ctx, 3, gw, a, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gwRec.wait(ctx, aliveNamed(b.Name())); err != nil {
+		t.Fatal(err)
+	}
+
+	_, bound := ProfileFast.DetectionTime(3)
+	crashed := time.Now()
+	b.Shutdown() // no Leave: to the others this is a crash
+	b.Shutdown() // idempotent
+
+	rec, err := gwRec.wait(ctx, goneNamed(b.Name()))
+	if err != nil {
+		t.Fatalf("crash never reported: %v", err)
+	}
+	took := rec.at.Sub(crashed)
+	t.Logf("crash detected in %v (documented bound %v)", took, bound)
+	if rec.reason != ReasonDead {
+		t.Fatalf("reason = %q, want %q", rec.reason, ReasonDead)
+	}
+	if rec.member.Meta != instanceMeta("orders", "b", 1) {
+		t.Fatalf("gone member = %+v", rec.member)
+	}
+	// A small allowance for a loaded CI machine (-race, 2 cores).
+	if limit := bound + 500*time.Millisecond; took > limit {
+		t.Fatalf("crash detected in %v, documented bound %v", took, bound)
+	}
+	if err := waitMembers(ctx, 2, gw, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Leave(time.Second); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Leave after Shutdown = %v, want ErrStopped", err)
+	}
+	if err := b.UpdateMeta(instanceMeta("orders", "b", 2), time.Second); !errors.Is(err, ErrStopped) {
+		t.Fatalf("UpdateMeta after Shutdown = %v, want ErrStopped", err)
+	}
+}
+
+func TestLeaveIsReportedLeft(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	gwRec := newRecorder()
+	gw := startNode(t, fastConfig(gatewayMeta()), gwRec)
+	a := startNode(t, fastConfig(instanceMeta("orders", "a", 1), gw.LocalAddr()), nil)
+	b := startNode(t, fastConfig(instanceMeta("orders", "b", 1), gw.LocalAddr()), nil)
+	if err := waitMembers(ctx, 3, gw, a, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gwRec.wait(ctx, aliveNamed(b.Name())); err != nil {
+		t.Fatal(err)
+	}
+
+	left := time.Now()
+	if err := b.Leave(time.Second); err != nil {
+		t.Fatalf("Leave: %v", err)
+	}
+	if err := b.Leave(time.Second); err != nil {
+		t.Fatalf("second Leave: %v", err)
+	}
+	b.Shutdown()
+	rec, err := gwRec.wait(ctx, goneNamed(b.Name()))
+	if err != nil {
+		t.Fatalf("leave never reported: %v", err)
+	}
+	t.Logf("leave seen in %v", rec.at.Sub(left))
+	if rec.reason != ReasonLeft {
+		t.Fatalf("reason = %q, want %q", rec.reason, ReasonLeft)
+	}
+	if err := waitMembers(ctx, 2, gw, a); err != nil {
+		t.Fatal(err)
+	}
+	// Leaving is not a failure: nothing else is gone.
+	recs, _ := gwRec.snapshot()
+	for _, r := range recs {
+		if r.gone && r.member.Name != b.Name() {
+			t.Fatalf("unexpected NodeGone: %+v", r)
+		}
+	}
+}
+
+// freePort returns a port that was free on 127.0.0.1 for TCP and UDP a
+// moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	for range 10 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+func TestStartAloneThenJoinWhenPeerAppears(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+
+	peerAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	a := startNode(t, fastConfig(instanceMeta("orders", "a", 1), peerAddr), nil)
+	if n := a.NumMembers(); n != 1 {
+		t.Fatalf("NumMembers alone = %d", n)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	err := a.WaitJoined(short)
+	cancelShort()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitJoined with no peer = %v, want deadline exceeded", err)
+	}
+
+	gwRec := newRecorder()
+	cfg := fastConfig(gatewayMeta())
+	cfg.BindAddr = peerAddr
+	gw := startNode(t, cfg, gwRec)
+	if err := a.WaitJoined(ctx); err != nil {
+		t.Fatalf("WaitJoined after the peer appeared: %v", err)
+	}
+	if _, err := gwRec.wait(ctx, aliveNamed(a.Name())); err != nil {
+		t.Fatalf("gateway never saw the late joiner: %v", err)
+	}
+
+	// The peer restarts under a new name; a, alone again, joins it again.
+	gw.Shutdown()
+	if err := waitMembers(ctx, 1, a); err != nil {
+		t.Fatal(err)
+	}
+	gw2Rec := newRecorder()
+	gw2 := startNode(t, cfg, gw2Rec)
+	if _, err := gw2Rec.wait(ctx, aliveNamed(a.Name())); err != nil {
+		t.Fatalf("a did not rejoin the restarted peer: %v", err)
+	}
+	if err := waitMembers(ctx, 2, a, gw2); err != nil {
+		t.Fatal(err)
+	}
+
+	// Leave stops joining, and WaitJoined on a node that left reports it
+	// only if it had not joined yet.
+	if err := a.Leave(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WaitJoined(ctx); err != nil {
+		t.Fatalf("WaitJoined after join and Leave = %v", err)
+	}
+}
+
+func TestWaitJoinedStopped(t *testing.T) {
+	peerAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	a, err := Start(context.Background(), fastConfig(instanceMeta("orders", "a", 1), peerAddr), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		a.Shutdown()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.WaitJoined(ctx); !errors.Is(err, ErrStopped) {
+		t.Fatalf("WaitJoined on a stopped node = %v, want ErrStopped", err)
+	}
+	a.Shutdown()
+}
+
+func TestSecretKeyAndLabelKeepClustersApart(t *testing.T) {
+	key1 := []byte("0123456789abcdef")
+	key2 := []byte("fedcba9876543210")
+	tests := []struct {
+		name         string
+		seed, joiner func(*Config)
+		wantTogether bool
+	}{
+		{name: "same key and label", wantTogether: true,
+			seed:   func(c *Config) { c.SecretKey, c.Label = key1, "prod" },
+			joiner: func(c *Config) { c.SecretKey, c.Label = key1, "prod" }},
+		{name: "different keys",
+			seed:   func(c *Config) { c.SecretKey = key1 },
+			joiner: func(c *Config) { c.SecretKey = key2 }},
+		{name: "key and no key",
+			seed:   func(c *Config) { c.SecretKey = key1 },
+			joiner: func(c *Config) {}},
+		{name: "different labels",
+			seed:   func(c *Config) { c.Label = "prod" },
+			joiner: func(c *Config) { c.Label = "staging" }},
+		{name: "label and no label",
+			seed:   func(c *Config) { c.Label = "prod" },
+			joiner: func(c *Config) {}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			seedCfg := fastConfig(gatewayMeta())
+			tt.seed(&seedCfg)
+			seed := startNode(t, seedCfg, nil)
+			joinCfg := fastConfig(instanceMeta("orders", "a", 1), seed.LocalAddr())
+			tt.joiner(&joinCfg)
+			joiner := startNode(t, joinCfg, nil)
+
+			wait := 2 * time.Second
+			if !tt.wantTogether {
+				wait = 700 * time.Millisecond // several join rounds
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			defer cancel()
+			err := waitMembers(ctx, 2, seed, joiner)
+			if tt.wantTogether && err != nil {
+				t.Fatalf("nodes did not join: %v", err)
+			}
+			if !tt.wantTogether && err == nil {
+				t.Fatalf("nodes joined across %s", tt.name)
+			}
+			if !tt.wantTogether && (seed.NumMembers() != 1 || joiner.NumMembers() != 1) {
+				t.Fatalf("members %d and %d, want 1 and 1", seed.NumMembers(), joiner.NumMembers())
+			}
+		})
+	}
+}
+
+func TestStartBindError(t *testing.T) {
+	// 192.0.2.0/24 is TEST-NET-1: never a local address, so bind fails at
+	// once without sending anything.
+	cfg := fastConfig(gatewayMeta())
+	cfg.BindAddr = "192.0.2.1:0"
+	if n, err := Start(context.Background(), cfg, nil); !errors.Is(err, ErrStart) {
+		if n != nil {
+			n.Shutdown()
+		}
+		t.Fatalf("Start on a foreign address = %v, want ErrStart", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Start(ctx, fastConfig(gatewayMeta()), nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start with a canceled ctx = %v", err)
+	}
+}
+
+func TestBlockedHandlerDoesNotBlockGossip(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	// A Handler that blocks must not stop gossip: the others still join and
+	// the blocked node still lists them. Calls never overlap, and Shutdown
+	// waits for the call in progress, then drops the queue.
+	release := make(chan struct{})
+	var inFlight, maxInFlight, calls atomic.Int32
+	h := HandlerFuncs{Alive: func(Member) {
+		now := inFlight.Add(1)
+		if now > maxInFlight.Load() {
+			maxInFlight.Store(now)
+		}
+		calls.Add(1)
+		<-release
+		inFlight.Add(-1)
+	}}
+	gw, err := Start(ctx, fastConfig(gatewayMeta()), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []*Node
+	for i := range 4 {
+		nodes = append(nodes, startNode(t, fastConfig(instanceMeta("orders", strconv.Itoa(i), 1), gw.LocalAddr()), nil))
+	}
+	if err := waitMembers(ctx, 5, append(nodes, gw)...); err != nil {
+		t.Fatal(err)
+	}
+	if got := calls.Load(); got != 1 {
+		t.Fatalf("%d Handler calls while the first is blocked, want 1", got)
+	}
+	shutdownDone := make(chan struct{})
+	go func() {
+		gw.Shutdown()
+		close(shutdownDone)
+	}()
+	select {
+	case <-shutdownDone:
+		t.Fatal("Shutdown returned while a Handler call was in progress")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	<-shutdownDone
+	if maxInFlight.Load() != 1 {
+		t.Fatalf("max concurrent Handler calls = %d", maxInFlight.Load())
+	}
+	if got := calls.Load(); got != 1 {
+		t.Fatalf("%d Handler calls after Shutdown began, want the queue dropped", got-1)
+	}
+}
