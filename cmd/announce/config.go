@@ -16,6 +16,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/gossip"
+	"github.com/pushlb/pushlb/internal/gossipflag"
 	"github.com/pushlb/pushlb/internal/natsconn"
 	"github.com/pushlb/pushlb/serverlist"
 )
@@ -64,6 +66,7 @@ type config struct {
 	drain        time.Duration
 	lease        time.Duration
 	command      []string
+	gossip       gossipflag.Settings
 
 	// Offline mode.
 	reason      string
@@ -91,7 +94,7 @@ type flagValues struct {
 	health                  string
 	readyTimeout, drain     time.Duration
 	lease                   time.Duration
-	gossip, gossipBind      string
+	gossip                  gossipflag.Settings
 	prefix, logLevel        string
 	reason                  string
 	incarnation             int64
@@ -99,7 +102,7 @@ type flagValues struct {
 
 // flag groups, in the order the help lists them.
 var (
-	instanceFlags = []string{"service", "addr", "id", "zone", "meta", "secure", "health", "ready-timeout", "drain", "lease", "gossip", "gossip-bind"}
+	instanceFlags = []string{"service", "addr", "id", "zone", "meta", "secure", "health", "ready-timeout", "drain", "lease", "gossip", "gossip-bind", "gossip-profile", "gossip-key", "gossip-label"}
 	offlineFlags  = []string{"service", "id", "reason", "incarnation"}
 	commonFlags   = []string{"nats", "nats-timeout", "creds", "user", "password", "token", "tls-ca", "tls-cert", "tls-key", "prefix", "log-level"}
 )
@@ -124,8 +127,7 @@ func newFlagSet(m mode, v *flagValues, nc *natsconn.Config) *flag.FlagSet {
 		fs.DurationVar(&v.readyTimeout, "ready-timeout", defaultReadyTimeout, "how long to wait for readiness (0: forever)")
 		fs.DurationVar(&v.drain, "drain", defaultDrain, "supervise mode: wait between the offline event and forwarding the signal to the command")
 		fs.DurationVar(&v.lease, "lease", serverlist.DefaultTTL, "registry lease (TTL, at least 1s), refreshed every third of it; a deployment must agree on it")
-		fs.StringVar(&v.gossip, "gossip", "", "memberlist peers `host:port[,...]` to join (not available in this build yet)")
-		fs.StringVar(&v.gossipBind, "gossip-bind", "", "memberlist bind `host:port` (not available in this build yet)")
+		v.gossip.Register(fs)
 	}
 	nc.RegisterFlags(fs)
 	fs.StringVar(&v.prefix, "prefix", events.DefaultPrefix, "subject `prefix`; the registry bucket is pushlb_<prefix, . replaced by _>")
@@ -217,9 +219,12 @@ func (v *flagValues) checkOffline(cfg *config) error {
 }
 
 func (v *flagValues) checkInstance(cfg *config) error {
-	if v.gossip != "" || v.gossipBind != "" {
-		return usagef("gossip is not available in this build yet (-gossip, -gossip-bind)")
+	if v.gossip.Enabled() {
+		if _, err := v.gossip.Config(gossip.Meta{Role: gossip.RoleInstance}, zerolog.Nop()); err != nil {
+			return usagef("%v", err)
+		}
 	}
+	cfg.gossip = v.gossip
 	if v.addr == "" {
 		return usagef("-addr is required")
 	}

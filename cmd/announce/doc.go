@@ -76,8 +76,13 @@
 //	-lease D             registry TTL (default 30s, at least 1s); the entry is
 //	                     refreshed every third of it. All publishers and
 //	                     gateways of a deployment must agree on it
-//	-gossip HOST:PORT,.. memberlist peers to join (not available in this build yet)
-//	-gossip-bind H:P     memberlist bind address (not available in this build yet)
+//	-gossip HOST:PORT,.. gossip (memberlist) peers to join, usually the gateways;
+//	                     gossip is off unless this or -gossip-bind is set
+//	-gossip-bind H:P     gossip bind address (default 0.0.0.0:7946; port 0 picks one)
+//	-gossip-profile P    lan (memberlist's LAN timings: a crash is noticed in
+//	                     ~6-10 s) or fast (~1-1.5 s); all nodes must agree
+//	-gossip-key K        base64 AES key (16, 24 or 32 bytes) encrypting gossip
+//	-gossip-label L      keeps clusters on one network apart
 //
 // Offline mode:
 //
@@ -108,7 +113,8 @@
 //	0    stopped by SIGINT or SIGTERM after withdrawing (hold), or done (offline)
 //	1    NATS unreachable after -nats-timeout, the registry unusable, the
 //	     address not ready within -ready-timeout, a withdrawal that failed
-//	2    usage error: a missing or invalid flag, unexpected arguments, a gossip flag
+//	2    usage error: a missing or invalid flag (a bad gossip key or profile too),
+//	     unexpected arguments
 //	N    supervise mode: COMMAND's status (128+signal if a signal killed it;
 //	     126 or 127 if it could not be started)
 //

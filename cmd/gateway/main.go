@@ -32,6 +32,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/internal/gateway"
+	"github.com/pushlb/pushlb/internal/gossipflag"
 	"github.com/pushlb/pushlb/internal/logx"
 )
 
@@ -59,11 +60,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		tlsCA      = fs.String("tls-ca", "", "CA certificate for NATS TLS")
 		tlsCert    = fs.String("tls-cert", "", "client certificate for NATS TLS")
 		tlsKey     = fs.String("tls-key", "", "client key for NATS TLS")
-		gossipBind = fs.String("gossip-bind", "", "gossip (memberlist) bind address; gossip is off unless this or -gossip is set")
-		gossipJoin = fs.String("gossip", "", "gossip peers to join, host:port[,..]")
 		demo       = fs.Bool("demo", false, "also start three local backends in two zones that announce themselves (service \"demo\")")
 		logLevel   = fs.String("log-level", "info", "log level: debug, info, warn, error")
+		gossipSet  gossipflag.Settings
 	)
+	gossipSet.Register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gateway [-config FILE] [-listen ADDR] [-admin ADDR] [-nats URL] [-zone Z] [-gossip-bind host:port] [-gossip host:port[,..]] [-demo]")
 		fmt.Fprintln(stderr, "\nRoutes /<service>/<rest> to the instances of <service> that announced themselves over NATS.")
@@ -85,10 +86,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	log, err := newLogger(*logLevel, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway:", err)
-		return 2
-	}
-	if *gossipBind != "" || *gossipJoin != "" {
-		fmt.Fprintln(stderr, "gateway: gossip is not available in this build yet (crash detection uses registry leases)")
 		return 2
 	}
 
@@ -134,6 +131,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 			cfg.NATS.TLS.Key = *tlsKey
 		case "demo":
 			cfg.Demo = *demo
+		case "gossip":
+			cfg.Gossip.Join = gossipSet.Join
+		case "gossip-bind":
+			cfg.Gossip.Bind = gossipSet.Bind
+		case "gossip-profile":
+			cfg.Gossip.Profile = gossipSet.Profile
+		case "gossip-key":
+			cfg.Gossip.Key = gossipSet.Key
+		case "gossip-label":
+			cfg.Gossip.Label = gossipSet.Label
 		}
 	})
 	g, err := gateway.New(cfg, log)

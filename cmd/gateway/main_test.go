@@ -290,7 +290,7 @@ func TestBadConfigExitsTwo(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("listn: oops\n"), 0o600)
-	for _, args := range [][]string{{"-config", bad}, {"-log-level", "loud"}, {"stray"}, {"-gossip", "127.0.0.1:1"}} {
+	for _, args := range [][]string{{"-config", bad}, {"-log-level", "loud"}, {"stray"}, {"-gossip", "127.0.0.1:1", "-gossip-key", "short"}} {
 		cmd := exec.Command(bin.gateway, args...)
 		out, _ := cmd.CombinedOutput()
 		if cmd.ProcessState.ExitCode() != 2 {

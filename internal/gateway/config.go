@@ -10,10 +10,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/gossip"
+	"github.com/pushlb/pushlb/internal/gossipflag"
 	"github.com/pushlb/pushlb/serverlist"
 )
 
@@ -62,6 +65,11 @@ type Config struct {
 	// ShutdownTimeout bounds how long in-flight requests may take to finish
 	// on SIGTERM. Default 10s.
 	ShutdownTimeout time.Duration `yaml:"shutdownTimeout"`
+
+	// Gossip makes the gateway a memberlist member, so crashed instances
+	// that joined with announce -gossip are noticed within the profile's
+	// detection time. Off unless Bind or Join is set.
+	Gossip gossipflag.Settings `yaml:"gossip"`
 
 	// Demo starts three local backends in two zones that announce
 	// themselves as service "demo".
@@ -173,6 +181,11 @@ func (c *Config) Validate() error {
 		}
 		if err := events.ValidateService(r.Service); err != nil {
 			return bad("routes[%d].service: %w", i, err)
+		}
+	}
+	if c.Gossip.Enabled() {
+		if _, err := c.Gossip.Config(gossip.Meta{Role: gossip.RoleGateway}, zerolog.Nop()); err != nil {
+			return bad("gossip: %w", err)
 		}
 	}
 	if c.Balancer == nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/natsconn"
 	"github.com/pushlb/pushlb/lbvisitor"
 	"github.com/pushlb/pushlb/serverlist"
@@ -38,6 +39,7 @@ type Gateway struct {
 	metrics  *metrics
 	proxy    *proxy
 	demo     *demo
+	gossip   *gossip.Node
 
 	proxyLn, adminLn   net.Listener
 	proxySrv, adminSrv *http.Server
@@ -120,6 +122,11 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	if err := g.sub.Start(ctx); err != nil {
 		return err
 	}
+	if g.cfg.Gossip.Enabled() {
+		if err := g.startGossip(ctx); err != nil {
+			return err
+		}
+	}
 	if g.proxy, err = newProxy(g); err != nil {
 		return err
 	}
@@ -150,6 +157,43 @@ func (g *Gateway) DemoInstructions() string {
 		return ""
 	}
 	return g.demo.instructions(g.ProxyAddr(), g.AdminAddr())
+}
+
+// startGossip joins the gossip cluster as a gateway: an instance node
+// declared dead, or leaving, is an offline for its incarnation; one that
+// comes back (a refuted suspicion) is restored.
+func (g *Gateway) startGossip(ctx context.Context) error {
+	cfg, err := g.cfg.Gossip.Config(gossip.Meta{Role: gossip.RoleGateway}, g.log)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	instance := func(m gossip.Member) bool { return m.Meta.Role == gossip.RoleInstance }
+	g.gossip, err = gossip.Start(ctx, cfg, gossip.HandlerFuncs{
+		Alive: func(m gossip.Member) {
+			if instance(m) {
+				g.sub.GossipAlive(m.Meta.Service, m.Meta.InstanceID, m.Meta.Incarnation)
+			}
+		},
+		Gone: func(m gossip.Member, reason gossip.Reason) {
+			if instance(m) {
+				g.log.Info().Str("node", m.Name).Str("addr", m.Addr).Str("reason", string(reason)).Msg("gossip: instance gone")
+				g.sub.GossipGone(m.Meta.Service, m.Meta.InstanceID, m.Meta.Incarnation)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("gateway: gossip: %w", err)
+	}
+	g.log.Info().Str("gossip", g.gossip.LocalAddr()).Strs("join", cfg.Join).Str("profile", string(cfg.Profile)).Msg("gossip started")
+	return nil
+}
+
+// GossipAddr returns the gossip address, or "" with gossip off.
+func (g *Gateway) GossipAddr() string {
+	if g.gossip == nil {
+		return ""
+	}
+	return g.gossip.LocalAddr()
 }
 
 // handle is the subscriber's handler: the push path's rebuild of one
@@ -209,6 +253,10 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.serveWG.Wait()
 		if g.demo != nil {
 			g.demo.stopAll()
+		}
+		if g.gossip != nil {
+			g.gossip.Leave(time.Second)
+			g.gossip.Shutdown()
 		}
 		if g.sub != nil {
 			g.sub.Stop()

@@ -78,6 +78,9 @@ var (
 	descServers    = prometheus.NewDesc("pushlb_servers", "Servers listed per service.", []string{"service"}, nil)
 	descReachable  = prometheus.NewDesc("pushlb_servers_reachable", "Servers alive per service.", []string{"service"}, nil)
 	descTrips      = prometheus.NewDesc("pushlb_breaker_trips_total", "Circuit breakers tripped, by service.", []string{"service"}, nil)
+	descGossipGone = prometheus.NewDesc("pushlb_gossip_removals_total", "Instances taken offline because gossip declared them dead or gone.", nil, nil)
+	descGossipBack = prometheus.NewDesc("pushlb_gossip_revivals_total", "Instances gossip brought back (refuted suspicions).", nil, nil)
+	descGossipMem  = prometheus.NewDesc("pushlb_gossip_members", "Members of the gossip cluster this gateway sees, itself included.", nil, nil)
 	descUpdates    = prometheus.NewDesc("pushlb_list_updates_total", "Changes of a service's server list.", []string{"service"}, nil)
 )
 
@@ -86,7 +89,7 @@ type stateCollector struct{ g *Gateway }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReceived, descApplied, descDropped, descDelivered, descHandlerErr,
-		descReconciles, descRemovals, descResyncs, descLookupHit, descServers, descReachable, descTrips, descUpdates} {
+		descReconciles, descRemovals, descResyncs, descLookupHit, descServers, descReachable, descTrips, descUpdates, descGossipGone, descGossipBack, descGossipMem} {
 		ch <- d
 	}
 }
@@ -110,6 +113,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descReconciles, st.Reconciles)
 		counter(descRemovals, st.RegistryRemovals)
 		counter(descResyncs, sub.Mirror().Stats().Syncs)
+		counter(descGossipGone, st.GossipRemovals)
+		counter(descGossipBack, st.GossipRevivals)
+	}
+	if n := c.g.gossip; n != nil {
+		gauge(descGossipMem, n.NumMembers())
 	}
 	if l := c.g.lookup; l != nil {
 		st := l.Stats()
