@@ -220,7 +220,7 @@ func (v *flagValues) checkOffline(cfg *config) error {
 
 func (v *flagValues) checkInstance(cfg *config) error {
 	if v.gossip.Enabled() {
-		if _, err := v.gossip.Config(gossip.Meta{Role: gossip.RoleInstance}, zerolog.Nop()); err != nil {
+		if _, err := v.gossip.Config(gossip.Meta{Role: gossip.RoleInstance, Service: "check", InstanceID: "check", Incarnation: 1}, zerolog.Nop()); err != nil {
 			return usagef("%v", err)
 		}
 	}
