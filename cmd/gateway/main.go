@@ -12,6 +12,11 @@
 // config file may add routes. The admin listener serves /-/lb (JSON, or
 // HTML for a browser), /metrics (Prometheus) and /healthz.
 //
+// Crashed instances are removed when their registry lease expires (-lease,
+// 30 s) or, with gossip on (-gossip-bind and/or -gossip; instances run
+// announce -gossip <gateway's gossip address>), when memberlist declares
+// their node dead: about 1 s with -gossip-profile fast, 6-10 s with lan.
+//
 // -config takes a YAML file (see docs/config.md) or a Ribbon .properties
 // file. Flags override the file. A bad configuration exits with status 2.
 // SIGINT or SIGTERM stops accepting requests, lets in-flight ones finish
