@@ -9,6 +9,12 @@
 // again (register, then online), so a gateway that missed events or saw the
 // lease run out during the outage learns of it again.
 //
+// With Config.Gossip set, the instance is also a gossip (memberlist) member
+// from its announcement to its withdrawal, its node metadata naming its
+// service, instance ID and incarnation: gateways in the same cluster notice
+// a crash within the gossip profile's detection time (about a second with
+// the fast profile) rather than the lease's.
+//
 // The incarnation orders events about one instance ID: it grows with every
 // start of the instance. Announce uses the instance's Incarnation when set,
 // else the current time in nanoseconds. Re-announcements (lease, reconnect)

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/serverlist"
 )
 
@@ -36,6 +37,13 @@ type Config struct {
 	ReconnectCheck time.Duration
 	// Logger receives lease and re-announce failures. Zero: no logs.
 	Logger zerolog.Logger
+	// Gossip, when set, makes the instance a gossip (memberlist) member
+	// from its announcement to its withdrawal, so gateways that are members
+	// too notice a crash within the profile's detection time instead of the
+	// lease's. Announce fills in its Meta (and so the node name); Withdraw
+	// leaves the cluster gracefully; Close shuts the node down without
+	// leaving, which gateways see as a crash.
+	Gossip *gossip.Config
 }
 
 // Publisher announces one instance. Its methods are safe for concurrent
@@ -52,6 +60,8 @@ type Publisher struct {
 	closed    bool
 	cancel    context.CancelFunc
 	done      chan struct{}
+	node      *gossip.Node // the gossip member of the current incarnation, or nil
+	nodeMeta  gossip.Meta
 }
 
 // New builds a Publisher.
@@ -109,8 +119,55 @@ func (p *Publisher) Announce(ctx context.Context, in serverlist.Instance) error 
 		// lease must be kept.
 		p.inst, p.announced = in.Clone(), true
 		p.startLeaseLocked()
+		p.joinGossipLocked(ctx, in)
 	}
 	return err
+}
+
+// joinGossipLocked makes the instance's current incarnation a gossip
+// member. A failure is logged, not returned: the instance is announced, and
+// the lease still removes it after a crash.
+func (p *Publisher) joinGossipLocked(ctx context.Context, in serverlist.Instance) {
+	if p.cfg.Gossip == nil {
+		return
+	}
+	meta := gossip.Meta{Role: gossip.RoleInstance, Service: in.Service, InstanceID: in.InstanceID, Incarnation: in.Incarnation}
+	if p.node != nil {
+		if p.nodeMeta == meta {
+			return
+		}
+		p.leaveGossipLocked()
+	}
+	cfg := *p.cfg.Gossip
+	cfg.Meta = meta
+	n, err := gossip.Start(ctx, cfg, gossip.HandlerFuncs{})
+	if err != nil {
+		p.log.Error().Err(err).Str("service", in.Service).Str("id", in.InstanceID).Msg("gossip did not start; crash detection falls back to the registry lease")
+		return
+	}
+	p.node, p.nodeMeta = n, meta
+	p.log.Info().Str("gossip", n.LocalAddr()).Strs("join", cfg.Join).Str("profile", string(cfg.Profile)).Msg("gossip member")
+}
+
+// leaveGossipLocked leaves the cluster gracefully: gateways see the node
+// leave at once instead of suspecting it.
+func (p *Publisher) leaveGossipLocked() {
+	if p.node == nil {
+		return
+	}
+	p.node.Leave(time.Second)
+	p.node.Shutdown()
+	p.node = nil
+}
+
+// GossipAddr returns the address of the instance's gossip node, or "".
+func (p *Publisher) GossipAddr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.node == nil {
+		return ""
+	}
+	return p.node.LocalAddr()
 }
 
 // announce puts the registry entry, then publishes online and flushes, so
@@ -163,6 +220,7 @@ func (p *Publisher) Withdraw(ctx context.Context, reason string) error {
 	p.announced = false
 	perr := p.publish(ctx, in, events.Offline, reason)
 	derr := p.reg.Deregister(ctx, in.Service, in.InstanceID)
+	p.leaveGossipLocked()
 	if perr != nil || derr != nil {
 		return fmt.Errorf("publisher: withdraw %s/%s: %w", in.Service, in.InstanceID, errors.Join(perr, derr))
 	}
@@ -176,6 +234,10 @@ func (p *Publisher) Close() {
 	defer p.mu.Unlock()
 	p.closed = true
 	p.stopLeaseLocked()
+	if p.node != nil {
+		p.node.Shutdown()
+		p.node = nil
+	}
 }
 
 func (p *Publisher) startLeaseLocked() {

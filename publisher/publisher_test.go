@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/natstest"
 	"github.com/pushlb/pushlb/publisher"
 	"github.com/pushlb/pushlb/serverlist"
@@ -161,5 +162,73 @@ func TestConfigErrors(t *testing.T) {
 	p, _ := publisher.New(r.nc, r.reg, publisher.Config{})
 	if err := p.Announce(t.Context(), serverlist.Instance{Service: "a.b", InstanceID: "x", Host: "h", Port: 1}); err == nil {
 		t.Fatal("an invalid service name must be refused")
+	}
+}
+
+func TestGossipMembership(t *testing.T) {
+	r := newRig(t, 5*time.Second)
+	type seen struct {
+		meta   gossip.Meta
+		alive  bool
+		reason gossip.Reason
+	}
+	got := make(chan seen, 16)
+	gw, err := gossip.Start(t.Context(), gossip.Config{BindAddr: "127.0.0.1:0", Profile: gossip.ProfileFast, Meta: gossip.Meta{Role: gossip.RoleGateway}},
+		gossip.HandlerFuncs{
+			Alive: func(m gossip.Member) { got <- seen{meta: m.Meta, alive: true} },
+			Gone:  func(m gossip.Member, reason gossip.Reason) { got <- seen{meta: m.Meta, reason: reason} },
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Shutdown()
+	next := func() seen {
+		t.Helper()
+		select {
+		case s := <-got:
+			return s
+		case <-time.After(10 * time.Second):
+			t.Fatal("no gossip event")
+		}
+		return seen{}
+	}
+	newPub := func() *publisher.Publisher {
+		p, err := publisher.New(r.nc, r.reg, publisher.Config{Gossip: &gossip.Config{
+			BindAddr: "127.0.0.1:0", Join: []string{gw.LocalAddr()}, Profile: gossip.ProfileFast}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+
+	p := newPub()
+	in := orders
+	in.Incarnation = 41
+	if err := p.Announce(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	if s := next(); !s.alive || s.meta.Service != "orders" || s.meta.InstanceID != in.InstanceID || s.meta.Incarnation != 41 {
+		t.Fatalf("want the instance alive with its meta, got %+v", s)
+	}
+	if err := p.Withdraw(t.Context(), ""); err != nil {
+		t.Fatal(err)
+	}
+	if s := next(); s.alive || s.reason != gossip.ReasonLeft {
+		t.Fatalf("withdraw: want a graceful leave, got %+v", s)
+	}
+	p.Close()
+
+	// Close without Withdraw is a crash for gossip: the node is declared dead.
+	p2 := newPub()
+	in.Incarnation = 42
+	if err := p2.Announce(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	if s := next(); !s.alive || s.meta.Incarnation != 42 {
+		t.Fatalf("got %+v", s)
+	}
+	p2.Close()
+	if s := next(); s.alive || s.reason != gossip.ReasonDead || s.meta.Incarnation != 42 {
+		t.Fatalf("close: want dead, got %+v", s)
 	}
 }

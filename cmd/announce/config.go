@@ -73,6 +73,10 @@ type config struct {
 	incarnation int64
 }
 
+// gossipCheckMeta stands in for the instance's gossip Meta when the gossip
+// settings are checked: the publisher fills in the real one.
+var gossipCheckMeta = gossip.Meta{Role: gossip.RoleInstance, Service: "check", InstanceID: "check", Incarnation: 1}
+
 // usageError is a command-line mistake: announce prints it with the
 // synopsis and exits 2.
 type usageError struct{ msg string }
@@ -220,7 +224,7 @@ func (v *flagValues) checkOffline(cfg *config) error {
 
 func (v *flagValues) checkInstance(cfg *config) error {
 	if v.gossip.Enabled() {
-		if _, err := v.gossip.Config(gossip.Meta{Role: gossip.RoleInstance, Service: "check", InstanceID: "check", Incarnation: 1}, zerolog.Nop()); err != nil {
+		if _, err := v.gossip.Config(gossipCheckMeta, zerolog.Nop()); err != nil {
 			return usagef("%v", err)
 		}
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/logx"
 	"github.com/pushlb/pushlb/internal/natsconn"
 	"github.com/pushlb/pushlb/publisher"
@@ -143,10 +142,9 @@ func (a *app) forward(s os.Signal) {
 
 // session is the connection to NATS, the registry and the publisher.
 type session struct {
-	nc     *nats.Conn
-	reg    *serverlist.Registry
-	pub    *publisher.Publisher
-	gossip *gossip.Node // nil until announced, or with gossip off
+	nc  *nats.Conn
+	reg *serverlist.Registry
+	pub *publisher.Publisher
 }
 
 // connect opens the session of hold and supervise modes.
@@ -174,7 +172,15 @@ func (a *app) openRegistry(ctx context.Context, nc *nats.Conn) (*session, error)
 	if err != nil {
 		return nil, fmt.Errorf("open the registry (is JetStream enabled, nats-server 2.11+?): %w", err)
 	}
-	pub, err := publisher.New(nc, reg, publisher.Config{Prefix: a.cfg.prefix, Logger: a.log})
+	pcfg := publisher.Config{Prefix: a.cfg.prefix, Logger: a.log}
+	if a.cfg.gossip.Enabled() {
+		g, err := a.cfg.gossip.Config(gossipCheckMeta, a.log)
+		if err != nil {
+			return nil, err
+		}
+		pcfg.Gossip = &g
+	}
+	pub, err := publisher.New(nc, reg, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("publisher: %w", err)
 	}
@@ -183,9 +189,6 @@ func (a *app) openRegistry(ctx context.Context, nc *nats.Conn) (*session, error)
 
 // close stops the lease and closes the connection.
 func (s *session) close() {
-	if s.gossip != nil {
-		s.gossip.Shutdown()
-	}
 	s.pub.Close()
 	s.nc.Close()
 }
@@ -203,7 +206,10 @@ func (a *app) announce(ctx context.Context, s *session) error {
 			in := a.cfg.instance
 			a.log.Info().Str("host", in.Host).Int("port", in.Port).Str("zone", in.Zone).
 				Bool("secure", in.Secure).Int64("incarnation", in.Incarnation).Msg("announced online")
-			return a.joinGossip(ctx, s)
+			if addr := s.pub.GossipAddr(); addr != "" {
+				a.log.Info().Str("gossip", addr).Msg("gossip member")
+			}
+			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -216,41 +222,6 @@ func (a *app) announce(ctx context.Context, s *session) error {
 	}
 }
 
-// joinGossip makes the instance a gossip member, so that gateways notice
-// a crash within the profile's detection time. Joining peers continues in
-// the background; a node with no peer yet is fine.
-func (a *app) joinGossip(ctx context.Context, s *session) error {
-	if !a.cfg.gossip.Enabled() || s.gossip != nil {
-		return nil
-	}
-	in := a.cfg.instance
-	cfg, err := a.cfg.gossip.Config(gossip.Meta{Role: gossip.RoleInstance, Service: in.Service, InstanceID: in.InstanceID, Incarnation: in.Incarnation}, a.log)
-	if err != nil {
-		return err
-	}
-	n, err := gossip.Start(ctx, cfg, gossip.HandlerFuncs{})
-	if err != nil {
-		// Gossip is a second path; the lease still removes a crashed
-		// instance. Say so and carry on.
-		a.log.Error().Err(err).Msg("gossip did not start; crash detection falls back to the registry lease")
-		return nil
-	}
-	s.gossip = n
-	a.log.Info().Str("gossip", n.LocalAddr()).Strs("join", cfg.Join).Str("profile", string(cfg.Profile)).Msg("gossip member")
-	return nil
-}
-
-// leaveGossip leaves the gossip cluster gracefully (after the offline
-// event: gateways have already stopped routing).
-func (s *session) leaveGossip() {
-	if s.gossip == nil {
-		return
-	}
-	s.gossip.Leave(time.Second)
-	s.gossip.Shutdown()
-	s.gossip = nil
-}
-
 // withdraw announces the instance offline and removes its registry entry.
 // If it was never fully announced (a signal came during the announcement),
 // it only removes the entry a half-done announcement may have left.
@@ -258,7 +229,6 @@ func (a *app) withdraw(s *session, reason string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), withdrawTimeout)
 	defer cancel()
 	err := s.pub.Withdraw(ctx, reason)
-	s.leaveGossip()
 	if errors.Is(err, publisher.ErrNotAnnounced) {
 		return s.reg.Deregister(ctx, a.cfg.instance.Service, a.cfg.instance.InstanceID)
 	}
