@@ -349,3 +349,43 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 		})
 	}
 }
+
+// TestSIGTERMFinishesInFlightRequests: on SIGTERM the gateway stops
+// accepting, lets a slow request in flight finish, and exits 0.
+func TestSIGTERMFinishesInFlightRequests(t *testing.T) {
+	g := startGateway(t, t.TempDir(), freePort(t))
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(700 * time.Millisecond)
+		fmt.Fprint(w, "slow")
+	}))
+	t.Cleanup(slow.Close)
+	announceHold(t, g, "slow", slow.Listener.Addr().String())
+	testutil.Eventually(t, "the backend listed", func() bool { return strings.Count(g.state(t), `"id"`) == 1 })
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, body, err := g.hit("/slow/")
+		done <- result{code, body, err}
+	}()
+	time.Sleep(200 * time.Millisecond) // the request is in flight
+	g.cmd.Process.Signal(syscall.SIGTERM)
+	r := <-done
+	if r.err != nil || r.code != 200 || r.body != "slow" {
+		t.Fatalf("in-flight request: %d %q %v", r.code, r.body, r.err)
+	}
+	select {
+	case <-g.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the gateway did not exit")
+	}
+	if code := g.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+	if _, _, err := g.hit("/slow/"); err == nil {
+		t.Fatal("the gateway still accepts requests after exiting")
+	}
+}
