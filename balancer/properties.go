@@ -76,6 +76,20 @@ func LoadRibbonProperties(r io.Reader) (*ClientsConfig, error) {
 	return ribbonConfig(props)
 }
 
+// splitNamespaced reads the part of a key after a namespace prefix
+// (niws.loadbalancer., ZoneAwareNIWSDiscoveryLoadBalancer.): either a
+// global key of globals, or "<client>.<key>" with the key in perClient.
+func splitNamespaced(p property, rest, ns string, globals, perClient map[string]ribbonKey) (client, key string, table map[string]ribbonKey, err error) {
+	if _, ok := globals[strings.ToLower(rest)]; ok {
+		return "", rest, globals, nil
+	}
+	i := strings.LastIndexByte(rest, '.')
+	if i < 0 {
+		return "", "", nil, unknownKeyError(p, ns, rest, globals)
+	}
+	return rest[:i], rest[i+1:], perClient, nil
+}
+
 // property is one key/value pair of a .properties file.
 type property struct {
 	key, value string
@@ -495,29 +509,21 @@ func ribbonConfig(props []property) (*ClientsConfig, error) {
 		case strings.HasPrefix(lk, ribbonNS):
 			key, table, ns = p.key[len(ribbonNS):], clientKeys, "Ribbon"
 		case strings.HasPrefix(lk, niwsPrefix):
-			rest := p.key[len(niwsPrefix):]
-			if _, ok := niwsGlobalKeys[strings.ToLower(rest)]; ok {
-				key, table, ns = rest, niwsGlobalKeys, "niws.loadbalancer"
-				break
-			}
-			i := strings.LastIndexByte(rest, '.')
-			if i < 0 {
-				errs = append(errs, lineError{p.line, unknownKeyError(p, "niws.loadbalancer", rest, niwsGlobalKeys)})
+			var err error
+			client, key, table, err = splitNamespaced(p, p.key[len(niwsPrefix):], "niws.loadbalancer", niwsGlobalKeys, breakerKeys)
+			if err != nil {
+				errs = append(errs, lineError{p.line, err})
 				continue
 			}
-			client, key, table, ns = rest[:i], rest[i+1:], breakerKeys, "niws.loadbalancer"
+			ns = "niws.loadbalancer"
 		case strings.HasPrefix(lk, zoneAwarePrefix):
-			rest := p.key[len(zoneAwarePrefix):]
-			if _, ok := zoneAwareKeys[strings.ToLower(rest)]; ok {
-				key, table, ns = rest, zoneAwareKeys, "ZoneAwareNIWSDiscoveryLoadBalancer"
-				break
-			}
-			i := strings.LastIndexByte(rest, '.')
-			if i < 0 {
-				errs = append(errs, lineError{p.line, unknownKeyError(p, "ZoneAwareNIWSDiscoveryLoadBalancer", rest, zoneAwareKeys)})
+			var err error
+			client, key, table, err = splitNamespaced(p, p.key[len(zoneAwarePrefix):], "ZoneAwareNIWSDiscoveryLoadBalancer", zoneAwareKeys, zoneAwareKeys)
+			if err != nil {
+				errs = append(errs, lineError{p.line, err})
 				continue
 			}
-			client, key, table, ns = rest[:i], rest[i+1:], zoneAwareKeys, "ZoneAwareNIWSDiscoveryLoadBalancer"
+			ns = "ZoneAwareNIWSDiscoveryLoadBalancer"
 		default:
 			i := strings.Index(lk, "."+ribbonNS)
 			if i <= 0 {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pushlb/pushlb/internal/ctxutil"
 )
 
 // Lookup defaults. The seed system slept 3 x 3 s on a registry miss; an
@@ -154,7 +156,7 @@ func (l *Lookup) fallback(ctx context.Context, service, id string) (Instance, er
 	var lastErr error
 	for attempt := range l.cfg.Attempts {
 		if attempt > 0 {
-			if err := sleep(ctx, backoff); err != nil {
+			if err := ctxutil.Sleep(ctx, backoff); err != nil {
 				return Instance{}, fmt.Errorf("serverlist: resolve %s/%s: %w (last: %w)", service, id, err, lastErr)
 			}
 			backoff = min(2*backoff, l.cfg.MaxBackoff)
@@ -238,16 +240,4 @@ func (l *Lookup) ResolveEach(ctx context.Context, service string, ids []string) 
 	}
 	wg.Wait()
 	return found, errs
-}
-
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

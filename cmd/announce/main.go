@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/pushlb/pushlb/internal/ctxutil"
 	"github.com/pushlb/pushlb/internal/logx"
 	"github.com/pushlb/pushlb/internal/natsconn"
 	"github.com/pushlb/pushlb/publisher"
@@ -215,7 +216,7 @@ func (a *app) announce(ctx context.Context, s *session) error {
 			return ctx.Err()
 		}
 		a.log.Warn().Err(err).Stringer("retry_in", backoff).Msg("announce failed; retrying")
-		if err := sleep(ctx, backoff); err != nil {
+		if err := ctxutil.Sleep(ctx, backoff); err != nil {
 			return err
 		}
 		backoff = min(2*backoff, opTimeout)
@@ -237,16 +238,4 @@ func (a *app) withdraw(s *session, reason string) error {
 	}
 	a.log.Info().Str("reason", reason).Msg("announced offline and deregistered")
 	return nil
-}
-
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

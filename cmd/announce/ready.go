@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/pushlb/pushlb/internal/ctxutil"
 )
 
 const (
@@ -39,7 +41,7 @@ func (a *app) waitReady(ctx context.Context) error {
 			return nil
 		}
 		a.log.Debug().Err(err).Msg("not ready yet")
-		if serr := sleep(ctx, readyInterval); serr != nil {
+		if serr := ctxutil.Sleep(ctx, readyInterval); serr != nil {
 			if errors.Is(serr, context.DeadlineExceeded) {
 				return fmt.Errorf("%s not ready within %v: %w", target, a.cfg.readyTimeout, err)
 			}
