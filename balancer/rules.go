@@ -289,6 +289,10 @@ type Retry struct {
 
 // Choose implements Rule.
 func (r *Retry) Choose(ctx context.Context, v *View) (*Server, error) {
+	// The common case first, without reading the clock or arming a timer.
+	if s, err := r.Sub.Choose(ctx, v); err != nil || (s != nil && s.Alive()) {
+		return s, err
+	}
 	deadline := time.Now().Add(r.Timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
