@@ -312,6 +312,16 @@ func TestActiveRequestsDecay(t *testing.T) {
 	}
 	st.RequestFailed(false)
 	st.RequestFailed(false) // extra ends never go negative
+	// A response whose body still streams keeps the request active.
+	st.RequestStarted()
+	for range 3 {
+		st.NoteConnectionFailure()
+	}
+	st.ResponseReceived(time.Millisecond)
+	if st.ActiveRequests() != 1 || st.SuccessiveFailures() != 0 {
+		t.Fatalf("after the headers: active %d failures %d; want 1 and 0", st.ActiveRequests(), st.SuccessiveFailures())
+	}
+	st.RequestEnded()
 	if st.ActiveRequests() != 0 || st.SuccessiveFailures() != 0 {
 		t.Fatalf("active %d failures %d", st.ActiveRequests(), st.SuccessiveFailures())
 	}

@@ -106,14 +106,27 @@ func (s *ServerStats) RequestStarted() {
 
 // RequestFinished records a response received after responseTime: the active
 // count drops and the successive-failure count (and so the breaker) resets.
-// Any response counts, whatever its status: the server is reachable.
+// Any response counts, whatever its status: the server is reachable. It is
+// ResponseReceived and RequestEnded in one call.
 func (s *ServerStats) RequestFinished(responseTime time.Duration) {
+	s.ResponseReceived(responseTime)
 	s.endRequest()
+}
+
+// ResponseReceived records a response that arrived after responseTime
+// (its headers) and resets the successive-failure count, but leaves the
+// request active: a caller that streams the body calls RequestEnded when
+// the body is done, so the active count covers long responses.
+func (s *ServerStats) ResponseReceived(responseTime time.Duration) {
 	s.noteResponseTime(responseTime)
 	if s.failures.Swap(0) >= int64(s.shared.breaker.Threshold) {
 		s.shared.epoch.Add(1)
 	}
 }
+
+// RequestEnded ends a request started with RequestStarted whose response
+// was recorded with ResponseReceived.
+func (s *ServerStats) RequestEnded() { s.endRequest() }
 
 // RequestFailed records a request that got no response. A connection
 // failure (nothing reached the server: refused, unreachable, connect timeout)

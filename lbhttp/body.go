@@ -67,3 +67,33 @@ func (g *bodyGuard) release() {
 
 // untouched reports whether the attempt never read from the body.
 func (g *bodyGuard) untouched() bool { return !g.read.Load() }
+
+// activeBody wraps a response body so that the request stays active in the
+// server's stats until the body is read to its end or closed, whichever
+// comes first: streaming responses (SSE, downloads) count as load.
+type activeBody struct {
+	io.ReadCloser
+	once sync.Once
+	end  func()
+}
+
+// trackBody returns body wrapped to call end once, at EOF or Close.
+func trackBody(body io.ReadCloser, end func()) io.ReadCloser {
+	return &activeBody{ReadCloser: body, end: end}
+}
+
+// Read reads from the body and ends the request at EOF or on an error.
+func (b *activeBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.once.Do(b.end)
+	}
+	return n, err
+}
+
+// Close closes the body and ends the request.
+func (b *activeBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.end)
+	return err
+}

@@ -286,7 +286,8 @@ func TestProxyTunnelsUpgrade(t *testing.T) {
 		brw.Flush()
 		io.Copy(conn, brw)
 	})
-	tr := newTestTransport(t, BalancerMap{"ws": newBalancer(t, "ws", balancer.DefaultConfig(), []balancer.Server{echo.server("")})})
+	wsb := newBalancer(t, "ws", balancer.DefaultConfig(), []balancer.Server{echo.server("")})
+	tr := newTestTransport(t, BalancerMap{"ws": wsb})
 	front, _ := newFront(t, tr)
 
 	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(front.URL, "http://"), 5*time.Second)
@@ -315,6 +316,10 @@ func TestProxyTunnelsUpgrade(t *testing.T) {
 	}
 	if got := echo.last.Load().Path; got != "/socket" {
 		t.Errorf("backend saw path %q", got)
+	}
+	// A switched protocol is a connection, not a request in flight.
+	if n := wsb.ServerStats("echo").ActiveRequests(); n != 0 {
+		t.Errorf("an open tunnel counts as %d active requests, want 0", n)
 	}
 }
 

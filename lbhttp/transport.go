@@ -143,12 +143,16 @@ func WithRetryOnStatus(codes ...int) Option {
 // # Stats
 //
 // Each attempt calls RequestStarted on the server's stats, then
-// RequestFinished with the time to the response headers when any response
+// ResponseReceived with the time to the response headers when any response
 // arrives (whatever its status), RequestFailed(true) on a connection
 // failure (see IsConnectFailure; it feeds the circuit breaker), or
 // RequestFailed(false) on any other failure (read timeout, connection
-// reset, cancelled request). The active-request count therefore covers
-// the wait for the response headers, not the streaming of the body.
+// reset, cancelled request). A response's request stays active until its
+// body is read to the end or closed, so streaming responses (SSE,
+// downloads) count as load for the rules and zone statistics; a switched
+// protocol (101, WebSocket) ends it at once. Close response bodies, as
+// net/http asks: a body never closed leaves the count up until the
+// balancer's active-request timeout (600 s) decays it.
 //
 // # Retries
 //
@@ -365,7 +369,14 @@ func (r *roundTrip) attempt(ctx context.Context, srv *balancer.Server) (*http.Re
 
 	connectFailure := false
 	if err == nil {
-		st.RequestFinished(elapsed)
+		st.ResponseReceived(elapsed)
+		if _, upgraded := resp.Body.(io.ReadWriteCloser); upgraded || resp.Body == nil || resp.Body == http.NoBody {
+			// A switched protocol (WebSocket) is a connection, not a
+			// request in flight; the proxy needs its ReadWriteCloser as is.
+			st.RequestEnded()
+		} else {
+			resp.Body = trackBody(resp.Body, st.RequestEnded)
+		}
 		resp.Request = r.req
 	} else {
 		// A cancelled or expired request is not the server's fault.
