@@ -5,7 +5,8 @@
 // publishes <prefix>.svc.<service>.online; Withdraw publishes the offline
 // event first, so gateways stop routing at once, and then deregisters. While
 // announced, a lease loop re-puts the registry entry every LeaseInterval so
-// it does not expire, and after a NATS reconnect the instance is announced
+// it does not expire, and after a NATS reconnect (the connection reports
+// it; a short random delay lets gateways resubscribe) the instance is announced
 // again (register, then online), so a gateway that missed events or saw the
 // lease run out during the outage learns of it again.
 //

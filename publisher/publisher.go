@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -32,9 +33,6 @@ type Config struct {
 	// third of the registry's TTL, so two refreshes may fail before the
 	// lease runs out.
 	LeaseInterval time.Duration
-	// ReconnectCheck is how often the lease loop looks for a NATS
-	// reconnect to re-announce after. Default 100ms.
-	ReconnectCheck time.Duration
 	// Logger receives lease and re-announce failures. Zero: no logs.
 	Logger zerolog.Logger
 	// Gossip, when set, makes the instance a gossip (memberlist) member
@@ -81,9 +79,6 @@ func New(nc *nats.Conn, reg *serverlist.Registry, cfg Config) (*Publisher, error
 	}
 	if cfg.LeaseInterval <= 0 || cfg.LeaseInterval >= ttl {
 		return nil, fmt.Errorf("%w: lease interval %v must be positive and below the registry TTL %v", ErrInvalidConfig, cfg.LeaseInterval, ttl)
-	}
-	if cfg.ReconnectCheck <= 0 {
-		cfg.ReconnectCheck = 100 * time.Millisecond
 	}
 	return &Publisher{nc: nc, reg: reg, cfg: cfg, log: cfg.Logger}, nil
 }
@@ -257,13 +252,20 @@ func (p *Publisher) stopLeaseLocked() {
 
 // lease refreshes the registry entry every LeaseInterval and re-announces
 // after a reconnect.
+// reannounceDelay is the least wait between a reconnect and the
+// re-announcement; a random extra of up to as much again is added.
+const reannounceDelay = 100 * time.Millisecond
+
 func (p *Publisher) lease(ctx context.Context, in serverlist.Instance, done chan struct{}) {
 	defer close(done)
 	refresh := time.NewTicker(p.cfg.LeaseInterval)
 	defer refresh.Stop()
-	check := time.NewTicker(p.cfg.ReconnectCheck)
-	defer check.Stop()
-	reconnects := p.nc.Stats().Reconnects
+	// The connection tells of reconnects itself, as the registry mirror
+	// hears of them: no polling.
+	connected := p.nc.StatusChanged(nats.CONNECTED)
+	defer p.nc.RemoveStatusListener(connected)
+	var retry <-chan time.Time // armed while a re-announcement is due
+	backoff := 100 * time.Millisecond
 	for {
 		select {
 		case <-ctx.Done():
@@ -275,22 +277,32 @@ func (p *Publisher) lease(ctx context.Context, in serverlist.Instance, done chan
 			if err != nil && ctx.Err() == nil {
 				p.log.Warn().Err(err).Str("service", in.Service).Str("id", in.InstanceID).Msg("lease refresh failed")
 			}
-		case <-check.C:
-			n := p.nc.Stats().Reconnects
-			if n == reconnects || !p.nc.IsConnected() {
+			continue
+		case _, ok := <-connected:
+			if !ok {
+				connected = nil // the connection is closed for good
 				continue
 			}
-			rctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseInterval)
-			_, err := p.announce(rctx, in)
-			cancel()
-			if err != nil {
-				if ctx.Err() == nil {
-					p.log.Warn().Err(err).Str("service", in.Service).Str("id", in.InstanceID).Msg("re-announce after reconnect failed; will retry")
-				}
-				continue
-			}
-			reconnects = n
-			p.log.Info().Str("service", in.Service).Str("id", in.InstanceID).Msg("re-announced after reconnect")
+			// Re-announce shortly, not at once: after a server restart every
+			// client reconnects, and gateways must have resubscribed to hear
+			// the event; the jitter spreads the instances' re-announcements.
+			backoff = 100 * time.Millisecond
+			retry = time.After(reannounceDelay + rand.N(reannounceDelay))
+			continue
+		case <-retry:
 		}
+		rctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseInterval)
+		_, err := p.announce(rctx, in)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				p.log.Warn().Err(err).Str("service", in.Service).Str("id", in.InstanceID).Stringer("retry_in", backoff).Msg("re-announce after reconnect failed")
+			}
+			retry = time.After(backoff)
+			backoff = min(2*backoff, p.cfg.LeaseInterval)
+			continue
+		}
+		retry = nil
+		p.log.Info().Str("service", in.Service).Str("id", in.InstanceID).Msg("re-announced after reconnect")
 	}
 }

@@ -139,7 +139,7 @@ func TestLeaseKeepsEntryAliveAndCloseLetsItExpire(t *testing.T) {
 
 func TestReannounceAfterReconnect(t *testing.T) {
 	r := newRig(t, 5*time.Second)
-	p, err := publisher.New(r.nc, r.reg, publisher.Config{ReconnectCheck: 10 * time.Millisecond})
+	p, err := publisher.New(r.nc, r.reg, publisher.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
