@@ -197,11 +197,9 @@ func (b *Balancer) Choose(ctx context.Context) (*Server, error) {
 	srv, err := b.rule.Choose(ctx, v)
 	if srv == nil && err == nil && v != &snap.full {
 		// Ribbon's ZoneAwareLoadBalancer: a zone that yields nothing falls
-		// back to the whole list. Retry has already waited its timeout and
-		// re-read the list meanwhile: asking it again would wait twice.
-		if _, retry := b.rule.(*Retry); !retry {
-			srv, err = b.rule.Choose(ctx, &snap.full)
-		}
+		// back to the whole list. A zone view always holds an alive server,
+		// so only a custom rule that declines one gets here.
+		srv, err = b.rule.Choose(ctx, &snap.full)
 	}
 	if err != nil {
 		return nil, err
@@ -292,26 +290,23 @@ func (b *Balancer) AddServers(servers ...Server) error {
 }
 
 func dedupeLastWins(in []Server) []Server {
+	key := func(s *Server) string {
+		if s.ID == "" && s.Host != "" {
+			return s.Addr() // the ID SetServers will give it
+		}
+		return s.ID
+	}
 	last := make(map[string]int, len(in))
 	for i := range in {
-		id := in[i].ID
-		if id == "" && in[i].Host != "" {
-			id = in[i].Addr()
-		}
-		last[id] = i
+		last[key(&in[i])] = i
 	}
-	out := in[:0:0]
-	seen := make(map[string]bool, len(in))
+	out := make([]Server, 0, len(last))
 	for i := range in {
-		id := in[i].ID
-		if id == "" && in[i].Host != "" {
-			id = in[i].Addr()
+		k := key(&in[i])
+		if j, ok := last[k]; ok {
+			out = append(out, in[j]) // at the first position, with the last value
+			delete(last, k)
 		}
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		out = append(out, in[last[id]])
 	}
 	return out
 }
