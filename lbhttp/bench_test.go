@@ -4,12 +4,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/internal/testutil"
 )
 
 // okServer is a backend that answers "ok" and records nothing, so that the
@@ -83,47 +81,10 @@ func BenchmarkProxy(b *testing.B) {
 	}
 }
 
-// benchmarkGets sends GETs to url and reports throughput and p99 latency.
+// benchmarkGets sends GETs to url and reports throughput and latency
+// percentiles.
 func benchmarkGets(b *testing.B, url string, parallel bool) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: defaultMaxIdleConnsPerHost}}
 	defer client.CloseIdleConnections()
-	var mu sync.Mutex
-	var all []time.Duration
-	// gets runs requests while next allows and keeps their latencies.
-	gets := func(next func() bool) {
-		lat := make([]time.Duration, 0, 1024)
-		req, _ := http.NewRequest("GET", url, nil)
-		for next() {
-			t0 := time.Now()
-			resp, err := client.Do(req)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			lat = append(lat, time.Since(t0))
-		}
-		mu.Lock()
-		all = append(all, lat...)
-		mu.Unlock()
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
-	if parallel {
-		b.RunParallel(func(pb *testing.PB) { gets(pb.Next) })
-	} else {
-		n := 0
-		gets(func() bool { n++; return n <= b.N })
-	}
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if len(all) == 0 {
-		return
-	}
-	slices.Sort(all)
-	p99 := all[(len(all)*99+99)/100-1]
-	b.ReportMetric(float64(p99.Microseconds()), "p99-us")
-	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "req/s")
+	testutil.GetLoad(b, client, url, parallel)
 }

@@ -50,36 +50,28 @@ func BenchmarkMirrorGet(b *testing.B) {
 	}
 }
 
-func BenchmarkLookupHit(b *testing.B) {
-	reg, m := benchMirror(b, false)
-	l, err := serverlist.NewLookup(reg, m, serverlist.LookupConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := testCtx(b, time.Hour)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		if _, err := l.Resolve(ctx, "svc3", "10.0.0.3:svc:8080"); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkLookupFallback measures a miss the registry answers: one direct
-// KV get on the in-process server.
-func BenchmarkLookupFallback(b *testing.B) {
-	reg, _ := benchMirror(b, false)
-	l, err := serverlist.NewLookup(reg, nil, serverlist.LookupConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := testCtx(b, time.Hour)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		if _, err := l.Resolve(ctx, "svc3", "10.0.0.3:svc:8080"); err != nil {
-			b.Fatal(err)
-		}
+// BenchmarkLookup measures a hit in the mirror (a map read) and a miss the
+// registry answers (one direct KV get on the in-process server).
+func BenchmarkLookup(b *testing.B) {
+	for _, withMirror := range []bool{true, false} {
+		name := map[bool]string{true: "hit", false: "fallback"}[withMirror]
+		b.Run(name, func(b *testing.B) {
+			reg, m := benchMirror(b, false)
+			if !withMirror {
+				m = nil
+			}
+			l, err := serverlist.NewLookup(reg, m, serverlist.LookupConfig{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := testCtx(b, time.Hour)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := l.Resolve(ctx, "svc3", "10.0.0.3:svc:8080"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -3,7 +3,6 @@ package subscriber_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -20,12 +19,6 @@ import (
 	"github.com/pushlb/pushlb/serverlist"
 	"github.com/pushlb/pushlb/subscriber"
 )
-
-func percentile(d []time.Duration, p float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(float64(len(s))*p))]
-}
 
 // registerMany registers instances concurrently and returns when all are in.
 func registerMany(tb testing.TB, reg *serverlist.Registry, ins []serverlist.Instance) {
@@ -113,7 +106,7 @@ func BenchmarkPropagation(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	r50, r99, p50, p99 := percentile(raw, 0.5), percentile(raw, 0.99), percentile(push, 0.5), percentile(push, 0.99)
+	r50, r99, p50, p99 := testutil.Percentile(raw, 0.5), testutil.Percentile(raw, 0.99), testutil.Percentile(push, 0.5), testutil.Percentile(push, 0.99)
 	b.ReportMetric(float64(r50.Microseconds()), "raw-p50-µs")
 	b.ReportMetric(float64(r99.Microseconds()), "raw-p99-µs")
 	b.ReportMetric(float64(p50.Microseconds()), "push-p50-µs")

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -317,35 +316,8 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 	c := &http.Client{Transport: tr}
 	for _, target := range []struct{ name, url string }{{"direct", be.URL + "/"}, {"gateway", "http://" + g.proxy + "/bench/"}} {
 		b.Run(target.name, func(b *testing.B) {
-			var mu sync.Mutex
-			var lat []time.Duration
 			b.SetParallelism(4) // 8 clients on 2 cores
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				var mine []time.Duration
-				for pb.Next() {
-					start := time.Now()
-					resp, err := c.Get(target.url)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					mine = append(mine, time.Since(start))
-				}
-				mu.Lock()
-				lat = append(lat, mine...)
-				mu.Unlock()
-			})
-			b.StopTimer()
-			if len(lat) == 0 {
-				return
-			}
-			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+			testutil.GetLoad(b, c, target.url, true)
 		})
 	}
 }
