@@ -7,6 +7,20 @@ import (
 	"sync"
 )
 
+// Balancers finds the balancer of a service (client) by name. *Factory
+// implements it, building a balancer for any name on first use; a caller
+// may also serve a fixed set or wrap a Factory to track what it builds.
+//
+// Get is called on the request path (lbhttp calls it once per request) and
+// from list updates (lbvisitor), from any number of goroutines at once: an
+// implementation must be safe for concurrent use and fast once a name is
+// known. It returns a non-nil balancer or an error; the error means the
+// service is unknown or cannot be served (ErrClosed after a Factory's
+// Close). Callers must not Close the balancer they get: its owner does.
+type Balancers interface {
+	Get(name string) (*Balancer, error)
+}
+
 // FactoryOption customises a Factory.
 type FactoryOption func(*Factory) error
 
@@ -209,3 +223,5 @@ func (f *Factory) Close() error {
 	close(f.closeDone)
 	return errors.Join(errs...)
 }
+
+var _ Balancers = (*Factory)(nil)

@@ -101,7 +101,7 @@ func newBalancer(t testing.TB, name string, cfg balancer.Config, servers []balan
 
 // newTestTransport builds a Transport whose idle connections are closed at
 // cleanup (before the backends, which were registered earlier).
-func newTestTransport(t testing.TB, bs Balancers, opts ...Option) *Transport {
+func newTestTransport(t testing.TB, bs balancer.Balancers, opts ...Option) *Transport {
 	t.Helper()
 	tr, err := NewTransport(bs, opts...)
 	if err != nil {

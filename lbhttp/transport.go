@@ -16,15 +16,9 @@ import (
 	"github.com/pushlb/pushlb/balancer"
 )
 
-// Balancers finds the balancer of a service. *balancer.Factory satisfies
-// it, building a balancer for any name on first use; BalancerMap is a fixed
-// set. Get is called on every request, from any number of goroutines, and
-// should be fast. An error means the service is unknown.
-type Balancers interface {
-	Get(name string) (*balancer.Balancer, error)
-}
-
-// BalancerMap is a fixed set of balancers by service name.
+// BalancerMap is a fixed set of balancers by service name: a
+// balancer.Balancers for tests and for programs that build their balancers
+// themselves. It must not be modified once in use.
 type BalancerMap map[string]*balancer.Balancer
 
 // Get returns the balancer of name, or an error wrapping ErrUnknownService.
@@ -187,7 +181,7 @@ func WithRetryOnStatus(codes ...int) Option {
 //
 // A Transport is safe for concurrent use. Build it with NewTransport.
 type Transport struct {
-	balancers   Balancers
+	balancers   balancer.Balancers
 	obs         Observer
 	log         zerolog.Logger
 	template    *http.Transport
@@ -197,8 +191,9 @@ type Transport struct {
 }
 
 // NewTransport returns a Transport that finds each service's balancer in
-// bs.
-func NewTransport(bs Balancers, opts ...Option) (*Transport, error) {
+// bs (a *balancer.Factory, a BalancerMap, or any balancer.Balancers); it
+// calls bs.Get once per request.
+func NewTransport(bs balancer.Balancers, opts ...Option) (*Transport, error) {
 	if bs == nil {
 		return nil, optionError("nil Balancers")
 	}
@@ -524,7 +519,6 @@ func closeRequestBody(req *http.Request) {
 }
 
 var (
-	_ http.RoundTripper = (*Transport)(nil)
-	_ Balancers         = (*balancer.Factory)(nil)
-	_ Balancers         = BalancerMap(nil)
+	_ http.RoundTripper  = (*Transport)(nil)
+	_ balancer.Balancers = BalancerMap(nil)
 )
