@@ -31,6 +31,12 @@ func WithLogging() Option {
 	return func(o *server.Options) { o.NoLog = false }
 }
 
+// WithoutJetStream runs a plain NATS server, for tests of what happens
+// when JetStream is not there.
+func WithoutJetStream() Option {
+	return func(o *server.Options) { o.JetStream = false }
+}
+
 // Server is an in-process nats-server with JetStream enabled. Its methods are
 // safe for concurrent use.
 type Server struct {

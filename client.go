@@ -1,0 +1,342 @@
+package pushlb
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/gossip"
+	"github.com/pushlb/pushlb/lbhttp"
+	"github.com/pushlb/pushlb/lbvisitor"
+	"github.com/pushlb/pushlb/serverlist"
+	"github.com/pushlb/pushlb/subscriber"
+)
+
+// gossipLeaveTimeout bounds the graceful gossip leave on Close.
+const gossipLeaveTimeout = time.Second
+
+// Client is the push path over one NATS connection: a balancer per service,
+// rebuilt from the registry whenever an instance comes or goes, behind a
+// Transport and a Handler. Build it with New, run it with Start, stop it
+// with Close. See the package documentation for the lifecycle and the
+// threading rules.
+type Client struct {
+	nc        *nats.Conn
+	opts      options
+	factory   *balancer.Factory
+	services  *serviceSet
+	transport *lbhttp.Transport
+	proxy     *lbhttp.Proxy
+
+	mu    sync.Mutex // guards state and the parts below
+	state clientState
+	parts *parts
+}
+
+type clientState int
+
+const (
+	stateNew clientState = iota
+	stateStarting
+	stateStarted
+	stateClosed
+)
+
+// parts are what Start builds; they are set once, when Start succeeds.
+type parts struct {
+	sub    *subscriber.Subscriber
+	lookup *serverlist.Lookup
+	gossip *gossip.Node
+}
+
+// New builds a client over nc. It checks every option, builds the balancer
+// factory, the Transport and the Handler, and starts nothing: no network
+// call, no goroutine. Errors wrap ErrInvalidOption.
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+	if nc == nil {
+		return nil, optionError("nil NATS connection")
+	}
+	o := defaultOptions()
+	if err := o.apply(opts); err != nil {
+		return nil, err
+	}
+	factory, err := balancer.NewFactory(o.balancers)
+	if err != nil {
+		return nil, optionError("balancer configuration: %w", err)
+	}
+	c := &Client{nc: nc, opts: o, factory: factory}
+	c.services = newServiceSet(factory, o.log)
+	topts := append([]lbhttp.Option{lbhttp.WithLogger(o.log)}, o.transport...)
+	if c.transport, err = lbhttp.NewTransport(existing{c.services}, topts...); err != nil {
+		return nil, optionError("WithTransportOptions: %w", err)
+	}
+	popts := append([]lbhttp.ProxyOption{lbhttp.WithProxyLogger(o.log)}, o.proxy...)
+	if c.proxy, err = lbhttp.NewProxy(c.transport, popts...); err != nil {
+		return nil, optionError("WithProxyOptions: %w", err)
+	}
+	return c, nil
+}
+
+// Start opens the registry bucket (creating it with the lease when it does
+// not exist), builds the balancers the configuration names, subscribes to
+// the change subjects and loads the registry's state into the balancers,
+// then joins gossip when WithGossip was given. It returns once every
+// registered instance is routable; ctx bounds the start only. A failed
+// Start undoes what it did and leaves the client closed.
+func (c *Client) Start(ctx context.Context) (err error) {
+	c.mu.Lock()
+	switch c.state {
+	case stateStarting, stateStarted:
+		c.mu.Unlock()
+		return ErrStarted
+	case stateClosed:
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	c.state = stateStarting
+	c.mu.Unlock()
+
+	p, err := c.start(ctx)
+	c.mu.Lock()
+	closedMeanwhile := c.state == stateClosed
+	if err == nil && !closedMeanwhile {
+		c.state, c.parts = stateStarted, p
+		c.mu.Unlock()
+		return nil
+	}
+	c.state = stateClosed
+	c.mu.Unlock()
+	if p != nil {
+		p.close()
+	}
+	c.closeRest()
+	if err == nil {
+		err = ErrClosed
+	}
+	return err
+}
+
+// start builds and starts the parts; on error it stops what it started.
+func (c *Client) start(ctx context.Context) (_ *parts, err error) {
+	o := c.opts
+	js, err := jetstream.New(c.nc)
+	if err != nil {
+		return nil, fmt.Errorf("pushlb: jetstream: %w", err)
+	}
+	reg, err := serverlist.Open(ctx, js, serverlist.RegistryConfig{Prefix: o.prefix, TTL: o.lease, Logger: o.log})
+	if err != nil {
+		return nil, fmt.Errorf("pushlb: registry: %w", err)
+	}
+	// A service the configuration names is served from the start, from its
+	// static list if it has one, until the push path takes it over.
+	for _, name := range o.balancers.Names() {
+		if _, err := c.services.create(name); err != nil {
+			return nil, fmt.Errorf("pushlb: balancer %q: %w", name, err)
+		}
+	}
+	p := &parts{}
+	var visitors *lbvisitor.Registry
+	first := newFirstLists()
+	p.sub, err = subscriber.New(c.nc, reg, func(ctx context.Context, lc events.ListChanged) error {
+		err := visitors.Handle(ctx, lc)
+		first.handled(lc.Service)
+		return err
+	}, subscriber.Config{
+		Prefix: o.prefix, Services: o.services, Coalesce: o.coalesce, AntiEntropy: o.antiEntropy,
+		Logger: o.log, OnEvent: o.onEvent,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pushlb: subscriber: %w", err)
+	}
+	if p.lookup, err = serverlist.NewLookup(reg, p.sub.Mirror(), serverlist.LookupConfig{}); err != nil {
+		return nil, fmt.Errorf("pushlb: lookup: %w", err)
+	}
+	visitors = lbvisitor.NewRegistry(creating{c.services}, p.lookup, o.log)
+	if err := p.sub.Start(ctx); err != nil {
+		return nil, fmt.Errorf("pushlb: subscriber: %w", err)
+	}
+	// The subscriber delivers each service's first list on the service's
+	// own goroutine; Start returns once every one was applied (or failed
+	// and is being retried), so what the registry held is routable.
+	if err := first.wait(ctx, p.sub.Live()); err != nil {
+		p.close()
+		return nil, fmt.Errorf("pushlb: initial lists: %w", err)
+	}
+	if o.gossip != nil {
+		if p.gossip, err = startGossip(ctx, *o.gossip, p.sub, o); err != nil {
+			p.close()
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// startGossip joins the gossip cluster as a gateway: an instance node
+// declared dead, or leaving, is an offline for its incarnation; one that
+// comes back (a refuted suspicion) is restored.
+func startGossip(ctx context.Context, cfg gossip.Config, sub *subscriber.Subscriber, o options) (*gossip.Node, error) {
+	cfg.Logger = o.log
+	instance := func(m gossip.Member) bool { return m.Meta.Role == gossip.RoleInstance }
+	n, err := gossip.Start(ctx, cfg, gossip.HandlerFuncs{
+		Alive: func(m gossip.Member) {
+			if instance(m) {
+				sub.GossipAlive(m.Meta.Service, m.Meta.InstanceID, m.Meta.Incarnation)
+			}
+		},
+		Gone: func(m gossip.Member, reason gossip.Reason) {
+			if instance(m) {
+				o.log.Info().Str("node", m.Name).Str("addr", m.Addr).Str("reason", string(reason)).Msg("gossip: instance gone")
+				sub.GossipGone(m.Meta.Service, m.Meta.InstanceID, m.Meta.Incarnation)
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pushlb: gossip: %w", err)
+	}
+	o.log.Info().Str("gossip", n.LocalAddr()).Strs("join", cfg.Join).Str("profile", string(cfg.Profile)).Msg("gossip started")
+	return n, nil
+}
+
+// close stops the started parts in reverse order.
+func (p *parts) close() {
+	if p.gossip != nil {
+		p.gossip.Leave(gossipLeaveTimeout)
+		p.gossip.Shutdown()
+	}
+	if p.sub != nil {
+		p.sub.Stop()
+	}
+}
+
+// Close stops gossip (leaving the cluster gracefully), the subscriber and
+// the balancers' background work, and closes idle upstream connections. The
+// balancers keep their last lists, so the Transport and Handler go on
+// routing to them. It does not close the NATS connection. Close is
+// idempotent; it always returns nil today, and returns an error for
+// symmetry with the other Close methods.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	prev, p := c.state, c.parts
+	c.state, c.parts = stateClosed, nil
+	c.mu.Unlock()
+	switch prev {
+	case stateClosed:
+		return nil
+	case stateStarting:
+		// Start sees the closed state when it ends and undoes its own work.
+		return nil
+	}
+	if p != nil {
+		p.close()
+	}
+	c.closeRest()
+	return nil
+}
+
+// closeRest stops what New built.
+func (c *Client) closeRest() {
+	c.factory.Close()
+	c.transport.CloseIdleConnections()
+}
+
+// Transport returns the client's http.RoundTripper: the host of a request's
+// URL names the service ("http://orders/api/x"), and each attempt goes to
+// an instance its balancer picks, with Ribbon's retries. See lbhttp.Transport.
+func (c *Client) Transport() *lbhttp.Transport { return c.transport }
+
+// Handler returns the client's reverse proxy: "/<service>/<rest>" goes to
+// "/<rest>" on an instance of <service>, plus the routes given with
+// WithProxyOptions. See lbhttp.Proxy for its answers to failures.
+func (c *Client) Handler() http.Handler { return c.proxy }
+
+// Balancer returns the balancer of a service, or an error wrapping
+// ErrUnknownService when the client has none: nothing announced the service
+// and no configuration names it.
+func (c *Client) Balancer(service string) (*balancer.Balancer, error) {
+	if sv := c.services.lookup(service); sv != nil {
+		return sv.b, nil
+	}
+	return nil, fmt.Errorf("%w: %q", ErrUnknownService, service)
+}
+
+// GossipAddr returns the address of the client's gossip node, or "" when
+// gossip is off or the client is not started.
+func (c *Client) GossipAddr() string {
+	if p := c.started(); p != nil && p.gossip != nil {
+		return p.gossip.LocalAddr()
+	}
+	return ""
+}
+
+// started returns the parts of a started client, or nil.
+func (c *Client) started() *parts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.parts
+}
+
+// Services returns the names of the services the client has a balancer
+// for, sorted.
+func (c *Client) Services() []string {
+	all := c.services.all()
+	names := make([]string, 0, len(all))
+	for n := range all {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// firstLists tells when every service live at start had its first list
+// handled.
+type firstLists struct {
+	mu      sync.Mutex
+	seen    map[string]bool
+	pending map[string]bool
+	done    chan struct{} // closed when pending empties
+}
+
+func newFirstLists() *firstLists { return &firstLists{seen: map[string]bool{}} }
+
+// handled records a service's list as handled.
+func (f *firstLists) handled(service string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seen[service] = true
+	if f.pending[service] {
+		delete(f.pending, service)
+		if len(f.pending) == 0 {
+			close(f.done)
+		}
+	}
+}
+
+// wait returns when every service of live with instances had a list
+// handled, or when ctx ends.
+func (f *firstLists) wait(ctx context.Context, live map[string][]string) error {
+	f.mu.Lock()
+	f.pending, f.done = map[string]bool{}, make(chan struct{})
+	for s, ids := range live {
+		if len(ids) > 0 && !f.seen[s] {
+			f.pending[s] = true
+		}
+	}
+	if len(f.pending) == 0 {
+		close(f.done)
+	}
+	f.mu.Unlock()
+	select {
+	case <-f.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,297 @@
+package pushlb_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/pushlb/pushlb"
+	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/gossip"
+	"github.com/pushlb/pushlb/internal/natstest"
+	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/lbhttp"
+	"github.com/pushlb/pushlb/publisher"
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"))
+}
+
+// backend is an httptest server that answers "<name> <path>".
+func backend(t *testing.T, name string) *httptest.Server {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s", name, r.URL.Path)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// announce registers and announces a backend as an instance of service
+// through its own connection, as cmd/announce does.
+func announce(t *testing.T, srv *natstest.Server, service, zone string, b *httptest.Server) *publisher.Publisher {
+	t.Helper()
+	nc := srv.Connect(t)
+	js, _ := jetstream.New(nc)
+	reg, err := serverlist.Open(t.Context(), js, serverlist.RegistryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := publisher.New(nc, reg, publisher.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	host, port, _ := net.SplitHostPort(b.Listener.Addr().String())
+	pn, _ := strconv.Atoi(port)
+	if err := p.Announce(t.Context(), serverlist.Instance{Service: service, InstanceID: b.URL, Host: host, Port: pn, Zone: zone}); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func start(t *testing.T, nc *nats.Conn, opts ...pushlb.Option) *pushlb.Client {
+	t.Helper()
+	c, err := pushlb.New(nc, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// get returns the body of a GET through client.
+func get(t *testing.T, client *http.Client, url string) string {
+	t.Helper()
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// The zero configuration: New, Start, and an http.Client calls a service by
+// name, balanced over its announced instances; a withdrawn instance gets
+// nothing from the next request on.
+func TestZeroConfigTransport(t *testing.T) {
+	srv := natstest.Start(t)
+	a := announce(t, srv, "orders", "", backend(t, "a"))
+	c := start(t, srv.Connect(t))
+	client := &http.Client{Transport: c.Transport()}
+
+	// Registered before Start: routable as soon as Start returns.
+	if got := get(t, client, "http://orders/api/x"); got != "a /api/x" {
+		t.Fatalf("first request: %q", got)
+	}
+	announce(t, srv, "orders", "", backend(t, "b"))
+	seen := map[string]bool{}
+	testutil.Eventually(t, "both instances to answer", func() bool {
+		seen[get(t, client, "http://orders/x")] = true
+		return seen["a /x"] && seen["b /x"]
+	})
+	if err := a.Withdraw(t.Context(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "a to leave", func() bool {
+		b, _ := c.Balancer("orders")
+		return len(b.AllServers()) == 1
+	})
+	for range 20 {
+		if got := get(t, client, "http://orders/y"); got != "b /y" {
+			t.Fatalf("request reached %q after a withdrew", got)
+		}
+	}
+
+	_, err := client.Get("http://nobody/x")
+	if !errors.Is(err, pushlb.ErrUnknownService) {
+		t.Fatalf("unknown service: %v", err)
+	}
+	if _, err := c.Balancer("nobody"); !errors.Is(err, pushlb.ErrUnknownService) {
+		t.Fatalf("Balancer(nobody): %v", err)
+	}
+	if names := c.Services(); len(names) != 1 || names[0] != "orders" {
+		t.Fatalf("services %v: a made-up name must not build a balancer", names)
+	}
+	st := c.Stats()
+	if !st.Started || len(st.Services) != 1 || st.Services[0].Servers != 1 || st.Services[0].Updates < 3 || st.Events.Received < 2 || st.Lookups.Hits == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestHandlerAndRoutes(t *testing.T) {
+	srv := natstest.Start(t)
+	announce(t, srv, "orders", "", backend(t, "a"))
+	c := start(t, srv.Connect(t), pushlb.WithProxyOptions(lbhttp.WithRoutes(lbhttp.Route{Prefix: "/shop/", Service: "orders", StripPrefix: true})))
+	front := httptest.NewServer(c.Handler())
+	t.Cleanup(front.Close)
+	for path, want := range map[string]string{"/orders/x": "a /x", "/shop/y": "a /y"} {
+		if got := get(t, http.DefaultClient, front.URL+path); got != want {
+			t.Errorf("%s: %q, want %q", path, got, want)
+		}
+	}
+	resp, err := http.Get(front.URL + "/nobody/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("unknown service: %d, want 404", resp.StatusCode)
+	}
+}
+
+// Options set the balancers' configuration and zone, and limit the services
+// followed.
+func TestOptionsShapeTheBalancers(t *testing.T) {
+	srv := natstest.Start(t)
+	cfg := balancer.DefaultClientsConfig()
+	orders := cfg.Defaults
+	orders.Rule = balancer.RuleRoundRobin
+	orders.ListOfServers = []string{"127.0.0.1:1"}
+	cfg.Clients = map[string]balancer.Config{"static": orders}
+	var mu sync.Mutex
+	var lags []time.Duration
+	c := start(t, srv.Connect(t), pushlb.WithBalancerConfig(cfg), pushlb.WithZone("z1"),
+		pushlb.WithServices("orders", "static"), pushlb.WithCoalesce(-1), pushlb.WithAntiEntropy(time.Hour),
+		pushlb.WithEventHook(func(e events.Event) { mu.Lock(); lags = append(lags, time.Since(e.At)); mu.Unlock() }))
+
+	// A configured service has its balancer from the start.
+	b, err := c.Balancer("static")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Config().Rule != balancer.RuleRoundRobin || b.Config().Zone != "z1" {
+		t.Fatalf("static: %+v", b.Config())
+	}
+	announce(t, srv, "orders", "z1", backend(t, "a"))
+	announce(t, srv, "other", "z1", backend(t, "o"))
+	testutil.Eventually(t, "orders to be routed", func() bool {
+		b, err := c.Balancer("orders")
+		return err == nil && len(b.AllServers()) == 1
+	})
+	ob, _ := c.Balancer("orders")
+	if ob.Config().Zone != "z1" || ob.Config().Rule != balancer.RuleZoneAvoidance {
+		t.Fatalf("orders: %+v", ob.Config())
+	}
+	mu.Lock()
+	n := len(lags)
+	mu.Unlock()
+	if n == 0 {
+		t.Fatal("the event hook saw nothing")
+	}
+	// "other" is not followed: the event for orders was processed after it
+	// was published, so a balancer for other would exist by now if it were.
+	if _, err := c.Balancer("other"); !errors.Is(err, pushlb.ErrUnknownService) {
+		t.Fatalf("other: %v", err)
+	}
+}
+
+func TestInvalidOptionsReportedTogether(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := srv.Connect(t)
+	bad := balancer.DefaultClientsConfig()
+	bad.Defaults.Rule = "Fastest"
+	_, err := pushlb.New(nc, pushlb.WithPrefix("a b"), pushlb.WithLease(time.Millisecond),
+		pushlb.WithServices("bad.name"), pushlb.WithAntiEntropy(-1), pushlb.WithBalancerConfig(bad),
+		pushlb.WithBalancerConfig(nil), pushlb.WithGossip(gossip.Config{Profile: "slow"}), nil,
+		pushlb.WithTransportOptions(lbhttp.WithRetryOnStatus(700)))
+	if !errors.Is(err, pushlb.ErrInvalidOption) {
+		t.Fatalf("want ErrInvalidOption, got %v", err)
+	}
+	for _, want := range []string{"WithPrefix", "WithLease", "WithServices", "WithAntiEntropy", "WithBalancerConfig: defaults: balancer", "nil configuration", "WithGossip", "option 7 is nil"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if _, err := pushlb.New(nil); !errors.Is(err, pushlb.ErrInvalidOption) {
+		t.Fatalf("nil conn: %v", err)
+	}
+	if _, err := pushlb.New(nc, pushlb.WithTransportOptions(lbhttp.WithRetryOnStatus(700))); !errors.Is(err, pushlb.ErrInvalidOption) || !strings.Contains(err.Error(), "WithTransportOptions") {
+		t.Fatalf("transport option: %v", err)
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := srv.Connect(t)
+
+	// Close without Start, then Start: closed.
+	c, err := pushlb.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(t.Context()); !errors.Is(err, pushlb.ErrClosed) {
+		t.Fatalf("Start after Close: %v", err)
+	}
+
+	// Start twice, Close twice; the connection stays the caller's.
+	c = start(t, nc)
+	if err := c.Start(t.Context()); !errors.Is(err, pushlb.ErrStarted) {
+		t.Fatalf("second Start: %v", err)
+	}
+	c.Close()
+	c.Close()
+	if nc.IsClosed() {
+		t.Fatal("Close closed the caller's connection")
+	}
+	if c.Stats().Started {
+		t.Fatal("closed client reports started")
+	}
+
+	// A Start that cannot finish (no JetStream) fails with its step named
+	// and leaves the client closed.
+	plain := natstest.Start(t, natstest.WithoutJetStream())
+	c, err = pushlb.New(plain.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := c.Start(ctx); err == nil || !strings.Contains(err.Error(), "pushlb: registry") {
+		t.Fatalf("Start without JetStream: %v", err)
+	}
+	if err := c.Start(ctx); !errors.Is(err, pushlb.ErrClosed) {
+		t.Fatalf("Start after a failed Start: %v", err)
+	}
+}
+
+// Picks keep working after Close, from the last lists.
+func TestTransportAfterClose(t *testing.T) {
+	srv := natstest.Start(t)
+	announce(t, srv, "orders", "", backend(t, "a"))
+	c := start(t, srv.Connect(t))
+	c.Close()
+	client := &http.Client{Transport: c.Transport()}
+	if got := get(t, client, "http://orders/z"); got != "a /z" {
+		t.Fatalf("after Close: %q", got)
+	}
+	c.Transport().CloseIdleConnections()
+}

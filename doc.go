@@ -1,0 +1,51 @@
+// Package pushlb wires pushlb's push path into a Go program in a few lines:
+// the balancers of every service a NATS registry holds, kept current by
+// announcements instead of polling, behind an http.RoundTripper and a
+// reverse-proxy http.Handler.
+//
+//	nc, _ := nats.Connect(url)              // the caller owns the connection
+//	c, err := pushlb.New(nc)                // validates, starts nothing
+//	err = c.Start(ctx)                      // registry state loaded, events followed
+//	defer c.Close()
+//	client := &http.Client{Transport: c.Transport()}
+//	resp, err := client.Get("http://orders/api/x") // one live instance of "orders"
+//
+// A gateway serves c.Handler(): "/orders/api/x" goes to "/api/x" on an
+// instance of orders (routes may be added with WithProxyOptions).
+//
+// # What it wires
+//
+// Start opens (or creates) the registry bucket on JetStream KV, subscribes
+// to the change subjects (<prefix>.svc.>), loads the registry's state, and
+// from then on rebuilds a service's balancer from instance-ID lookups each
+// time its live set changes: an instance that announces itself offline, whose
+// lease expires, or that gossip declares dead (WithGossip) stops receiving
+// requests at once. See the subscriber, serverlist, lbvisitor, balancer and
+// lbhttp packages for each step, and docs/embedding.md for a walk-through.
+//
+// # Lifecycle
+//
+// New validates every option together and builds the client without
+// touching the network or starting a goroutine. Start connects the pieces
+// and returns once the registry's state is in the balancers; ctx bounds the
+// start only. Close stops everything Start started and waits for it; it does
+// not close the NATS connection, which belongs to the caller. Start may be
+// called once; a failed Start leaves the client closed. Close is idempotent
+// and may be called without Start.
+//
+// # Threading
+//
+// Every method is safe for concurrent use. Transport and Handler may be
+// used before Start (services are unknown until then) and after Close (the
+// last lists stay in the balancers). List changes of one service are applied
+// by one goroutine at a time; picks run concurrently with them and never
+// take a lock.
+//
+// # Errors
+//
+// New's errors wrap ErrInvalidOption and name the option. Start's errors
+// wrap ErrStarted, ErrClosed, or the failing step's own error (an
+// unreachable JetStream, a refused subscription) with the step named.
+// Requests through the Transport fail with *lbhttp.Error values matching
+// lbhttp.ErrUnknownService, lbhttp.ErrNoServers or lbhttp.ErrAllTriesFailed.
+package pushlb

@@ -1,0 +1,29 @@
+package pushlb
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pushlb/pushlb/lbhttp"
+)
+
+var (
+	// ErrInvalidOption is wrapped by every error of New: an option with a
+	// bad value, or options that do not go together.
+	ErrInvalidOption = errors.New("pushlb: invalid option")
+
+	// ErrStarted is returned by a second call to Start.
+	ErrStarted = errors.New("pushlb: already started")
+
+	// ErrClosed is returned by Start on a closed client.
+	ErrClosed = errors.New("pushlb: closed")
+
+	// ErrUnknownService is returned by Balancer for a service the client has
+	// no balancer for: nothing announced it and no configuration names it.
+	// It is lbhttp's sentinel, so errors.Is matches a Transport's errors too.
+	ErrUnknownService = lbhttp.ErrUnknownService
+)
+
+func optionError(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, a...)...)
+}

@@ -1,0 +1,225 @@
+package pushlb
+
+import (
+	"errors"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/gossip"
+	"github.com/pushlb/pushlb/lbhttp"
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+// Option configures a Client. Each option checks its own value; New then
+// checks them together and reports every problem at once, wrapping
+// ErrInvalidOption.
+type Option func(*options) error
+
+// options is what the Options set; the zero value plus defaults() is the
+// zero configuration.
+type options struct {
+	prefix      string
+	lease       time.Duration
+	zone        string
+	balancers   *balancer.ClientsConfig
+	services    []string
+	coalesce    time.Duration
+	antiEntropy time.Duration
+	log         zerolog.Logger
+	gossip      *gossip.Config
+	onEvent     func(events.Event)
+	transport   []lbhttp.Option
+	proxy       []lbhttp.ProxyOption
+}
+
+func defaultOptions() options {
+	return options{
+		prefix: events.DefaultPrefix,
+		lease:  serverlist.DefaultTTL,
+		log:    zerolog.Nop(),
+	}
+}
+
+// WithPrefix sets the NATS subject prefix of the deployment (default "lb"):
+// events travel on <prefix>.svc.<service>.online|offline and the registry
+// bucket is named after it.
+func WithPrefix(prefix string) Option {
+	return func(o *options) error {
+		if err := events.ValidatePrefix(prefix); err != nil {
+			return optionError("WithPrefix: %w", err)
+		}
+		o.prefix = prefix
+		return nil
+	}
+}
+
+// WithLease sets the registry lease (the bucket's TTL) used when the client
+// creates the bucket. Default 30s, at least 1s. It must match what the
+// announcers use.
+func WithLease(d time.Duration) Option {
+	return func(o *options) error {
+		if d < serverlist.MinTTL {
+			return optionError("WithLease: %v is below the minimum %v", d, serverlist.MinTTL)
+		}
+		o.lease = d
+		return nil
+	}
+}
+
+// WithZone sets the zone this process runs in: the zone filters of every
+// balancer whose configuration names no zone of its own prefer it.
+func WithZone(zone string) Option {
+	return func(o *options) error {
+		o.zone = zone
+		return nil
+	}
+}
+
+// WithBalancerConfig sets the balancer settings: global defaults and
+// per-service overrides (rule, zone filter, breaker, retries, timeouts), as
+// balancer/lbconfig loads them from YAML or Ribbon .properties. Services the
+// configuration names get a balancer at Start, so a static listOfServers
+// works before anything is announced. Default: balancer.DefaultConfig for
+// every service.
+func WithBalancerConfig(cfg *balancer.ClientsConfig) Option {
+	return func(o *options) error {
+		if cfg == nil {
+			return optionError("WithBalancerConfig: nil configuration")
+		}
+		if err := cfg.Validate(); err != nil {
+			return optionError("WithBalancerConfig: %w", err)
+		}
+		o.balancers = cfg.Clone()
+		return nil
+	}
+}
+
+// WithServices limits the client to these services; by default it follows
+// every service announced under the prefix.
+func WithServices(services ...string) Option {
+	return func(o *options) error {
+		for _, s := range services {
+			if err := events.ValidateService(s); err != nil {
+				return optionError("WithServices: %w", err)
+			}
+		}
+		o.services = append(o.services, services...)
+		return nil
+	}
+}
+
+// WithCoalesce sets the minimum time between two rebuilds of one service's
+// balancer (default 10ms; the first change after a quiet period applies at
+// once). A negative value rebuilds on every change.
+func WithCoalesce(d time.Duration) Option {
+	return func(o *options) error {
+		o.coalesce = d
+		return nil
+	}
+}
+
+// WithAntiEntropy sets the interval of full reconciliations with the
+// registry (default 60s).
+func WithAntiEntropy(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return optionError("WithAntiEntropy: negative interval %v", d)
+		}
+		o.antiEntropy = d
+		return nil
+	}
+}
+
+// WithLogger sets the logger: one info line per list change, warnings for
+// dropped input (rate-limited) and failures. Default: no logs.
+func WithLogger(l zerolog.Logger) Option {
+	return func(o *options) error {
+		o.log = l
+		return nil
+	}
+}
+
+// WithGossip makes the client a gossip (memberlist) member with the
+// gateway role, so crashed instances that joined the same cluster (announce
+// -gossip) leave the balancers within the profile's detection time instead
+// of at their lease's end. cfg.Meta and cfg.Logger are set by the client.
+func WithGossip(cfg gossip.Config) Option {
+	return func(o *options) error {
+		cfg.Meta = gossip.Meta{Role: gossip.RoleGateway}
+		if err := cfg.Validate(); err != nil {
+			return optionError("WithGossip: %w", err)
+		}
+		o.gossip = &cfg
+		return nil
+	}
+}
+
+// WithEventHook sets a function called with every valid event of a
+// followed service before it is applied, for metrics such as the
+// propagation lag (time.Since(e.At)). It runs on the NATS delivery
+// goroutine: it must be quick and must not block.
+func WithEventHook(f func(events.Event)) Option {
+	return func(o *options) error {
+		o.onEvent = f
+		return nil
+	}
+}
+
+// WithTransportOptions passes options to the Transport (lbhttp.WithObserver
+// for metrics, lbhttp.WithTransportTemplate for TLS and pools,
+// lbhttp.WithRetryOnStatus, lbhttp.WithLogger).
+func WithTransportOptions(opts ...lbhttp.Option) Option {
+	return func(o *options) error {
+		o.transport = append(o.transport, opts...)
+		return nil
+	}
+}
+
+// WithProxyOptions passes options to the Handler's reverse proxy
+// (lbhttp.WithRoutes, lbhttp.WithoutDefaultRoute, lbhttp.WithPreserveHost,
+// lbhttp.WithProxyLogger).
+func WithProxyOptions(opts ...lbhttp.ProxyOption) Option {
+	return func(o *options) error {
+		o.proxy = append(o.proxy, opts...)
+		return nil
+	}
+}
+
+// apply runs every option and then the checks that span options, joining
+// every problem into one error.
+func (o *options) apply(opts []Option) error {
+	var errs []error
+	for i, opt := range opts {
+		if opt == nil {
+			errs = append(errs, optionError("option %d is nil", i))
+			continue
+		}
+		if err := opt(o); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if o.balancers == nil {
+		o.balancers = balancer.DefaultClientsConfig()
+	}
+	if o.zone != "" {
+		applyZone(o.balancers, o.zone)
+	}
+	return errors.Join(errs...)
+}
+
+// applyZone makes zone the zone of the defaults and of every client that
+// sets none of its own.
+func applyZone(c *balancer.ClientsConfig, zone string) {
+	if c.Defaults.Zone == "" {
+		c.Defaults.Zone = zone
+	}
+	for name, cc := range c.Clients {
+		if cc.Zone == "" {
+			cc.Zone = zone
+			c.Clients[name] = cc
+		}
+	}
+}

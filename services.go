@@ -1,0 +1,129 @@
+package pushlb
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb/balancer"
+)
+
+// service is one service's balancer with what Stats reports about its list
+// changes.
+type service struct {
+	name       string
+	b          *balancer.Balancer
+	updates    atomic.Uint64
+	lastChange atomic.Int64 // unix nanos; 0 before the first change
+}
+
+// serviceSet holds the balancers by service name. Reads (every request)
+// load an immutable map without locking; a new service copies the map under
+// mu, which happens once per service.
+type serviceSet struct {
+	factory *balancer.Factory
+	log     zerolog.Logger
+
+	mu sync.Mutex // serialises creations
+	m  atomic.Pointer[map[string]*service]
+}
+
+func newServiceSet(f *balancer.Factory, log zerolog.Logger) *serviceSet {
+	s := &serviceSet{factory: f, log: log}
+	s.m.Store(&map[string]*service{})
+	return s
+}
+
+// lookup returns the service's entry, or nil.
+func (s *serviceSet) lookup(name string) *service { return (*s.m.Load())[name] }
+
+// all returns the current map; do not modify it.
+func (s *serviceSet) all() map[string]*service { return *s.m.Load() }
+
+// create returns the service's entry, building its balancer on first use.
+// The new balancer logs and counts its list changes from then on.
+func (s *serviceSet) create(name string) (*service, error) {
+	if sv := s.lookup(name); sv != nil {
+		return sv, nil
+	}
+	s.mu.Lock()
+	if sv := s.lookup(name); sv != nil {
+		s.mu.Unlock()
+		return sv, nil
+	}
+	b, err := s.factory.Get(name)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	sv := &service{name: name, b: b}
+	old := *s.m.Load()
+	next := make(map[string]*service, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[name] = sv
+	s.m.Store(&next)
+	s.mu.Unlock()
+	// Outside the lock: AddListener calls the listener at once.
+	b.AddListener(sv.changed(s.log))
+	return sv, nil
+}
+
+// changed returns the listener that counts the service's list changes and
+// logs each one: service, added and removed IDs, new size.
+func (sv *service) changed(log zerolog.Logger) balancer.Listener {
+	return func(old, new []*balancer.Server) {
+		if len(old) == 0 && len(new) == 0 {
+			return
+		}
+		sv.updates.Add(1)
+		sv.lastChange.Store(time.Now().UnixNano())
+		before := make(map[string]bool, len(old))
+		for _, s := range old {
+			before[s.ID] = true
+		}
+		var added, removed []string
+		for _, s := range new {
+			if !before[s.ID] {
+				added = append(added, s.ID)
+			}
+			delete(before, s.ID)
+		}
+		for id := range before {
+			removed = append(removed, id)
+		}
+		log.Info().Str("service", sv.name).Strs("added", added).Strs("removed", removed).Int("size", len(new)).Msg("server list changed")
+	}
+}
+
+// creating is the balancer.Balancers the push path uses: it builds a
+// balancer for a service the first time the service's list arrives.
+type creating struct{ set *serviceSet }
+
+func (c creating) Get(name string) (*balancer.Balancer, error) {
+	sv, err := c.set.create(name)
+	if err != nil {
+		return nil, err
+	}
+	return sv.b, nil
+}
+
+// existing is the balancer.Balancers requests use: a service nobody
+// announced or configured is unknown, so a made-up name never builds a
+// balancer.
+type existing struct{ set *serviceSet }
+
+func (e existing) Get(name string) (*balancer.Balancer, error) {
+	if sv := e.set.lookup(name); sv != nil {
+		return sv.b, nil
+	}
+	return nil, ErrUnknownService
+}
+
+var (
+	_ balancer.Balancers = creating{}
+	_ balancer.Balancers = existing{}
+)

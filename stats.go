@@ -1,0 +1,70 @@
+package pushlb
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pushlb/pushlb/serverlist"
+	"github.com/pushlb/pushlb/subscriber"
+)
+
+// Stats are the client's counters and the state of its balancers. The
+// counters run from Start; they are zero before it.
+type Stats struct {
+	// Started reports whether Start succeeded and Close was not called.
+	Started bool
+	// Events are the subscriber's counters: events received, applied and
+	// dropped by reason, lists delivered, reconciliations.
+	Events subscriber.Stats
+	// Registry describes the local mirror of the registry.
+	Registry serverlist.MirrorStats
+	// Lookups counts instance-ID lookups by result.
+	Lookups serverlist.LookupStats
+	// GossipMembers is the number of gossip members this node sees, itself
+	// included; 0 with gossip off.
+	GossipMembers int
+	// Services holds one entry per balancer, sorted by name.
+	Services []ServiceStats
+}
+
+// ServiceStats summarises one service's balancer.
+type ServiceStats struct {
+	Name string
+	// Servers is the number of listed servers; Reachable those alive.
+	Servers, Reachable int
+	// Updates counts the changes of the server list.
+	Updates uint64
+	// LastChange is the time of the last list change; zero before the first.
+	LastChange time.Time
+	// BreakerTrips counts the circuit breakers that tripped.
+	BreakerTrips uint64
+}
+
+// Stats returns the current counters and balancer states. It reads each
+// component's own counters, so it costs one pass over the services.
+func (c *Client) Stats() Stats {
+	var st Stats
+	if p := c.started(); p != nil {
+		st.Started = true
+		st.Events = p.sub.Stats()
+		st.Registry = p.sub.Mirror().Stats()
+		st.Lookups = p.lookup.Stats()
+		if p.gossip != nil {
+			st.GossipMembers = p.gossip.NumMembers()
+		}
+	}
+	for name, sv := range c.services.all() {
+		snap := sv.b.Snapshot()
+		ss := ServiceStats{
+			Name: name, Servers: len(snap.All()), Reachable: len(snap.Reachable()),
+			Updates: sv.updates.Load(), BreakerTrips: sv.b.BreakerTrips(),
+		}
+		if ns := sv.lastChange.Load(); ns != 0 {
+			ss.LastChange = time.Unix(0, ns)
+		}
+		st.Services = append(st.Services, ss)
+	}
+	slices.SortFunc(st.Services, func(a, b ServiceStats) int { return strings.Compare(a.Name, b.Name) })
+	return st
+}
