@@ -20,13 +20,13 @@ type Route struct {
 	// and "/api/orders/x", not "/api/ordersx". It is compared byte for byte
 	// with the request's escaped path (URL.EscapedPath), so write special
 	// characters escaped. "/" matches every path.
-	Prefix string
+	Prefix string `yaml:"prefix"`
 	// Service is the service (balancer) name.
-	Service string
+	Service string `yaml:"service"`
 	// StripPrefix removes the prefix from the path sent to the service:
 	// "/api/orders/x" goes out as "/x", "/api/orders" as "/". The removed
 	// prefix is sent in X-Forwarded-Prefix.
-	StripPrefix bool
+	StripPrefix bool `yaml:"stripPrefix"`
 }
 
 // ProxyOption customises a Proxy.

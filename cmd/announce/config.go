@@ -133,6 +133,9 @@ func newFlagSet(m mode, v *flagValues, nc *natsconn.Config) *flag.FlagSet {
 		fs.DurationVar(&v.lease, "lease", serverlist.DefaultTTL, "registry lease (TTL, at least 1s), refreshed every third of it; a deployment must agree on it")
 		v.gossip.Register(fs)
 	}
+	if nc.URL == "" {
+		nc.URL = natsconn.DefaultURL
+	}
 	nc.RegisterFlags(fs)
 	fs.StringVar(&v.prefix, "prefix", events.DefaultPrefix, "subject `prefix`; the registry bucket is pushlb_<prefix, . replaced by _>")
 	fs.StringVar(&v.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")

@@ -37,46 +37,48 @@ const (
 )
 
 // Config describes how to reach NATS. The zero value connects to DefaultURL
-// without credentials. Fields map one to one to the flags of RegisterFlags.
+// without credentials. Fields map one to one to the flags of RegisterFlags
+// and to the keys of a gateway configuration file's nats section (the yaml
+// tags), so both binaries and the file share one definition.
 type Config struct {
 	// URL is the server URL, or several separated by commas
 	// ("nats://a:4222,nats://b:4222"). Empty means DefaultURL. Flag -nats.
-	URL string
+	URL string `yaml:"url"`
 	// Name is the connection name the server shows in its monitoring.
 	// Empty means none. No flag: each binary names its connections.
-	Name string
+	Name string `yaml:"-"`
 	// CredsFile is a NATS credentials file (JWT and NKey seed). It excludes
 	// User, Password and Token. Flag -creds.
-	CredsFile string
+	CredsFile string `yaml:"credsFile"`
 	// User and Password authenticate with a user name and password. A
 	// password needs a user; a user excludes Token. Flags -user, -password.
-	User, Password string
+	User     string `yaml:"user"`
+	Password string `yaml:"password"`
 	// Token authenticates with a token. Flag -token.
-	Token string
+	Token string `yaml:"token"`
 	// TLSCA is a PEM file of root certificates to verify the server with;
 	// setting it requires TLS. Flag -tls-ca.
-	TLSCA string
+	TLSCA string `yaml:"tlsCA"`
 	// TLSCert and TLSKey are the PEM files of a client certificate and its
 	// key, for servers that verify clients. Both or neither. Flags
 	// -tls-cert, -tls-key.
-	TLSCert, TLSKey string
+	TLSCert string `yaml:"tlsCert"`
+	TLSKey  string `yaml:"tlsKey"`
 	// ConnectTimeout bounds the wait for the first connection, retries
 	// included. Zero means DefaultConnectTimeout (10 s); negative is
 	// invalid. Flag -nats-timeout.
-	ConnectTimeout time.Duration
+	ConnectTimeout time.Duration `yaml:"connectTimeout"`
 	// ReconnectWait is the pause between reconnect attempts after a
 	// connection was lost. Zero means DefaultReconnectWait (250 ms). No
 	// flag.
-	ReconnectWait time.Duration
+	ReconnectWait time.Duration `yaml:"reconnectWait"`
 }
 
 // RegisterFlags registers the connection flags on fs, bound to c's fields,
-// with c's current values (or the documented defaults for empty ones) as
-// defaults.
+// with c's current values as defaults (DefaultConnectTimeout for a zero
+// ConnectTimeout). An empty URL stays empty: each binary says what it means
+// (announce uses DefaultURL, the gateway starts an embedded server).
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	if c.URL == "" {
-		c.URL = DefaultURL
-	}
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
 	}
