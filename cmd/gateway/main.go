@@ -37,7 +37,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/internal/gateway"
-	"github.com/pushlb/pushlb/internal/gossipflag"
 	"github.com/pushlb/pushlb/internal/logx"
 )
 
@@ -46,108 +45,15 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var (
-		configFile = fs.String("config", "", "configuration file: YAML, or Ribbon .properties for the balancer settings")
-		listen     = fs.String("listen", "", "proxy address (default 127.0.0.1:8080)")
-		admin      = fs.String("admin", "", `admin address for /-/lb, /metrics, /healthz (default 127.0.0.1:8081; "off" to disable)`)
-		natsURL    = fs.String("nats", "", "NATS server URL; empty starts an embedded server with JetStream")
-		embedded   = fs.String("embedded-nats", "", "address of the embedded NATS server (default 127.0.0.1:4222)")
-		dataDir    = fs.String("data-dir", "", "JetStream data directory of the embedded server (default: a temporary directory)")
-		zone       = fs.String("zone", "", "the gateway's zone, for zone affinity and preference")
-		prefix     = fs.String("prefix", "", `NATS subject prefix (default "lb")`)
-		lease      = fs.Duration("lease", 0, "registry lease (TTL); must match the announcers' (default 30s)")
-		creds      = fs.String("creds", "", "NATS credentials file")
-		user       = fs.String("user", "", "NATS user")
-		password   = fs.String("password", "", "NATS password")
-		token      = fs.String("token", "", "NATS token")
-		tlsCA      = fs.String("tls-ca", "", "CA certificate for NATS TLS")
-		tlsCert    = fs.String("tls-cert", "", "client certificate for NATS TLS")
-		tlsKey     = fs.String("tls-key", "", "client key for NATS TLS")
-		demo       = fs.Bool("demo", false, "also start three local backends in two zones that announce themselves (service \"demo\")")
-		logLevel   = fs.String("log-level", "info", "log level: debug, info, warn, error")
-		gossipSet  gossipflag.Settings
-	)
-	gossipSet.Register(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gateway [-config FILE] [-listen ADDR] [-admin ADDR] [-nats URL] [-zone Z] [-gossip-bind host:port] [-gossip host:port[,..]] [-demo]")
-		fmt.Fprintln(stderr, "\nRoutes /<service>/<rest> to the instances of <service> that announced themselves over NATS.")
-		fmt.Fprintln(stderr, "Example: gateway -demo    (embedded NATS, three demo backends)")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
+	cfg, logLevel, code := parseArgs(args, stderr)
+	if code >= 0 {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "gateway: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return 2
-	}
-	log, err := newLogger(*logLevel, stderr)
+	log, err := newLogger(logLevel, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway:", err)
 		return 2
 	}
-
-	cfg := gateway.DefaultConfig()
-	if *configFile != "" {
-		if cfg, err = gateway.LoadFile(*configFile); err != nil {
-			fmt.Fprintln(stderr, err)
-			return 2
-		}
-	}
-	// Flags given on the command line override the file.
-	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "listen":
-			cfg.Listen = *listen
-		case "admin":
-			cfg.Admin = *admin
-		case "nats":
-			cfg.NATS.URL = *natsURL
-		case "embedded-nats":
-			cfg.EmbeddedNATS = *embedded
-		case "data-dir":
-			cfg.DataDir = *dataDir
-		case "zone":
-			cfg.Zone = *zone
-		case "prefix":
-			cfg.Prefix = *prefix
-		case "lease":
-			cfg.Lease = *lease
-		case "creds":
-			cfg.NATS.CredsFile = *creds
-		case "user":
-			cfg.NATS.User = *user
-		case "password":
-			cfg.NATS.Password = *password
-		case "token":
-			cfg.NATS.Token = *token
-		case "tls-ca":
-			cfg.NATS.TLS.CA = *tlsCA
-		case "tls-cert":
-			cfg.NATS.TLS.Cert = *tlsCert
-		case "tls-key":
-			cfg.NATS.TLS.Key = *tlsKey
-		case "demo":
-			cfg.Demo = *demo
-		case "gossip":
-			cfg.Gossip.Join = gossipSet.Join
-		case "gossip-bind":
-			cfg.Gossip.Bind = gossipSet.Bind
-		case "gossip-profile":
-			cfg.Gossip.Profile = gossipSet.Profile
-		case "gossip-key":
-			cfg.Gossip.Key = gossipSet.Key
-		case "gossip-label":
-			cfg.Gossip.Label = gossipSet.Label
-		}
-	})
 	g, err := gateway.New(cfg, log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -175,6 +81,54 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// parseArgs reads the command line in two passes over one set of flags:
+// the first finds -config, the second parses again over the file's content,
+// so the flags given override the file and the others keep its values. It
+// returns an exit code >= 0 when the program should stop (help: 0, usage or
+// config error: 2), or -1.
+func parseArgs(args []string, stderr io.Writer) (cfg gateway.Config, logLevel string, code int) {
+	var configFile string
+	newFlagSet := func(c *gateway.Config, out io.Writer) *flag.FlagSet {
+		fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+		fs.SetOutput(out)
+		fs.StringVar(&configFile, "config", configFile, "configuration `file`: YAML, or Ribbon .properties for the balancer settings")
+		fs.StringVar(&logLevel, "log-level", "info", "log `level`: debug, info, warn, error")
+		c.RegisterFlags(fs)
+		fs.Usage = func() {
+			fmt.Fprintln(out, "usage: gateway [-config FILE] [-listen ADDR] [-admin ADDR] [-nats URL] [-zone Z] [-gossip-bind host:port] [-gossip host:port[,..]] [-demo]")
+			fmt.Fprintln(out, "\nRoutes /<service>/<rest> to the instances of <service> that announced themselves over NATS.")
+			fmt.Fprintln(out, "Example: gateway -demo    (embedded NATS, three demo backends)")
+			fmt.Fprintln(out)
+			fs.PrintDefaults()
+		}
+		return fs
+	}
+	cfg = gateway.DefaultConfig()
+	first := cfg
+	fs := newFlagSet(&first, stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, "", 0
+		}
+		return cfg, "", 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "gateway: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return cfg, "", 2
+	}
+	if configFile != "" {
+		var err error
+		if cfg, err = gateway.LoadFile(configFile); err != nil {
+			fmt.Fprintln(stderr, err)
+			return cfg, "", 2
+		}
+	}
+	// The same arguments parsed the first time: no error is possible.
+	newFlagSet(&cfg, io.Discard).Parse(args)
+	return cfg, logLevel, -1
 }
 
 // newLogger logs human-readable lines on a terminal and JSON otherwise.

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"html/template"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -60,33 +59,27 @@ type ServerState struct {
 // State returns the current state of every service.
 func (g *Gateway) State() State {
 	st := State{Zone: g.cfg.Zone, Services: []ServiceState{}}
-	if g.sub != nil {
-		s := g.sub.Stats()
-		m := g.sub.Mirror().Stats()
-		st.Subscriber, st.Mirror = &s, &m
+	if g.client == nil {
+		return st
 	}
-	if g.lookup != nil {
-		l := g.lookup.Stats()
-		st.Lookups = &l
+	cs := g.client.Stats()
+	if cs.Started {
+		st.Subscriber, st.Mirror, st.Lookups = &cs.Events, &cs.Registry, &cs.Lookups
 	}
-	all := g.bals.all()
-	names := make([]string, 0, len(all))
-	for n := range all {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		t := all[name]
-		ss := ServiceState{Name: name, Rule: t.b.Config().Rule, Servers: []ServerState{}, Zones: map[string]ZoneState{},
-			Updates: t.updates.Load(), Trips: t.b.BreakerTrips()}
-		if ns := t.lastChange.Load(); ns != 0 {
-			lc := time.Unix(0, ns)
-			ss.LastChange = &lc
+	for _, sv := range cs.Services {
+		b, err := g.client.Balancer(sv.Name)
+		if err != nil {
+			continue
 		}
-		for z, zs := range t.b.ZoneSnapshots() {
+		ss := ServiceState{Name: sv.Name, Rule: b.Config().Rule, Servers: []ServerState{}, Zones: map[string]ZoneState{},
+			Updates: sv.Updates, Trips: sv.BreakerTrips}
+		if !sv.LastChange.IsZero() {
+			ss.LastChange = &sv.LastChange
+		}
+		for z, zs := range b.ZoneSnapshots() {
 			ss.Zones[z] = ZoneState{Instances: zs.InstanceCount, Tripped: zs.TrippedCount, ActiveRequests: zs.ActiveRequests, LoadPerServer: zs.LoadPerServer}
 		}
-		for _, s := range t.b.AllServers() {
+		for _, s := range b.AllServers() {
 			stats := s.Stats()
 			rt, _ := stats.ResponseTime()
 			ss.Servers = append(ss.Servers, ServerState{

@@ -17,6 +17,8 @@ import (
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/gossipflag"
+	"github.com/pushlb/pushlb/internal/natsconn"
+	"github.com/pushlb/pushlb/lbhttp"
 	"github.com/pushlb/pushlb/serverlist"
 )
 
@@ -40,9 +42,10 @@ type Config struct {
 	// 30s.
 	Lease time.Duration `yaml:"lease"`
 
-	// NATS is the connection to an existing NATS server. With an empty URL
-	// the gateway starts an embedded server with JetStream.
-	NATS NATSConfig `yaml:"nats"`
+	// NATS is the connection to an existing NATS server (several URLs,
+	// comma-separated, for a cluster). With an empty URL the gateway starts
+	// an embedded server with JetStream.
+	NATS natsconn.Config `yaml:"nats"`
 	// EmbeddedNATS is where the embedded server listens. Default
 	// 127.0.0.1:4222.
 	EmbeddedNATS string `yaml:"embeddedNats"`
@@ -55,8 +58,8 @@ type Config struct {
 
 	// Routes map path prefixes to services, in addition to the default
 	// /<service>/<rest> rule (unless DefaultRoutes is false).
-	Routes        []Route `yaml:"routes"`
-	DefaultRoutes *bool   `yaml:"defaultRoutes"`
+	Routes        []lbhttp.Route `yaml:"routes"`
+	DefaultRoutes *bool          `yaml:"defaultRoutes"`
 
 	// Balancer holds the per-client balancer settings: defaults and
 	// clients, as balancer.LoadConfigYAML reads them.
@@ -76,20 +79,6 @@ type Config struct {
 	Demo bool `yaml:"demo"`
 }
 
-// NATSConfig is the NATS connection.
-type NATSConfig struct {
-	URL       string `yaml:"url"`
-	CredsFile string `yaml:"credsFile"`
-	User      string `yaml:"user"`
-	Password  string `yaml:"password"`
-	Token     string `yaml:"token"`
-	TLS       struct {
-		CA   string `yaml:"ca"`
-		Cert string `yaml:"cert"`
-		Key  string `yaml:"key"`
-	} `yaml:"tls"`
-}
-
 // SubscriberConfig tunes the subscriber.
 type SubscriberConfig struct {
 	// Services limits the gateway to these services; empty follows all.
@@ -99,13 +88,6 @@ type SubscriberConfig struct {
 	Coalesce time.Duration `yaml:"coalesce"`
 	// AntiEntropy is the full reconciliation interval. Default 60s.
 	AntiEntropy time.Duration `yaml:"antiEntropy"`
-}
-
-// Route sends requests whose path starts with Prefix to Service.
-type Route struct {
-	Prefix      string `yaml:"prefix"`
-	Service     string `yaml:"service"`
-	StripPrefix bool   `yaml:"stripPrefix"`
 }
 
 // DefaultConfig returns the defaults.
@@ -163,6 +145,9 @@ func (c *Config) Validate() error {
 	}
 	if err := events.ValidatePrefix(c.Prefix); err != nil {
 		return bad("prefix: %w", err)
+	}
+	if err := c.NATS.Validate(); err != nil {
+		return bad("nats: %w", err)
 	}
 	if c.Lease < serverlist.MinTTL {
 		return bad("lease: %v is below the minimum %v", c.Lease, serverlist.MinTTL)

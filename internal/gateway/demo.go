@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/publisher"
@@ -39,7 +40,15 @@ type demoBackend struct {
 	pub        *publisher.Publisher
 }
 
-func startDemo(ctx context.Context, nc *nats.Conn, reg *serverlist.Registry, log zerolog.Logger) (*demo, error) {
+func startDemo(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (*demo, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := serverlist.Open(ctx, js, serverlist.RegistryConfig{Prefix: cfg.Prefix, TTL: cfg.Lease, Logger: log})
+	if err != nil {
+		return nil, err
+	}
 	d := &demo{nc: nc, reg: reg, log: log, backends: map[string]*demoBackend{}}
 	for i, zone := range []string{"a", "a", "b"} {
 		name := fmt.Sprintf("demo-%d", i+1)

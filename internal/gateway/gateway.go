@@ -10,36 +10,28 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/pushlb/pushlb/balancer"
-	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/natsconn"
-	"github.com/pushlb/pushlb/lbvisitor"
-	"github.com/pushlb/pushlb/serverlist"
-	"github.com/pushlb/pushlb/subscriber"
+	"github.com/pushlb/pushlb/lbhttp"
 )
 
-// Gateway is a running gateway. Build it with New, run it with Start, stop
+// Gateway is a running gateway: a pushlb.Client (the push path, its
+// balancers and its reverse proxy) over a NATS connection, with the HTTP
+// listeners, the admin endpoints, the metrics and, when asked, an embedded
+// NATS server and demo backends. Build it with New, run it with Start, stop
 // it with Shutdown.
 type Gateway struct {
 	cfg Config
 	log zerolog.Logger
 
+	metrics  *metrics
 	embedded *embeddedNATS
 	nc       *nats.Conn
-	reg      *serverlist.Registry
-	factory  *balancer.Factory
-	bals     *balancers
-	sub      *subscriber.Subscriber
-	lookup   *serverlist.Lookup
-	visitors *lbvisitor.Registry
-	metrics  *metrics
-	proxy    *proxy
+	client   *pushlb.Client
 	demo     *demo
-	gossip   *gossip.Node
 
 	proxyLn, adminLn   net.Listener
 	proxySrv, adminSrv *http.Server
@@ -53,27 +45,8 @@ func New(cfg Config, log zerolog.Logger) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	clients := cfg.Balancer.Clone()
-	if cfg.Zone != "" {
-		// The gateway's zone is every client's zone unless it sets its own.
-		if clients.Defaults.Zone == "" {
-			clients.Defaults.Zone = cfg.Zone
-		}
-		for name, c := range clients.Clients {
-			if c.Zone == "" {
-				c.Zone = cfg.Zone
-				clients.Clients[name] = c
-			}
-		}
-	}
-	factory, err := balancer.NewFactory(clients)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
-	}
-	g := &Gateway{cfg: cfg, log: log, factory: factory}
-	g.bals = newBalancers(factory, log)
+	g := &Gateway{cfg: cfg, log: log}
 	g.metrics = newMetrics(g)
-	g.bals.onNew = g.metrics.initService
 	return g, nil
 }
 
@@ -85,60 +58,36 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 			g.Shutdown(context.Background())
 		}
 	}()
-	url := g.cfg.NATS.URL
-	if url == "" {
+	for _, k := range g.cfg.Balancer.IgnoredKeys {
+		g.log.Warn().Str("key", k).Msg("Ribbon key ignored: pushlb does not use it (see docs/config.md)")
+	}
+	nccfg := g.cfg.NATS
+	if nccfg.URL == "" {
 		if g.embedded, err = startEmbeddedNATS(g.cfg.EmbeddedNATS, g.cfg.DataDir); err != nil {
 			return err
 		}
-		url = g.embedded.URL()
-		g.log.Info().Str("url", url).Msg("embedded NATS server with JetStream started")
+		nccfg.URL = g.embedded.URL()
+		g.log.Info().Str("url", nccfg.URL).Msg("embedded NATS server with JetStream started")
 	}
-	nccfg := natsconn.Config{
-		URL: url, Name: "pushlb-gateway", CredsFile: g.cfg.NATS.CredsFile, User: g.cfg.NATS.User,
-		Password: g.cfg.NATS.Password, Token: g.cfg.NATS.Token,
-		TLSCA: g.cfg.NATS.TLS.CA, TLSCert: g.cfg.NATS.TLS.Cert, TLSKey: g.cfg.NATS.TLS.Key,
-	}
+	nccfg.Name = "pushlb-gateway"
 	if g.nc, err = natsconn.Connect(ctx, nccfg, g.log); err != nil {
 		return err
 	}
-	js, err := jetstream.New(g.nc)
-	if err != nil {
-		return fmt.Errorf("gateway: jetstream: %w", err)
-	}
-	if g.reg, err = serverlist.Open(ctx, js, serverlist.RegistryConfig{Prefix: g.cfg.Prefix, TTL: g.cfg.Lease, Logger: g.log}); err != nil {
-		return fmt.Errorf("gateway: registry: %w", err)
-	}
-	g.sub, err = subscriber.New(g.nc, g.reg, g.handle, subscriber.Config{
-		Prefix: g.cfg.Prefix, Services: g.cfg.Subscriber.Services, Coalesce: g.cfg.Subscriber.Coalesce,
-		AntiEntropy: g.cfg.Subscriber.AntiEntropy, Logger: g.log, OnEvent: g.metrics.observeEvent,
-	})
-	if err != nil {
+	if g.client, err = pushlb.New(g.nc, g.options()...); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	if g.lookup, err = serverlist.NewLookup(g.reg, g.sub.Mirror(), serverlist.LookupConfig{}); err != nil {
-		return err
-	}
-	g.visitors = lbvisitor.NewRegistry(g.bals, g.lookup, g.log)
-	if err := g.sub.Start(ctx); err != nil {
-		return err
-	}
-	if g.cfg.Gossip.Enabled() {
-		if err := g.startGossip(ctx); err != nil {
-			return err
-		}
-	}
-	if g.proxy, err = newProxy(g); err != nil {
+	if err := g.client.Start(ctx); err != nil {
 		return err
 	}
 	if g.cfg.Demo {
-		if g.demo, err = startDemo(ctx, g.nc, g.reg, g.log); err != nil {
+		if g.demo, err = startDemo(ctx, g.nc, g.cfg, g.log); err != nil {
 			return fmt.Errorf("gateway: demo: %w", err)
 		}
 	}
 	if g.proxyLn, err = net.Listen("tcp", g.cfg.Listen); err != nil {
 		return fmt.Errorf("gateway: listen %s: %w", g.cfg.Listen, err)
 	}
-	g.proxySrv = &http.Server{Handler: g.proxy, ReadHeaderTimeout: 10 * time.Second}
+	g.proxySrv = &http.Server{Handler: g.client.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	g.serve(g.proxySrv, g.proxyLn)
 	if g.cfg.Admin != "off" {
 		if g.adminLn, err = net.Listen("tcp", g.cfg.Admin); err != nil {
@@ -147,8 +96,39 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		g.adminSrv = &http.Server{Handler: g.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
 		g.serve(g.adminSrv, g.adminLn)
 	}
-	g.log.Info().Str("listen", g.proxyLn.Addr().String()).Str("admin", g.AdminAddr()).Str("nats", url).Msg("gateway started")
+	g.log.Info().Str("listen", g.proxyLn.Addr().String()).Str("admin", g.AdminAddr()).Str("nats", g.nc.ConnectedUrl()).Msg("gateway started")
 	return nil
+}
+
+// options turns the configuration into the client's options.
+func (g *Gateway) options() []pushlb.Option {
+	c := g.cfg
+	opts := []pushlb.Option{
+		pushlb.WithLogger(g.log),
+		pushlb.WithPrefix(c.Prefix),
+		pushlb.WithLease(c.Lease),
+		pushlb.WithZone(c.Zone),
+		pushlb.WithBalancerConfig(c.Balancer),
+		pushlb.WithServices(c.Subscriber.Services...),
+		pushlb.WithCoalesce(c.Subscriber.Coalesce),
+		pushlb.WithAntiEntropy(c.Subscriber.AntiEntropy),
+		pushlb.WithEventHook(g.metrics.observeEvent),
+		pushlb.WithTransportOptions(lbhttp.WithObserver(g.metrics.observer())),
+	}
+	var popts []lbhttp.ProxyOption
+	if len(c.Routes) > 0 {
+		popts = append(popts, lbhttp.WithRoutes(c.Routes...))
+	}
+	if !c.defaultRoutes() {
+		popts = append(popts, lbhttp.WithoutDefaultRoute())
+	}
+	opts = append(opts, pushlb.WithProxyOptions(popts...))
+	if c.Gossip.Enabled() {
+		// Validate checked the settings.
+		gc, _ := c.Gossip.Config(gossip.Meta{Role: gossip.RoleGateway}, g.log)
+		opts = append(opts, pushlb.WithGossip(gc))
+	}
+	return opts
 }
 
 // DemoInstructions returns the curl commands to try in demo mode, or "".
@@ -159,47 +139,12 @@ func (g *Gateway) DemoInstructions() string {
 	return g.demo.instructions(g.ProxyAddr(), g.AdminAddr())
 }
 
-// startGossip joins the gossip cluster as a gateway: an instance node
-// declared dead, or leaving, is an offline for its incarnation; one that
-// comes back (a refuted suspicion) is restored.
-func (g *Gateway) startGossip(ctx context.Context) error {
-	cfg, err := g.cfg.Gossip.Config(gossip.Meta{Role: gossip.RoleGateway}, g.log)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrConfig, err)
-	}
-	instance := func(m gossip.Member) bool { return m.Meta.Role == gossip.RoleInstance }
-	g.gossip, err = gossip.Start(ctx, cfg, gossip.HandlerFuncs{
-		Alive: func(m gossip.Member) {
-			if instance(m) {
-				g.sub.GossipAlive(m.Meta.Service, m.Meta.InstanceID, m.Meta.Incarnation)
-			}
-		},
-		Gone: func(m gossip.Member, reason gossip.Reason) {
-			if instance(m) {
-				g.log.Info().Str("node", m.Name).Str("addr", m.Addr).Str("reason", string(reason)).Msg("gossip: instance gone")
-				g.sub.GossipGone(m.Meta.Service, m.Meta.InstanceID, m.Meta.Incarnation)
-			}
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("gateway: gossip: %w", err)
-	}
-	g.log.Info().Str("gossip", g.gossip.LocalAddr()).Strs("join", cfg.Join).Str("profile", string(cfg.Profile)).Msg("gossip started")
-	return nil
-}
-
 // GossipAddr returns the gossip address, or "" with gossip off.
 func (g *Gateway) GossipAddr() string {
-	if g.gossip == nil {
+	if g.client == nil {
 		return ""
 	}
-	return g.gossip.LocalAddr()
-}
-
-// handle is the subscriber's handler: the push path's rebuild of one
-// service's balancer.
-func (g *Gateway) handle(ctx context.Context, lc events.ListChanged) error {
-	return g.visitors.Handle(ctx, lc)
+	return g.client.GossipAddr()
 }
 
 func (g *Gateway) serve(srv *http.Server, ln net.Listener) {
@@ -254,17 +199,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		if g.demo != nil {
 			g.demo.stopAll()
 		}
-		if g.gossip != nil {
-			g.gossip.Leave(time.Second)
-			g.gossip.Shutdown()
+		if g.client != nil {
+			g.client.Close()
 		}
-		if g.sub != nil {
-			g.sub.Stop()
-		}
-		if g.proxy != nil {
-			g.proxy.close()
-		}
-		g.factory.Close()
 		if g.nc != nil {
 			g.nc.Close()
 		}

@@ -1,12 +1,15 @@
 package gateway
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/lbhttp"
 	"github.com/pushlb/pushlb/subscriber"
 )
 
@@ -21,6 +24,8 @@ type metrics struct {
 	retries  *prometheus.CounterVec
 	failures *prometheus.CounterVec
 	requests *prometheus.HistogramVec
+
+	services sync.Map // service name -> *serviceMetrics
 }
 
 func newMetrics(g *Gateway) *metrics {
@@ -51,13 +56,48 @@ func newMetrics(g *Gateway) *metrics {
 	return m
 }
 
-// initService creates a service's series at zero, so dashboards and alerts
-// see them before the first retry or failure.
-func (m *metrics) initService(service string) {
-	m.picks.WithLabelValues(service)
-	m.retries.WithLabelValues(service)
-	m.failures.WithLabelValues(service, "connect")
-	m.failures.WithLabelValues(service, "other")
+// serviceMetrics are one service's request series, resolved once so that
+// a request does no label lookup.
+type serviceMetrics struct {
+	picks, retries, connectFailures, otherFailures prometheus.Counter
+	requests                                       prometheus.Observer
+}
+
+// service returns the series of a service, creating them all at once (at
+// zero) on its first request, so dashboards and alerts see the retry and
+// failure series before the first retry or failure.
+func (m *metrics) service(name string) *serviceMetrics {
+	if sm, ok := m.services.Load(name); ok {
+		return sm.(*serviceMetrics)
+	}
+	sm, _ := m.services.LoadOrStore(name, &serviceMetrics{
+		picks:           m.picks.WithLabelValues(name),
+		retries:         m.retries.WithLabelValues(name),
+		connectFailures: m.failures.WithLabelValues(name, "connect"),
+		otherFailures:   m.failures.WithLabelValues(name, "other"),
+		requests:        m.requests.WithLabelValues(name),
+	})
+	return sm.(*serviceMetrics)
+}
+
+// observer is the Transport's Observer: picks, retries and attempt
+// results.
+func (m *metrics) observer() lbhttp.Observer {
+	return lbhttp.Observer{
+		OnPick:  func(service string, _ *balancer.Server) { m.service(service).picks.Inc() },
+		OnRetry: func(service string, _ error) { m.service(service).retries.Inc() },
+		OnResult: func(r lbhttp.Result) {
+			sm := m.service(r.Service)
+			sm.requests.Observe(r.Duration.Seconds())
+			switch {
+			case r.Err == nil:
+			case r.ConnectFailure:
+				sm.connectFailures.Inc()
+			default:
+				sm.otherFailures.Inc()
+			}
+		},
+	}
 }
 
 // observeEvent is the subscriber's OnEvent hook.
@@ -101,37 +141,33 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v int, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
 	}
-	if sub := c.g.sub; sub != nil {
-		st := sub.Stats()
-		counter(descReceived, st.Received)
-		counter(descApplied, st.Applied)
-		for _, r := range subscriber.DropReasons {
-			counter(descDropped, st.Dropped[r], r)
-		}
-		counter(descDelivered, st.Delivered)
-		counter(descHandlerErr, st.HandlerErrors)
-		counter(descReconciles, st.Reconciles)
-		counter(descRemovals, st.RegistryRemovals)
-		counter(descResyncs, sub.Mirror().Stats().Syncs)
-		counter(descGossipGone, st.GossipRemovals)
-		counter(descGossipBack, st.GossipRevivals)
+	if c.g.client == nil {
+		return
 	}
-	if n := c.g.gossip; n != nil {
-		gauge(descGossipMem, n.NumMembers())
+	st := c.g.client.Stats()
+	ev := st.Events
+	counter(descReceived, ev.Received)
+	counter(descApplied, ev.Applied)
+	for _, r := range subscriber.DropReasons {
+		counter(descDropped, ev.Dropped[r], r)
 	}
-	if l := c.g.lookup; l != nil {
-		st := l.Stats()
-		counter(descLookupHit, st.Hits, "hit")
-		counter(descLookupHit, st.Fallbacks, "fallback")
-		counter(descLookupHit, st.Failures, "failure")
+	counter(descDelivered, ev.Delivered)
+	counter(descHandlerErr, ev.HandlerErrors)
+	counter(descReconciles, ev.Reconciles)
+	counter(descRemovals, ev.RegistryRemovals)
+	counter(descResyncs, st.Registry.Syncs)
+	counter(descGossipGone, ev.GossipRemovals)
+	counter(descGossipBack, ev.GossipRevivals)
+	if c.g.cfg.Gossip.Enabled() {
+		gauge(descGossipMem, st.GossipMembers)
 	}
-	if c.g.bals != nil {
-		for name, t := range c.g.bals.all() {
-			snap := t.b.Snapshot()
-			gauge(descServers, len(snap.All()), name)
-			gauge(descReachable, len(snap.Reachable()), name)
-			counter(descTrips, t.b.BreakerTrips(), name)
-			counter(descUpdates, t.updates.Load(), name)
-		}
+	counter(descLookupHit, st.Lookups.Hits, "hit")
+	counter(descLookupHit, st.Lookups.Fallbacks, "fallback")
+	counter(descLookupHit, st.Lookups.Failures, "failure")
+	for _, s := range st.Services {
+		gauge(descServers, s.Servers, s.Name)
+		gauge(descReachable, s.Reachable, s.Name)
+		counter(descTrips, s.BreakerTrips, s.Name)
+		counter(descUpdates, s.Updates, s.Name)
 	}
 }

@@ -1,0 +1,22 @@
+package gateway
+
+import "flag"
+
+// RegisterFlags registers the gateway's command-line flags on fs, each
+// bound to its field of c with c's current value as the default. A binary
+// loads its file into c first, then parses the command line over it: flags
+// given override the file, the others keep its values. The NATS flags are
+// natsconn's and the gossip flags gossipflag's, shared with announce.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Listen, "listen", c.Listen, "proxy `address`")
+	fs.StringVar(&c.Admin, "admin", c.Admin, `admin `+"`address`"+` for /-/lb, /metrics, /healthz ("off" to disable)`)
+	c.NATS.RegisterFlags(fs)
+	fs.Lookup("nats").Usage = "NATS server `URL`s, comma-separated; empty starts an embedded server with JetStream"
+	fs.StringVar(&c.EmbeddedNATS, "embedded-nats", c.EmbeddedNATS, "`address` of the embedded NATS server")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "JetStream data `directory` of the embedded server (default: a temporary directory)")
+	fs.StringVar(&c.Zone, "zone", c.Zone, "the gateway's `zone`, for zone affinity and preference")
+	fs.StringVar(&c.Prefix, "prefix", c.Prefix, "NATS subject `prefix`")
+	fs.DurationVar(&c.Lease, "lease", c.Lease, "registry lease (TTL); must match the announcers'")
+	fs.BoolVar(&c.Demo, "demo", c.Demo, `also start three local backends in two zones that announce themselves (service "demo")`)
+	c.Gossip.Register(fs)
+}
