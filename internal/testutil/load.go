@@ -3,7 +3,6 @@ package testutil
 import (
 	"io"
 	"net/http"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -52,13 +51,4 @@ func GetLoad(b *testing.B, client *http.Client, url string, parallel bool) {
 	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "req/s")
 	b.ReportMetric(float64(Percentile(all, 0.50).Microseconds()), "p50-µs")
 	b.ReportMetric(float64(Percentile(all, 0.99).Microseconds()), "p99-µs")
-}
-
-// Percentile returns the nearest-rank p-quantile (0 < p <= 1) of d, which
-// it does not modify.
-func Percentile(d []time.Duration, p float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := int(float64(len(s))*p+0.999999) - 1
-	return s[min(max(i, 0), len(s)-1)]
 }

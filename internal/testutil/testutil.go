@@ -1,4 +1,3 @@
-// Package testutil holds the few helpers the project's tests share.
 package testutil
 
 import (
@@ -8,21 +7,52 @@ import (
 	"time"
 )
 
+// DefaultTimeout bounds Eventually: long enough for a loaded 2-core
+// machine, short enough that a hang fails well before go test's own
+// timeout.
+const DefaultTimeout = 20 * time.Second
+
+// pollInterval is the pause between two checks of an Eventually condition.
+const pollInterval = 2 * time.Millisecond
+
 // Eventually polls cond every 2 ms until it holds, and fails the test when
-// it still does not after 20 s. Every wait in the tests is bounded by it.
+// it still does not after DefaultTimeout (20 s).
 func Eventually(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	EventuallyWithin(tb, DefaultTimeout, what, cond)
+}
+
+// EventuallyWithin polls cond every 2 ms until it holds, and fails the test
+// when it still does not after timeout. cond runs at least once.
+func EventuallyWithin(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
+			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(pollInterval) // the poll interval: the one sleep tests may use
 	}
 }
 
+// Receive returns the next value from ch, or the zero value once ch is
+// closed, and fails the test when neither happens within timeout.
+func Receive[T any](tb testing.TB, ch <-chan T, timeout time.Duration, what string) T {
+	tb.Helper()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-t.C:
+		tb.Fatalf("timed out after %v waiting for %s", timeout, what)
+	}
+	var zero T
+	return zero
+}
+
 // SyncBuffer is a bytes.Buffer that a process's output goroutines and the
-// test may use at once.
+// test may use at once. The zero value is ready to use.
 type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
