@@ -1,0 +1,352 @@
+package yamlx
+
+import (
+	"encoding"
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// walker copies a node tree for yaml.v3 to decode into a Go type: it
+// reports unknown keys, applies the package's rules (null keeps, bare 0
+// durations, no floats for ints, comma lists) to the copy, and remembers
+// each node's key path and type to explain yaml.v3's errors.
+type walker struct {
+	opts         options
+	memo         map[*yaml.Node]*yaml.Node // original -> copy, so aliases stay aliases
+	entries      []entry
+	unmarshalers []unmarshaler
+	errs         []*Error
+}
+
+// entry is a node of the copy with its key path and the type it decodes
+// into (pointers removed); for a mapping key, key is set and t is nil.
+type entry struct {
+	n    *yaml.Node
+	path string
+	t    reflect.Type
+	key  bool
+}
+
+// unmarshaler is a node a type decodes with its own UnmarshalYAML.
+type unmarshaler struct {
+	path        string
+	first, last int // lines
+}
+
+var (
+	durationType     = reflect.TypeFor[time.Duration]()
+	nodeType         = reflect.TypeFor[yaml.Node]()
+	unmarshalerType  = reflect.TypeFor[yaml.Unmarshaler]()
+	obsoleteType     = reflect.TypeFor[interface{ UnmarshalYAML(func(any) error) error }]()
+	textUnmarshalerT = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// node returns the copy of n to decode into a t at path. A nil t copies n
+// as it is.
+func (w *walker) node(n *yaml.Node, t reflect.Type, path string) *yaml.Node {
+	if n == nil {
+		return nil
+	}
+	if c, ok := w.memo[n]; ok {
+		return c
+	}
+	c := new(yaml.Node)
+	*c = *n
+	c.Content = nil
+	w.memo[n] = c
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, item := range n.Content {
+			c.Content = append(c.Content, w.node(item, t, path))
+		}
+		return c
+	case yaml.AliasNode:
+		c.Alias = w.node(n.Alias, t, path)
+		return c
+	}
+	if t != nil && decodesItself(t, n) {
+		w.unmarshalers = append(w.unmarshalers, unmarshaler{path: path, first: n.Line, last: lastLine(n)})
+		t = nil
+	}
+	if t == nil {
+		for _, item := range n.Content {
+			c.Content = append(c.Content, w.node(item, nil, ""))
+		}
+		return c
+	}
+	w.entries = append(w.entries, entry{n: c, path: path, t: t})
+	switch n.Kind {
+	case yaml.ScalarNode:
+		w.scalar(c, t, path)
+	case yaml.MappingNode:
+		w.mapping(n, c, t, path)
+	case yaml.SequenceNode:
+		var elem reflect.Type
+		if k := t.Kind(); k == reflect.Slice || k == reflect.Array {
+			elem = t.Elem()
+		}
+		for i, item := range n.Content {
+			c.Content = append(c.Content, w.node(item, elem, fmt.Sprintf("%s[%d]", path, i)))
+		}
+	}
+	return c
+}
+
+// decodesItself reports whether yaml.v3 hands n to t's own decoding, or
+// keeps it whole (yaml.Node), or takes anything (an interface).
+func decodesItself(t reflect.Type, n *yaml.Node) bool {
+	pt := reflect.PointerTo(t)
+	switch {
+	case t == nodeType, t.Kind() == reflect.Interface:
+		return true
+	case pt.Implements(unmarshalerType), pt.Implements(obsoleteType):
+		return true
+	case n.Kind == yaml.ScalarNode && pt.Implements(textUnmarshalerT):
+		return true
+	}
+	return false
+}
+
+func (w *walker) scalar(c *yaml.Node, t reflect.Type, path string) {
+	tag := c.ShortTag()
+	switch {
+	case tag == "!!null":
+	case t == durationType && tag == "!!int":
+		if i, err := strconv.ParseInt(c.Value, 0, 64); err == nil && i == 0 {
+			c.Tag = "!!str" // time.ParseDuration reads "0"
+		}
+	case tag == "!!float" && isInt(t):
+		c.Tag = "!!str" // so yaml.v3 refuses it rather than truncate it
+	case w.opts.commaLists && tag == "!!str" && t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String:
+		items := splitList(c.Value)
+		c.Kind, c.Tag, c.Style, c.Value = yaml.SequenceNode, "!!seq", yaml.FlowStyle, ""
+		for i, item := range items {
+			n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: item, Line: c.Line, Column: c.Column}
+			c.Content = append(c.Content, n)
+			w.entries = append(w.entries, entry{n: n, path: fmt.Sprintf("%s[%d]", path, i), t: t.Elem()})
+		}
+	}
+}
+
+func (w *walker) mapping(n, c *yaml.Node, t reflect.Type, path string) {
+	var fields *structFields
+	var elem reflect.Type
+	switch t.Kind() {
+	case reflect.Struct:
+		fields = fieldsOf(t)
+		elem = fields.inlineMap
+	case reflect.Map:
+		elem = t.Elem()
+	default:
+		// yaml.v3 reports the mismatch; copy as it is.
+		for _, item := range n.Content {
+			c.Content = append(c.Content, w.node(item, nil, ""))
+		}
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind == yaml.ScalarNode && k.Value == "<<" && k.ShortTag() == "!!merge" {
+			c.Content = append(c.Content, w.node(k, nil, ""), w.merge(v, t, path))
+			continue
+		}
+		kc := w.node(k, nil, "")
+		key := joinPath(path, k.Value)
+		w.entries = append(w.entries, entry{n: kc, path: key, key: true})
+		ft := elem
+		if fields != nil {
+			if f, ok := fields.byName[k.Value]; ok {
+				ft = f
+			} else if elem == nil {
+				w.errs = append(w.errs, &Error{Line: k.Line, Path: key, Msg: unknownKey(k.Value, fields.names)})
+				continue
+			}
+			if isNull(v) && nullable(ft) {
+				continue // null keeps what the field holds
+			}
+		}
+		c.Content = append(c.Content, kc, w.node(v, ft, key))
+	}
+}
+
+// merge copies the value of a merge key (<<): a mapping, an alias of one,
+// or a list of them, each over the type t of the mapping merged into.
+func (w *walker) merge(v *yaml.Node, t reflect.Type, path string) *yaml.Node {
+	if v.Kind != yaml.SequenceNode {
+		return w.node(v, t, path)
+	}
+	c := new(yaml.Node)
+	*c = *v
+	c.Content = nil
+	for _, item := range v.Content {
+		c.Content = append(c.Content, w.node(item, t, path))
+	}
+	return c
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+// nullable reports whether yaml.v3 would reset a t to nil on a null.
+func nullable(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Slice, reflect.Map, reflect.Pointer, reflect.Interface:
+		return true
+	}
+	return false
+}
+
+func isInt(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
+}
+
+func lastLine(n *yaml.Node) int {
+	last := n.Line
+	for _, item := range n.Content {
+		last = max(last, lastLine(item))
+	}
+	return last
+}
+
+// splitList splits a comma-separated list, trimming the items and dropping
+// empty ones.
+func splitList(s string) []string {
+	parts := strings.Split(s, ",")
+	out := make([]string, 0, len(parts))
+	for _, p := range parts {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// structFields are the YAML keys of a struct type, by yaml.v3's rules: the
+// tag's name, else the lower-cased field name; "-" skips a field;
+// ",inline" flattens a struct (or pointer to one) or takes the other keys
+// into a map.
+type structFields struct {
+	byName    map[string]reflect.Type
+	names     []string // sorted
+	inlineMap reflect.Type
+}
+
+func fieldsOf(t reflect.Type) *structFields {
+	f := &structFields{byName: make(map[string]reflect.Type)}
+	f.add(t)
+	for name := range f.byName {
+		f.names = append(f.names, name)
+	}
+	slices.Sort(f.names)
+	return f
+}
+
+func (f *structFields) add(t reflect.Type) {
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		if !sf.IsExported() && !sf.Anonymous {
+			continue
+		}
+		tag := sf.Tag.Get("yaml")
+		if tag == "" && !strings.Contains(string(sf.Tag), ":") {
+			tag = string(sf.Tag)
+		}
+		if tag == "-" {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		if slices.Contains(strings.Split(opts, ","), "inline") {
+			ft := sf.Type
+			switch {
+			case ft.Kind() == reflect.Map:
+				f.inlineMap = ft.Elem()
+			case ft.Kind() == reflect.Struct:
+				f.add(ft)
+			case ft.Kind() == reflect.Pointer && ft.Elem().Kind() == reflect.Struct:
+				f.add(ft.Elem())
+			}
+			continue
+		}
+		if !sf.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(sf.Name)
+		}
+		f.byName[name] = sf.Type
+	}
+}
+
+// unknownKey explains an unknown key, with the closest known one or, when
+// none is close and there are few, the list of them.
+func unknownKey(key string, known []string) string {
+	if s := Suggest(key, known); s != "" {
+		return fmt.Sprintf("unknown key (did you mean %q?)", s)
+	}
+	if len(known) > 0 && len(known) <= 6 {
+		return fmt.Sprintf("unknown key (the keys here are %s)", strings.Join(known, ", "))
+	}
+	return "unknown key"
+}
+
+// Suggest returns the candidate closest to key (the same in another case,
+// a small edit distance, or, for a key of 4 letters or more, the shortest
+// candidate it begins), or "" when none is close.
+func Suggest(key string, candidates []string) string {
+	best, bestDist := "", 0
+	lk := strings.ToLower(key)
+	for _, c := range candidates {
+		lc := strings.ToLower(c)
+		if lc == lk {
+			return c
+		}
+		d := editDistance(lk, lc)
+		if d <= max(2, len(lk)/5) && (best == "" || d < bestDist) {
+			best, bestDist = c, d
+		}
+	}
+	if best == "" && len(lk) >= 4 {
+		for _, c := range candidates {
+			if strings.HasPrefix(strings.ToLower(c), lk) && (best == "" || len(c) < len(best)) {
+				best = c
+			}
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
