@@ -19,8 +19,10 @@
 //	-exit-code N                exit status after a shutdown (default 0)
 //
 // It prints one line per life event on stdout, which tests read to learn
-// the order of things:
+// the order of things. Each is printed once SIGTERM and SIGINT are handled,
+// so a test may signal the process as soon as it read any of them:
 //
+//	testbackend NAME waiting D before listening   (with -delay)
 //	testbackend NAME listening on ADDR
 //	testbackend NAME received SIGNAL
 //	testbackend NAME exiting with N
@@ -79,6 +81,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	if *delay > 0 {
+		say("waiting %v before listening", *delay)
 		select {
 		case <-time.After(*delay):
 		case s := <-sigs:
