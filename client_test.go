@@ -5,17 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/pushlb/pushlb"
@@ -23,10 +20,10 @@ import (
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/natstest"
+	"github.com/pushlb/pushlb/internal/testpub"
 	"github.com/pushlb/pushlb/internal/testutil"
 	"github.com/pushlb/pushlb/lbhttp"
 	"github.com/pushlb/pushlb/publisher"
-	"github.com/pushlb/pushlb/serverlist"
 )
 
 func TestMain(m *testing.M) {
@@ -43,27 +40,11 @@ func backend(t *testing.T, name string) *httptest.Server {
 	return s
 }
 
-// announce registers and announces a backend as an instance of service
-// through its own connection, as cmd/announce does.
+// announce announces a backend as an instance of service through its own
+// connection, as cmd/announce does.
 func announce(t *testing.T, srv *natstest.Server, service, zone string, b *httptest.Server) *publisher.Publisher {
 	t.Helper()
-	nc := srv.Connect(t)
-	js, _ := jetstream.New(nc)
-	reg, err := serverlist.Open(t.Context(), js, serverlist.RegistryConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := publisher.New(nc, reg, publisher.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	host, port, _ := net.SplitHostPort(b.Listener.Addr().String())
-	pn, _ := strconv.Atoi(port)
-	if err := p.Announce(t.Context(), serverlist.Instance{Service: service, InstanceID: b.URL, Host: host, Port: pn, Zone: zone}); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return testpub.Announce(t, srv.Connect(t), service, zone, b)
 }
 
 func start(t *testing.T, nc *nats.Conn, opts ...pushlb.Option) *pushlb.Client {

@@ -5,24 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
+	"github.com/pushlb/pushlb/internal/testpub"
 	"github.com/pushlb/pushlb/internal/testutil"
 	"github.com/pushlb/pushlb/publisher"
-	"github.com/pushlb/pushlb/serverlist"
 )
 
 func TestMain(m *testing.M) {
@@ -60,22 +57,7 @@ func announce(t *testing.T, g *Gateway, service, zone string, backend *httptest.
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
-	reg, err := serverlist.Open(t.Context(), js, serverlist.RegistryConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := publisher.New(nc, reg, publisher.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	host, port, _ := net.SplitHostPort(backend.Listener.Addr().String())
-	pn, _ := strconv.Atoi(port)
-	if err := p.Announce(t.Context(), serverlist.Instance{Service: service, InstanceID: backend.URL, Host: host, Port: pn, Zone: zone}); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return testpub.Announce(t, nc, service, zone, backend)
 }
 
 func backend(t *testing.T, name string) *httptest.Server {

@@ -1,0 +1,98 @@
+// Package embed_test runs the two embedding examples as their users would:
+// real processes against a real NATS server with announced backends.
+package embed_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pushlb/pushlb/internal/natstest"
+	"github.com/pushlb/pushlb/internal/testpub"
+	"github.com/pushlb/pushlb/internal/testutil"
+)
+
+var gatewayBin, clientBin string
+
+func TestMain(m *testing.M) {
+	bins, remove, err := testutil.BuildBinaries("./gateway", "./client")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	gatewayBin, clientBin = bins[0], bins[1]
+	code := m.Run()
+	remove()
+	os.Exit(code)
+}
+
+func backend(t *testing.T, name string) *httptest.Server {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s", name, r.URL.Path)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func TestEmbeddedGatewayAndClient(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := srv.Connect(t)
+	testpub.Announce(t, nc, "hello", "", backend(t, "hello-1"))
+	p2 := testpub.Announce(t, nc, "hello", "", backend(t, "hello-2"))
+
+	// The gateway of one's own: it serves the announced instances from its
+	// first request on (Start returns once the registry's state is loaded).
+	addr := testutil.FreeAddr(t)
+	gw := testutil.Start(t, gatewayBin, "-nats", srv.URL(), "-listen", addr)
+	gw.WaitFor(t, "serving [hello]", 20*time.Second)
+	seen := map[string]bool{}
+	testutil.Eventually(t, "both instances through the gateway", func() bool {
+		resp, err := http.Get("http://" + addr + "/hello/x")
+		if err != nil {
+			return false // the listener may not accept yet
+		}
+		defer resp.Body.Close()
+		var name string
+		fmt.Fscan(resp.Body, &name)
+		seen[name] = true
+		return seen["hello-1"] && seen["hello-2"]
+	})
+
+	// The plain http.Client calls the service by name, balanced over both.
+	cl := testutil.Start(t, clientBin, "-nats", srv.URL(), "-n", "6", "http://hello/y")
+	if code := cl.Wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("client exited %d:\n%s", code, cl.Output())
+	}
+	out := cl.Stdout()
+	if strings.Count(out, "200 hello-") != 6 || !strings.Contains(out, "200 hello-1 /y") || !strings.Contains(out, "200 hello-2 /y") {
+		t.Fatalf("client output:\n%s", out)
+	}
+
+	// A withdrawn instance gets nothing more through the gateway.
+	if err := p2.Withdraw(t.Context(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "hello-2 to leave the gateway", func() bool {
+		for range 4 {
+			resp, err := http.Get("http://" + addr + "/hello/z")
+			if err != nil {
+				return false
+			}
+			var name string
+			fmt.Fscan(resp.Body, &name)
+			resp.Body.Close()
+			if name != "hello-1" {
+				return false
+			}
+		}
+		return true
+	})
+	if code := gw.Stop(t, 10*time.Second); code != 0 {
+		t.Fatalf("gateway exited %d:\n%s", code, gw.Output())
+	}
+}

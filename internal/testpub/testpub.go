@@ -1,0 +1,47 @@
+// Package testpub announces test backends the way cmd/announce does, for
+// the tests of the packages above the publisher (the public package, the
+// gateway, the examples): register in the registry, then publish online.
+package testpub
+
+import (
+	"net"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pushlb/pushlb/publisher"
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+// Announce registers and announces backend as an instance of service in
+// zone over nc (the default prefix and lease), with the backend's URL as its
+// instance ID. The publisher is closed by the test's cleanup.
+func Announce(tb testing.TB, nc *nats.Conn, service, zone string, backend *httptest.Server) *publisher.Publisher {
+	tb.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	reg, err := serverlist.Open(tb.Context(), js, serverlist.RegistryConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := publisher.New(nc, reg, publisher.Config{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(p.Close)
+	host, port, err := net.SplitHostPort(backend.Listener.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pn, _ := strconv.Atoi(port)
+	in := serverlist.Instance{Service: service, InstanceID: backend.URL, Host: host, Port: pn, Zone: zone}
+	if err := p.Announce(tb.Context(), in); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
