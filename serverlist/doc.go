@@ -3,8 +3,9 @@
 //
 // # Registry
 //
-// A [Registry] keeps one KV entry per running instance in a bucket (default
-// "pushlb_lb"): the key is [EncodeKey] of service and instance ID, the value
+// A [Registry] keeps one KV entry per running instance in a bucket
+// ([BucketName] of the subject prefix: "pushlb_lb" for the default prefix
+// events.DefaultPrefix): the key is [EncodeKey] of service and instance ID, the value
 // the JSON of an [Instance]. The bucket's MaxAge is the lease: publishers
 // [Registry.Register] at start, [Registry.Refresh] on an interval, and
 // [Registry.Deregister] on a clean stop. A crashed instance stops refreshing
@@ -32,12 +33,30 @@
 // the registry is the truth, and an ID the registry does not hold after the
 // retries resolves to ErrNotFound.
 //
+// [MirrorStats].Revision is the last bucket revision the mirror applied,
+// published after its effect and its OnChange call: a caller that wrote at
+// revision r (Register returns it) waits for Revision >= r rather than for
+// time to pass.
+//
+// # Lifecycle
+//
+// [NewMirror] builds a mirror without starting anything; [Mirror.Start]
+// starts its goroutine; [Mirror.Close] stops it, waits for it, and is
+// idempotent. A Registry and a Lookup own no goroutine and need no Close.
+//
+// # Dependencies
+//
+// serverlist depends on events (the wire rules it shares) and nothing higher:
+// the conversion of an Instance into a balancer's server lives in lbvisitor,
+// so a process that only announces (cmd/announce, publisher) does not link
+// the balancer.
+//
 // Typical gateway wiring:
 //
 //	reg, err := serverlist.Open(ctx, js, serverlist.RegistryConfig{})
 //	mirror := serverlist.NewMirror(reg, serverlist.MirrorConfig{OnChange: onChange})
 //	err = mirror.Start(ctx)
-//	defer mirror.Stop()
+//	defer mirror.Close()
 //	lookup, err := serverlist.NewLookup(reg, mirror, serverlist.LookupConfig{})
 //	instances, err := lookup.ResolveAll(ctx, "orders", ids)
 package serverlist

@@ -9,23 +9,16 @@ import (
 	"github.com/pushlb/pushlb/events"
 )
 
-const (
-	// MaxServiceLen is the longest service name, in bytes.
-	MaxServiceLen = events.MaxServiceLength
-	// MaxInstanceIDLen is the longest instance ID, in bytes.
-	MaxInstanceIDLen = events.MaxInstanceIDLength
-)
-
 // Instance is the registry's record of one running instance of a service:
 // the value stored under its key in the registry bucket (wire protocol,
 // docs/protocol.md). Field names in JSON are a contract with publishers
 // written in other languages.
 type Instance struct {
 	// Service is the service name, NATS-token safe: [A-Za-z0-9_-]+, at most
-	// MaxServiceLen bytes.
+	// events.MaxServiceLength bytes.
 	Service string `json:"service"`
 	// InstanceID is opaque: any valid UTF-8 without control characters, 1 to
-	// MaxInstanceIDLen bytes. Eureka-style "host:service:port" IDs are fine.
+	// events.MaxInstanceIDLength bytes. Eureka-style "host:service:port" IDs are fine.
 	InstanceID string `json:"instanceId"`
 	// Host is the host name or IP address to dial.
 	Host string `json:"host"`

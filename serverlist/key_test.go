@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/serverlist"
 )
 
@@ -24,8 +25,8 @@ func TestKeyRoundTrip(t *testing.T) {
 		"ünïcödé ✓ 日本語 🚀",
 		"..",
 		"=+/?#&%",
-		strings.Repeat("x", serverlist.MaxInstanceIDLen),
-		strings.Repeat("é", serverlist.MaxInstanceIDLen/2),
+		strings.Repeat("x", events.MaxInstanceIDLength),
+		strings.Repeat("é", events.MaxInstanceIDLength/2),
 	}
 	for _, id := range ids {
 		key, err := serverlist.EncodeKey("orders", id)

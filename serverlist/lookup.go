@@ -85,6 +85,9 @@ type LookupStats struct {
 	// Failures are misses that did not resolve: not found after every
 	// attempt, a registry error, an invalid ID, or ctx ending.
 	Failures uint64
+	// RegistryReads are the direct registry reads the misses made, counted
+	// as each one returns (whatever its result).
+	RegistryReads uint64
 }
 
 // Lookup resolves instance IDs to instances: from the mirror when it holds
@@ -95,7 +98,7 @@ type Lookup struct {
 	mirror *Mirror // may be nil
 	cfg    LookupConfig
 
-	hits, misses, fallbacks, failures atomic.Uint64
+	hits, misses, fallbacks, failures, reads atomic.Uint64
 }
 
 // NewLookup returns a Lookup over reg and, if not nil, mirror. Without a
@@ -118,10 +121,11 @@ func (l *Lookup) Config() LookupConfig { return l.cfg }
 // Stats returns the counters.
 func (l *Lookup) Stats() LookupStats {
 	return LookupStats{
-		Hits:      l.hits.Load(),
-		Misses:    l.misses.Load(),
-		Fallbacks: l.fallbacks.Load(),
-		Failures:  l.failures.Load(),
+		Hits:          l.hits.Load(),
+		Misses:        l.misses.Load(),
+		Fallbacks:     l.fallbacks.Load(),
+		Failures:      l.failures.Load(),
+		RegistryReads: l.reads.Load(),
 	}
 }
 
@@ -169,6 +173,7 @@ func (l *Lookup) fallback(ctx context.Context, service, id string) (Instance, er
 		actx, cancel := context.WithTimeout(ctx, l.cfg.AttemptTimeout)
 		in, err := l.reg.Get(actx, service, id)
 		cancel()
+		l.reads.Add(1)
 		if err == nil {
 			return in, nil
 		}

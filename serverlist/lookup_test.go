@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pushlb/pushlb/internal/testutil"
 	"github.com/pushlb/pushlb/serverlist"
 )
 
@@ -67,7 +68,7 @@ func TestLookupFallback(t *testing.T) {
 		if err != nil || !got.Equal(in) {
 			t.Fatalf("Resolve = %+v, %v", got, err)
 		}
-		if st := l.Stats(); st != (serverlist.LookupStats{Misses: 1, Fallbacks: 1}) {
+		if st := l.Stats(); st != (serverlist.LookupStats{Misses: 1, Fallbacks: 1, RegistryReads: 1}) {
 			t.Fatalf("Stats = %+v", st)
 		}
 	}
@@ -83,13 +84,24 @@ func TestLookupRetriesUntilRegistered(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := inst("orders", "late", 1)
+	type result struct {
+		in  serverlist.Instance
+		err error
+	}
+	done := make(chan result, 1)
 	go func() {
-		time.Sleep(30 * time.Millisecond)
-		_, _ = e.reg.Register(context.Background(), in)
+		in, err := l.Resolve(testCtx(t, 10*time.Second), "orders", "late")
+		done <- result{in, err}
 	}()
-	got, err := l.Resolve(testCtx(t, 5*time.Second), "orders", "late")
-	if err != nil || !got.Equal(in) {
-		t.Fatalf("Resolve = %+v, %v", got, err)
+	// Register only once a read has missed: the lookup is retrying.
+	testutil.Eventually(t, "a first registry read", func() bool { return l.Stats().RegistryReads >= 1 })
+	register(t, e.reg, in)
+	r := <-done // bounded by Resolve's ctx
+	if r.err != nil || !r.in.Equal(in) {
+		t.Fatalf("Resolve = %+v, %v", r.in, r.err)
+	}
+	if st := l.Stats(); st.RegistryReads < 2 || st.Fallbacks != 1 || st.Misses != 1 {
+		t.Fatalf("Stats = %+v, want a fallback after at least two reads", st)
 	}
 }
 
@@ -112,7 +124,7 @@ func TestLookupUnknownFailsFast(t *testing.T) {
 		t.Fatalf("Resolve(ghost) took %v", elapsed)
 	}
 	t.Logf("unknown ID failed after %v", elapsed)
-	if st := l.Stats(); st != (serverlist.LookupStats{Misses: 1, Failures: 1}) {
+	if st := l.Stats(); st != (serverlist.LookupStats{Misses: 1, Failures: 1, RegistryReads: serverlist.DefaultLookupAttempts}) {
 		t.Fatalf("Stats = %+v", st)
 	}
 
@@ -154,8 +166,10 @@ func TestLookupResolveAll(t *testing.T) {
 	a := inst("orders", "a", 1)
 	register(t, e.reg, a)
 	m := startMirror(t, e.reg, serverlist.MirrorConfig{})
-	// b is registered after the mirror was stopped: a fallback.
-	m.Stop()
+	// b is registered after the mirror was closed: a fallback.
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
 	b := inst("orders", "b", 2)
 	register(t, e.reg, b)
 	l, err := serverlist.NewLookup(e.reg, m, serverlist.LookupConfig{})
@@ -169,7 +183,8 @@ func TestLookupResolveAll(t *testing.T) {
 	if !errors.Is(err, serverlist.ErrNotFound) {
 		t.Fatalf("ResolveAll err = %v", err)
 	}
-	if st := l.Stats(); st != (serverlist.LookupStats{Hits: 1, Misses: 3, Fallbacks: 1, Failures: 2}) {
+	if st := l.Stats(); st != (serverlist.LookupStats{Hits: 1, Misses: 3, Fallbacks: 1, Failures: 2,
+		RegistryReads: 2*serverlist.DefaultLookupAttempts + 1}) {
 		t.Fatalf("Stats = %+v", st)
 	}
 	got, err = l.ResolveAll(testCtx(t, time.Second), "orders", []string{"a"})

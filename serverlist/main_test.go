@@ -2,6 +2,7 @@ package serverlist_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pushlb/pushlb/internal/natstest"
+	"github.com/pushlb/pushlb/internal/testutil"
 	"github.com/pushlb/pushlb/serverlist"
 )
 
@@ -48,19 +50,6 @@ func testCtx(t testing.TB, timeout time.Duration) context.Context {
 	return ctx
 }
 
-// eventually polls cond every few milliseconds until it holds or timeout
-// passes, and fails the test then.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func inst(service, id string, port int) serverlist.Instance {
 	return serverlist.Instance{
 		Service:     service,
@@ -73,14 +62,26 @@ func inst(service, id string, port int) serverlist.Instance {
 	}
 }
 
-func register(t testing.TB, reg *serverlist.Registry, ins ...serverlist.Instance) {
+// register registers every instance and returns the revision of the last
+// put.
+func register(t testing.TB, reg *serverlist.Registry, ins ...serverlist.Instance) (revision uint64) {
 	t.Helper()
 	ctx := testCtx(t, 5*time.Second)
 	for _, in := range ins {
-		if _, err := reg.Register(ctx, in); err != nil {
+		rev, err := reg.Register(ctx, in)
+		if err != nil {
 			t.Fatalf("register %s/%s: %v", in.Service, in.InstanceID, err)
 		}
+		revision = rev
 	}
+	return revision
+}
+
+// waitApplied waits until the mirror has applied the bucket up to rev: its
+// state and its OnChange calls reflect every entry up to it.
+func waitApplied(t testing.TB, m *serverlist.Mirror, rev uint64) {
+	t.Helper()
+	testutil.Eventually(t, fmt.Sprintf("the mirror to apply revision %d", rev), func() bool { return m.Stats().Revision >= rev })
 }
 
 // startMirror starts a mirror, waits for its first sync and stops it at the
@@ -91,7 +92,11 @@ func startMirror(t testing.TB, reg *serverlist.Registry, cfg serverlist.MirrorCo
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(m.Stop)
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
 	if err := m.WaitSynced(testCtx(t, 5*time.Second)); err != nil {
 		t.Fatalf("WaitSynced: %v", err)
 	}

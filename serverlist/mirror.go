@@ -33,7 +33,7 @@ type MirrorConfig struct {
 	// a time, never while the mirror holds a lock; it may call the mirror's
 	// read methods. The mirror applies no further updates until it returns,
 	// so it should be quick (hand the work to another goroutine if not). It
-	// must not call Stop, which would wait for the call to end.
+	// must not call Close, which would wait for the call to end.
 	OnChange func(service string)
 
 	// RetryBackoff is the first wait after the watch fails to start or
@@ -63,7 +63,12 @@ type MirrorStats struct {
 	Syncs uint64
 	// WatchErrors counts watches that failed to start or broke.
 	WatchErrors uint64
-	// Revision is the bucket revision of the last entry applied.
+	// Revision is the bucket revision of the last entry applied. Once it
+	// reaches r, the read methods reflect every entry up to revision r and
+	// OnChange has returned for them, so a test or a caller that wrote at
+	// revision r (Registry.Register returns it) can wait for it instead of
+	// guessing. It never goes down: a resync reflects the bucket at least as
+	// of every revision applied before it.
 	Revision uint64
 }
 
@@ -104,7 +109,8 @@ type Mirror struct {
 	syncs, watchErrors, revision                   atomic.Uint64
 }
 
-// NewMirror returns a mirror of reg's bucket. It does nothing until Start.
+// NewMirror returns a mirror of reg's bucket. It starts no goroutine and
+// watches nothing until Start.
 func NewMirror(reg *Registry, cfg MirrorConfig) *Mirror {
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = DefaultMirrorRetryBackoff
@@ -131,11 +137,11 @@ type mirrorState struct {
 	count    int                            // instances in all services
 }
 
-// Start starts the watch in a goroutine that runs until Stop is called, ctx
-// ends, or the application closes the NATS connection; use a long-lived ctx,
-// not a request's. It does not wait for the first
-// sync (see WaitSynced). It returns ErrClosed after Stop and an error if the
-// mirror was already started.
+// Start starts the watch in a goroutine that runs until Close is called,
+// ctx ends, or the application closes the NATS connection; use a long-lived
+// ctx, not a request's. It does not wait for the first sync (see
+// WaitSynced). It returns ErrClosed after Close and an error if the mirror
+// was already started.
 func (m *Mirror) Start(ctx context.Context) error {
 	m.lifeMu.Lock()
 	defer m.lifeMu.Unlock()
@@ -151,10 +157,11 @@ func (m *Mirror) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops the watch and waits for the mirror's goroutine to end. The
-// mirror keeps serving its last state. Stop is safe to call more than once
-// and before Start.
-func (m *Mirror) Stop() {
+// Close stops the watch and waits for the mirror's goroutine to end. The
+// mirror keeps serving its last state. Close is idempotent, may be called
+// before Start, and always returns nil; the error is there to match the
+// other components' Close.
+func (m *Mirror) Close() error {
 	m.lifeMu.Lock()
 	if !m.stopped {
 		m.stopped = true
@@ -166,11 +173,12 @@ func (m *Mirror) Stop() {
 	}
 	m.lifeMu.Unlock()
 	<-m.done
+	return nil
 }
 
 // WaitSynced waits until the mirror has caught up with the bucket once. It
-// returns nil at once if it has, ErrClosed if the mirror stopped before
-// that, or ctx's error.
+// returns nil at once if it has, ErrClosed if the mirror was closed (or its
+// ctx ended) before that, or ctx's error.
 func (m *Mirror) WaitSynced(ctx context.Context) error {
 	select {
 	case <-m.synced:
@@ -240,6 +248,14 @@ func (m *Mirror) Stats() MirrorStats {
 		Syncs:           m.syncs.Load(),
 		WatchErrors:     m.watchErrors.Load(),
 		Revision:        m.revision.Load(),
+	}
+}
+
+// advanceRevision publishes rev as applied unless a higher one was. Only the
+// mirror's goroutine calls it.
+func (m *Mirror) advanceRevision(rev uint64) {
+	if rev > m.revision.Load() {
+		m.revision.Store(rev)
 	}
 }
 
@@ -315,6 +331,7 @@ func (m *Mirror) watch(ctx context.Context, status <-chan nats.Status) (synced b
 	defer stopWatcher(w)
 
 	fresh := make(map[string]map[string]Instance)
+	var freshRev uint64 // the highest revision among the initial values
 	for {
 		select {
 		case <-ctx.Done():
@@ -328,18 +345,22 @@ func (m *Mirror) watch(ctx context.Context, status <-chan nats.Status) (synced b
 			if e == nil {
 				if !synced {
 					synced = true
-					m.swap(fresh)
+					m.swap(fresh, freshRev)
 					fresh = nil
 				}
 				continue
 			}
 			if !synced {
 				m.applyFresh(fresh, e)
+				freshRev = max(freshRev, e.Revision())
 				continue
 			}
 			if service, changed := m.apply(e); changed && m.cfg.OnChange != nil {
 				m.cfg.OnChange(service)
 			}
+			// Published last: a reader that sees this revision sees its
+			// effect and the OnChange call for it.
+			m.advanceRevision(e.Revision())
 		}
 	}
 }
@@ -347,7 +368,6 @@ func (m *Mirror) watch(ctx context.Context, status <-chan nats.Status) (synced b
 // entryChange decodes e into the change it makes: the instance to store, or
 // a removal. ok is false for a malformed entry, which is counted and logged.
 func (m *Mirror) entryChange(e jetstream.KeyValueEntry) (service, id string, in Instance, remove, ok bool) {
-	m.revision.Store(e.Revision())
 	service, id, err := DecodeKey(e.Key())
 	if err != nil {
 		m.malformedKeys.Add(1)
@@ -427,9 +447,10 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry) (string, bool) {
 	return service, true
 }
 
-// swap installs a freshly synced copy and reports the services that differ
-// from the previous one through OnChange.
-func (m *Mirror) swap(fresh map[string]map[string]Instance) {
+// swap installs a freshly synced copy, whose last entry has revision rev,
+// and reports the services that differ from the previous one through
+// OnChange.
+func (m *Mirror) swap(fresh map[string]map[string]Instance, rev uint64) {
 	count := 0
 	for _, ids := range fresh {
 		count += len(ids)
@@ -438,6 +459,8 @@ func (m *Mirror) swap(fresh map[string]map[string]Instance) {
 	m.syncs.Add(1)
 	m.syncOnce.Do(func() { close(m.synced) })
 
+	// Published after the OnChange calls, as in watch.
+	defer m.advanceRevision(rev)
 	if m.cfg.OnChange == nil {
 		return
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/pushlb/pushlb/internal/testutil"
 	"github.com/pushlb/pushlb/serverlist"
 )
 
@@ -55,33 +56,41 @@ func TestMirrorInitialSyncAndFollow(t *testing.T) {
 	if !slices.Equal(m.Services(), []string{"billing", "orders"}) {
 		t.Fatalf("Services() = %v", m.Services())
 	}
-	eventually(t, time.Second, "initial OnChange", func() bool { return ch.count("orders") == 1 && ch.count("billing") == 1 })
+	testutil.Eventually(t, "initial OnChange", func() bool { return ch.count("orders") == 1 && ch.count("billing") == 1 })
 
-	// A put shows up.
+	// A put shows up, with its OnChange, once its revision is applied.
 	a2 := inst("orders", "10.0.0.2:orders:9001", 9001)
-	register(t, e.reg, a2)
-	eventually(t, 2*time.Second, "a2 in mirror", func() bool { _, ok := m.Get("orders", a2.InstanceID); return ok })
+	waitApplied(t, m, register(t, e.reg, a2))
 	if got := instanceIDs(m.Service("orders")); !slices.Equal(got, []string{a1.InstanceID, a2.InstanceID}) {
 		t.Fatalf("Service(orders) = %v", got)
 	}
-	eventually(t, time.Second, "OnChange for a2", func() bool { return ch.count("orders") == 2 })
+	if n := ch.count("orders"); n != 2 {
+		t.Fatalf("orders changed %d times after a2, want 2", n)
+	}
 
 	// A refresh with identical data is not a change; an update is.
-	register(t, e.reg, a2)
+	waitApplied(t, m, register(t, e.reg, a2))
+	if n := ch.count("orders"); n != 2 {
+		t.Fatalf("an identical refresh was reported as a change (%d calls)", n)
+	}
 	a2.Zone = "b"
-	register(t, e.reg, a2)
-	eventually(t, 2*time.Second, "zone update", func() bool { got, _ := m.Get("orders", a2.InstanceID); return got.Zone == "b" })
-	eventually(t, time.Second, "OnChange for update", func() bool { return ch.count("orders") == 3 })
+	waitApplied(t, m, register(t, e.reg, a2))
+	if got, _ := m.Get("orders", a2.InstanceID); got.Zone != "b" {
+		t.Fatalf("zone update not applied: %+v", got)
+	}
+	if n := ch.count("orders"); n != 3 {
+		t.Fatalf("orders changed %d times after the update, want 3", n)
+	}
 
 	// A deregistration removes it; an empty service disappears.
 	if err := e.reg.Deregister(ctx, "billing", b1.InstanceID); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Second, "b1 gone", func() bool { _, ok := m.Get("billing", b1.InstanceID); return !ok })
+	testutil.Eventually(t, "b1 gone", func() bool { _, ok := m.Get("billing", b1.InstanceID); return !ok })
 	if len(m.Service("billing")) != 0 || slices.Contains(m.Services(), "billing") {
 		t.Fatalf("billing still listed: %v", m.Services())
 	}
-	eventually(t, time.Second, "OnChange for removal", func() bool { return ch.count("billing") == 2 })
+	testutil.Eventually(t, "OnChange for removal", func() bool { return ch.count("billing") == 2 })
 	if n := ch.count("orders"); n != 3 {
 		t.Fatalf("orders changed %d times, want 3 (identical refresh is no change)", n)
 	}
@@ -106,10 +115,10 @@ func TestMirrorLeaseExpiry(t *testing.T) {
 	in := inst("orders", "crashes", 1)
 	start := time.Now()
 	register(t, e.reg, in)
-	eventually(t, 2*time.Second, "instance in mirror", func() bool { _, ok := m.Get("orders", in.InstanceID); return ok })
-	eventually(t, 5*time.Second, "lease expiry", func() bool { _, ok := m.Get("orders", in.InstanceID); return !ok })
+	testutil.Eventually(t, "instance in mirror", func() bool { _, ok := m.Get("orders", in.InstanceID); return ok })
+	testutil.Eventually(t, "lease expiry", func() bool { _, ok := m.Get("orders", in.InstanceID); return !ok })
 	t.Logf("mirror dropped the instance %v after registering it with a 1s lease", time.Since(start))
-	eventually(t, time.Second, "OnChange on expiry", func() bool { return ch.count("orders") == 2 })
+	testutil.Eventually(t, "OnChange on expiry", func() bool { return ch.count("orders") == 2 })
 }
 
 func TestMirrorSkipsMalformed(t *testing.T) {
@@ -147,7 +156,7 @@ func TestMirrorSkipsMalformed(t *testing.T) {
 	if _, err := kv.PutString(ctx, "x.YQ", "null"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Second, "malformed counted", func() bool { return m.Stats().MalformedValues == 3 })
+	testutil.Eventually(t, "malformed counted", func() bool { return m.Stats().MalformedValues == 3 })
 	if got, ok := m.Get("orders", "good"); !ok || !got.Equal(good) {
 		t.Fatalf("last good value lost: %+v, %v", got, ok)
 	}
@@ -165,7 +174,7 @@ func TestMirrorSurvivesServerRestart(t *testing.T) {
 
 	e.srv.Shutdown()
 	// While the server is away the mirror serves its last state.
-	time.Sleep(50 * time.Millisecond)
+	testutil.Eventually(t, "the mirror's connection to see the server go", func() bool { return !e.js.Conn().IsConnected() })
 	if len(m.Service("orders")) != 2 {
 		t.Fatalf("mirror lost its state while disconnected: %v", instanceIDs(m.Service("orders")))
 	}
@@ -176,7 +185,7 @@ func TestMirrorSurvivesServerRestart(t *testing.T) {
 	a3 := inst("orders", "a3", 3)
 	retry(t, ctx, func(ctx context.Context) error { _, err := e.reg.Register(ctx, a3); return err })
 	retry(t, ctx, func(ctx context.Context) error { return e.reg.Deregister(ctx, "orders", a1.InstanceID) })
-	eventually(t, 10*time.Second, "changes after restart", func() bool {
+	testutil.Eventually(t, "changes after restart", func() bool {
 		return slices.Equal(instanceIDs(m.Service("orders")), []string{"a2", "a3"})
 	})
 	if m.Stats().Syncs < 2 {
@@ -186,7 +195,7 @@ func TestMirrorSurvivesServerRestart(t *testing.T) {
 	if err := e.reg.Deregister(ctx, "orders", "a2"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Second, "a2 removal", func() bool { _, ok := m.Get("orders", "a2"); return !ok })
+	testutil.Eventually(t, "a2 removal", func() bool { _, ok := m.Get("orders", "a2"); return !ok })
 	t.Logf("stats after restart: %+v", m.Stats())
 }
 
@@ -209,51 +218,58 @@ func TestMirrorCatchesUpOnChangesWhileDown(t *testing.T) {
 	}
 	var ch changes
 	m := startMirror(t, mreg, serverlist.MirrorConfig{OnChange: ch.record, RetryBackoff: 10 * time.Millisecond})
-	eventually(t, time.Second, "initial OnChange", func() bool { return ch.count("orders") == 1 })
+	testutil.Eventually(t, "initial OnChange", func() bool { return ch.count("orders") == 1 })
 
 	// Restart the server and deregister a1 before the mirror's connection is
 	// back: its old watch died with the server, so it learns of the removal
 	// by resyncing.
 	e.srv.Restart(t)
 	retry(t, ctx, func(ctx context.Context) error { return e.reg.Deregister(ctx, "orders", "a1") })
-	eventually(t, 10*time.Second, "a1 removed by resync", func() bool { _, ok := m.Get("orders", "a1"); return !ok })
+	testutil.Eventually(t, "a1 removed by resync", func() bool { _, ok := m.Get("orders", "a1"); return !ok })
 	if _, ok := m.Get("orders", "a2"); !ok {
 		t.Fatal("a2 lost")
 	}
 	if m.Stats().Syncs < 2 {
 		t.Fatalf("want a resync: %+v", m.Stats())
 	}
-	eventually(t, time.Second, "OnChange after resync", func() bool { return ch.count("orders") == 2 })
+	testutil.Eventually(t, "OnChange after resync", func() bool { return ch.count("orders") == 2 })
 }
 
 func TestMirrorLifecycle(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, serverlist.RegistryConfig{})
 
-	// Stop before Start, twice; Start after Stop fails; WaitSynced says closed.
+	// Close before Start, twice; Start after Close fails; WaitSynced says
+	// closed.
 	m := serverlist.NewMirror(e.reg, serverlist.MirrorConfig{})
-	m.Stop()
-	m.Stop()
+	for range 2 {
+		if err := m.Close(); err != nil {
+			t.Fatalf("Close before Start = %v", err)
+		}
+	}
 	if err := m.Start(context.Background()); !errors.Is(err, serverlist.ErrClosed) {
-		t.Fatalf("Start after Stop = %v, want ErrClosed", err)
+		t.Fatalf("Start after Close = %v, want ErrClosed", err)
 	}
 	if err := m.WaitSynced(testCtx(t, time.Second)); !errors.Is(err, serverlist.ErrClosed) {
-		t.Fatalf("WaitSynced after Stop = %v, want ErrClosed", err)
+		t.Fatalf("WaitSynced after Close = %v, want ErrClosed", err)
 	}
 
-	// Start twice fails; Stop is idempotent; state survives Stop.
+	// Start twice fails; Close is idempotent; state survives Close.
 	register(t, e.reg, inst("orders", "a1", 1))
 	m = startMirror(t, e.reg, serverlist.MirrorConfig{})
 	if err := m.Start(context.Background()); err == nil {
 		t.Fatal("second Start succeeded")
 	}
-	m.Stop()
-	m.Stop()
+	for range 2 {
+		if err := m.Close(); err != nil {
+			t.Fatalf("Close = %v", err)
+		}
+	}
 	if _, ok := m.Get("orders", "a1"); !ok {
-		t.Fatal("stopped mirror lost its state")
+		t.Fatal("closed mirror lost its state")
 	}
 	if err := m.WaitSynced(testCtx(t, time.Second)); err != nil {
-		t.Fatalf("WaitSynced on a stopped, synced mirror = %v", err)
+		t.Fatalf("WaitSynced on a closed, synced mirror = %v", err)
 	}
 
 	// Cancelling Start's context stops the mirror too.
@@ -263,7 +279,7 @@ func TestMirrorLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	m.Stop()
+	m.Close()
 
 	// An unsynced mirror: WaitSynced honours ctx.
 	m = serverlist.NewMirror(e.reg, serverlist.MirrorConfig{})
@@ -283,26 +299,19 @@ func TestMirrorEmptyBucketSyncs(t *testing.T) {
 	}
 }
 
-// retry runs op until it succeeds, each attempt bounded by 250 ms, the whole
-// by ctx: right after a server restart a request can be lost while the
-// client reconnects.
+// retry runs op until it succeeds, each attempt bounded by 250 ms and by
+// ctx, the whole by testutil.Eventually: right after a server restart a
+// request can be lost while the client reconnects.
 func retry(t testing.TB, ctx context.Context, op func(context.Context) error) {
 	t.Helper()
-	for {
+	testutil.Eventually(t, "a registry write after the restart", func() bool {
 		actx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
-		err := op(actx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("gave up: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer cancel()
+		return op(actx) == nil
+	})
 }
 
-func TestMirrorStopAfterConnectionClosed(t *testing.T) {
+func TestMirrorCloseAfterConnectionClosed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, serverlist.RegistryConfig{})
 	nc := e.srv.Connect(t)
@@ -314,11 +323,11 @@ func TestMirrorStopAfterConnectionClosed(t *testing.T) {
 	m := startMirror(t, reg, serverlist.MirrorConfig{RetryBackoff: time.Millisecond})
 	nc.Close()
 	done := make(chan struct{})
-	go func() { m.Stop(); close(done) }()
+	go func() { m.Close(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
-		t.Fatal("Stop hung after the connection closed")
+		t.Fatal("Close hung after the connection closed")
 	}
 	if _, ok := m.Get("orders", "a1"); !ok {
 		t.Fatal("state lost")

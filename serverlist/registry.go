@@ -17,8 +17,6 @@ import (
 )
 
 const (
-	// DefaultPrefix is the subject prefix of a deployment when none is set.
-	DefaultPrefix = "lb"
 	// DefaultTTL is the default lease: an entry not refreshed for this long
 	// expires. Publishers refresh well within it (a third is a good
 	// interval).
@@ -36,13 +34,13 @@ const (
 // RegistryConfig configures [Open]. The zero value is usable: every zero
 // field means its documented default.
 type RegistryConfig struct {
-	// Bucket names the JetStream KV bucket. Empty means "pushlb_" followed by
-	// Prefix with every '.' replaced by '_' ("pushlb_lb" by default). A
-	// bucket name holds only [A-Za-z0-9_-].
+	// Bucket names the JetStream KV bucket. Empty means BucketName(Prefix)
+	// ("pushlb_lb" by default). A bucket name holds only [A-Za-z0-9_-].
 	Bucket string
 
 	// Prefix is the deployment's subject prefix (wire protocol section 4);
-	// here it only derives the default bucket name. Empty means "lb".
+	// here it only derives the default bucket name. Empty means
+	// events.DefaultPrefix ("lb").
 	Prefix string
 
 	// TTL is the lease, the bucket's MaxAge: an entry that is not refreshed
@@ -75,10 +73,10 @@ type RegistryConfig struct {
 // withDefaults fills the zero fields and validates the result.
 func (c RegistryConfig) withDefaults() (RegistryConfig, error) {
 	if c.Prefix == "" {
-		c.Prefix = DefaultPrefix
+		c.Prefix = events.DefaultPrefix
 	}
 	if c.Bucket == "" {
-		c.Bucket = bucketPrefix + strings.ReplaceAll(c.Prefix, ".", "_")
+		c.Bucket = BucketName(c.Prefix)
 	}
 	if !validBucket(c.Bucket) {
 		return c, fmt.Errorf("%w: bucket name %q: only [A-Za-z0-9_-] allowed", ErrInvalidConfig, c.Bucket)
@@ -102,6 +100,15 @@ func (c RegistryConfig) withDefaults() (RegistryConfig, error) {
 		return c, fmt.Errorf("%w: Replicas %d: 1 to 5", ErrInvalidConfig, c.Replicas)
 	}
 	return c, nil
+}
+
+// BucketName is the registry bucket of a deployment's subject prefix (wire
+// protocol section 4): "pushlb_" followed by the prefix with every '.'
+// replaced by '_', so prefix "lb" gives "pushlb_lb" and "prod.eu.lb"
+// gives "pushlb_prod_eu_lb". Every process of a deployment derives the
+// name this way.
+func BucketName(prefix string) string {
+	return bucketPrefix + strings.ReplaceAll(prefix, ".", "_")
 }
 
 // validBucket: a bucket name holds the same bytes as a NATS token
