@@ -56,7 +56,9 @@ func WithRand(r Rand) Option {
 	}
 }
 
-// WithRule sets a rule instance, overriding Config.Rule (for custom rules).
+// WithRule sets a rule instance, overriding Config.Rule: a rule of this
+// package built with its own settings, or a custom one written anywhere
+// (see Rule for what it receives and its threading rules).
 func WithRule(r Rule) Option {
 	return func(b *Balancer) error {
 		if r == nil {
@@ -92,13 +94,17 @@ type Balancer struct {
 	name   string
 	cfg    Config
 	rule   Rule
-	filter ZoneFilter
+	filter *zoneFilter
 	// filterNeedsClock is false for filters that never read statistics.
 	filterNeedsClock bool
-	rnd              Rand
-	shared           *statsShared
-	pinger           Pinger
-	source           ServerList
+	// avoidZones turns the zone-aware choice on (Config.ZoneAware or a rule
+	// that wants a zone per pick); zonePerPick draws a zone on every pick,
+	// not only when one is avoided.
+	avoidZones, zonePerPick bool
+	rnd                     Rand
+	shared                  *statsShared
+	pinger                  Pinger
+	source                  ServerList
 	// pollDelay is the polling updater's first delay (Ribbon: 1 s).
 	pollDelay time.Duration
 
@@ -110,8 +116,9 @@ type Balancer struct {
 	listeners []Listener
 	started   bool
 	closed    bool
+	noPolling bool // StopPolling was called: Start starts no updater
 	pingLoop  *pingLoop
-	updater   *PollingUpdater
+	updater   *pollingUpdater
 
 	nmu      sync.Mutex // guards the notification queue
 	pending  []change
@@ -160,14 +167,12 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 			return nil, fmt.Errorf("balancer %q: %w", name, err)
 		}
 	}
-	if b.filter, err = NewZoneFilter(cfg.Filter, &cfg); err != nil {
+	if b.filter, err = newZoneFilter(cfg.Filter, &cfg); err != nil {
 		return nil, fmt.Errorf("balancer %q: %w", name, err)
 	}
-	switch b.filter.(type) {
-	case NoFilter, *ZonePreference:
-	default:
-		b.filterNeedsClock = true
-	}
+	b.filterNeedsClock = b.filter.needsClock()
+	b.zonePerPick = wantsZonePerPick(b.rule)
+	b.avoidZones = cfg.ZoneAware || b.zonePerPick
 	if b.source == nil && len(cfg.ListOfServers) > 0 {
 		servers, err := cfg.StaticServers()
 		if err != nil {
@@ -175,7 +180,7 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 		}
 		b.source = StaticList(servers)
 	}
-	b.snap.Store(buildSnapshot(b, 0, nil))
+	b.snap.Store(buildSnapshot(0, nil))
 	return b, nil
 }
 
@@ -188,18 +193,24 @@ func (b *Balancer) Config() Config { return b.cfg }
 // Snapshot returns the current immutable state.
 func (b *Balancer) Snapshot() *Snapshot { return b.snap.Load() }
 
-// Choose picks a server for one request. It is safe for concurrent use with
-// everything else. The context may force a zone (WithZone) or carry a key
-// (WithKey). It returns ErrNoServers when there is nothing to choose.
+// Choose picks a server for one request without recording anything: the
+// server is not counted as busy and no outcome can be reported for it. Use
+// it to look (an admin page, a test, a candidate to filter); to send a
+// request, use Pick, or Begin on the server Choose returned. It is safe for
+// concurrent use with everything else and, for the simple rules, takes no
+// lock and allocates nothing. The context may force a zone (WithZone) or
+// carry a key (WithKey). It returns ErrNoServers when there is nothing to
+// choose, or the rule's error.
 func (b *Balancer) Choose(ctx context.Context) (*Server, error) {
 	snap := b.snap.Load()
-	v := b.scope(ctx, snap)
-	srv, err := b.rule.Choose(ctx, v)
-	if srv == nil && err == nil && v != &snap.full {
+	p := b.pickInfo(ctx, snap)
+	srv, err := b.rule.Choose(p)
+	if srv == nil && err == nil && p.View != &snap.full {
 		// Ribbon's ZoneAwareLoadBalancer: a zone that yields nothing falls
 		// back to the whole list. A zone view always holds an alive server,
-		// so only a custom rule that declines one gets here.
-		srv, err = b.rule.Choose(ctx, &snap.full)
+		// so only a rule that declines one gets here.
+		p.View, p.Candidates = &snap.full, &snap.full
+		srv, err = b.rule.Choose(p)
 	}
 	if err != nil {
 		return nil, err
@@ -210,39 +221,27 @@ func (b *Balancer) Choose(ctx context.Context) (*Server, error) {
 	return srv, nil
 }
 
-// scope returns the view a pick chooses from: a forced zone, the zone
-// filter's choice, then the zone-aware narrowing.
-func (b *Balancer) scope(ctx context.Context, snap *Snapshot) *View {
-	if len(snap.full.servers) == 0 {
-		return &snap.full
+// Pick chooses a server for one request, as Choose does, and starts the
+// request in the server's statistics: report its outcome through the
+// returned Pick (Done, or Responded then End). It is safe for concurrent
+// use and, for the simple rules, takes no lock and allocates nothing.
+func (b *Balancer) Pick(ctx context.Context) (Pick, error) {
+	srv, err := b.Choose(ctx)
+	if err != nil {
+		return Pick{}, err
 	}
-	zone, forced := ZoneFrom(ctx)
-	// Read the clock once, and only when something needs statistics: the
-	// simple single-zone pick stays free of it.
-	var now int64
-	if forced || b.filterNeedsClock || (b.cfg.ZoneAware && len(snap.zones) > 1) {
-		now = b.shared.nanotime()
-	}
-	if forced {
-		if g := snap.byZone[lowerASCII(zone)]; g != nil {
-			if st := b.zoneStats(g, now); st.TrippedCount < st.InstanceCount {
-				return &g.view
-			}
-		}
-	}
-	v := b.filter.Scope(snap, now)
-	if b.cfg.ZoneAware && len(v.zones) > 1 {
-		if avail, limited := b.availableZones(v.zones, now); limited && avail != 0 {
-			return &b.weightedZone(v.zones, avail).view
-		}
-	}
-	return v
+	return b.Begin(srv), nil
 }
 
-// view re-derives the scope of a pick from the current snapshot; the Retry
-// rule uses it after waiting.
-func (b *Balancer) view(ctx context.Context) *View {
-	return b.scope(ctx, b.snap.Load())
+// Begin starts a request to s, a server of this balancer the caller chose
+// itself (with Choose, or from ReachableServers: a same-server retry, a
+// fail-over outside the rule), and returns its Pick. A server that did
+// not come from a balancer gets a Pick that records nothing.
+func (b *Balancer) Begin(s *Server) Pick {
+	if s == nil || s.inst == nil {
+		return Pick{Server: s}
+	}
+	return Pick{Server: s, start: s.inst.stats.requestStarted()}
 }
 
 // SetServers replaces the list. Servers are identified by ID (host:port
@@ -387,7 +386,7 @@ func (b *Balancer) installLocked(list []*Server, byID map[string]*Server) {
 // swapLocked installs a new snapshot of list. Called with b.mu held.
 func (b *Balancer) swapLocked(list []*Server) {
 	b.version++
-	old := b.snap.Swap(buildSnapshot(b, b.version, list))
+	old := b.snap.Swap(buildSnapshot(b.version, list))
 	close(old.replaced)
 }
 
@@ -507,9 +506,15 @@ func (b *Balancer) notify() {
 
 // Start starts the background work the configuration asks for: the ping
 // loop when a real Pinger is set, and the polling updater when a
-// ServerList is set (or ListOfServers configured). Calling it twice is a
-// no-op. The work stops with Close.
-func (b *Balancer) Start() error {
+// ServerList is set (or ListOfServers configured); New starts nothing. ctx
+// bounds the start only: Start does not wait for a ping or a poll, and the
+// work runs until Close whatever becomes of ctx, but the values of ctx
+// reach the Pinger and ServerList calls. Calling it again is a no-op;
+// after Close it returns ErrClosed.
+func (b *Balancer) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -519,34 +524,44 @@ func (b *Balancer) Start() error {
 		return nil
 	}
 	b.started = true
+	base := context.WithoutCancel(ctx)
 	if b.pinger != nil && !isNoOpPing(b.pinger) {
-		b.pingLoop = startPingLoop(b, b.pinger, b.cfg.Ping.Interval)
+		b.pingLoop = startPingLoop(base, b, b.pinger, b.cfg.Ping.Interval)
 	}
-	if b.source != nil {
+	if b.source != nil && !b.noPolling {
 		b.updater = newPollingUpdater(b, b.source, b.pollDelay, b.cfg.ServerListRefreshInterval)
-		b.updater.Start()
+		b.updater.start(base)
 	}
 	return nil
 }
 
-// Updater returns the polling updater, or nil when the balancer has none
-// (no ServerList) or is not started.
-func (b *Balancer) Updater() *PollingUpdater {
+// Polling reports whether the polling updater runs: the balancer has a
+// ServerList, was started, and neither StopPolling nor Close was called.
+func (b *Balancer) Polling() bool {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.updater
+	u := b.updater
+	b.mu.Unlock()
+	return u != nil && u.running()
 }
 
-// StopPolling stops the polling updater, if any: the push path calls it when
-// it takes over the balancer's list. It is safe to call at any time.
+// StopPolling stops the polling updater for good, and waits for a poll in
+// progress: the push path calls it when it takes over the balancer's list,
+// so that polls no longer overwrite pushed lists. Called before Start, it
+// keeps Start from polling. It is safe to call at any time, any number of
+// times.
 func (b *Balancer) StopPolling() {
-	if u := b.Updater(); u != nil {
-		u.Stop()
+	b.mu.Lock()
+	b.noPolling = true
+	u := b.updater
+	b.mu.Unlock()
+	if u != nil {
+		u.stop()
 	}
 }
 
 // Close stops the ping loop and the polling updater and waits for them.
-// Choose keeps answering from the last list. Close is idempotent.
+// Choose and Pick keep answering from the last list, and Picks already
+// made may still be reported. Close is idempotent.
 func (b *Balancer) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -560,7 +575,7 @@ func (b *Balancer) Close() error {
 		pl.stop()
 	}
 	if up != nil {
-		up.Stop()
+		up.stop()
 	}
 	return nil
 }

@@ -50,9 +50,9 @@ func TestSetServersValidatesAndKeepsGoodList(t *testing.T) {
 func TestStatsSurviveListChanges(t *testing.T) {
 	tb := newTest(t, nil, servers(3, "", 0))
 	st := tb.ServerStats("s1")
-	st.RequestStarted()
+	st.requestStarted()
 	for range 3 {
-		st.NoteConnectionFailure()
+		st.noteConnectionFailure()
 	}
 	// s1 stays (with a new port, even), s0 leaves, s3 arrives.
 	next := []Server{{ID: "s1", Host: "10.0.0.2", Port: 9999}, {ID: "s2", Host: "10.0.0.3", Port: 8080}, {ID: "s3", Host: "10.0.0.4", Port: 8080}}
@@ -230,11 +230,11 @@ func TestConcurrentChooseAndChanges(t *testing.T) {
 							return
 						}
 						st := s.Stats()
-						st.RequestStarted()
+						st.requestStarted()
 						if picks.Add(1)%7 == 0 {
-							st.RequestFailed(true)
+							st.requestFailed(true)
 						} else {
-							st.RequestFinished(time.Millisecond)
+							st.requestFinished(time.Millisecond)
 						}
 					}
 				}()
@@ -260,7 +260,7 @@ func TestConcurrentChooseAndChanges(t *testing.T) {
 
 func TestCloseIsIdempotentAndKeepsAnswering(t *testing.T) {
 	tb := newTest(t, nil, servers(2, "", 0))
-	if err := tb.Start(); err != nil {
+	if err := tb.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	tb.Close()

@@ -28,7 +28,7 @@ func benchBalancer(b *testing.B, rule string, n int) *Balancer {
 		b.Fatal(err)
 	}
 	for i, s := range bal.AllServers() {
-		s.Stats().RequestFinished(tenthsOfMs(i))
+		s.Stats().requestFinished(tenthsOfMs(i))
 	}
 	return bal
 }

@@ -1,10 +1,12 @@
 package balancer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // Balancers finds the balancer of a service (client) by name. *Factory
@@ -56,8 +58,15 @@ func WithServerListProvider(p func(name string) ServerList) FactoryOption {
 }
 
 // Factory builds each client's balancer on first use and caches it, as
-// Ribbon's named client factory does. All methods are safe for concurrent
-// use.
+// Ribbon's named client factory does. It implements Balancers. All methods
+// are safe for concurrent use.
+//
+// NewFactory starts nothing. Get builds a name's balancer and starts it
+// (Balancer.Start): from the first Get of a name on, that balancer's
+// background work (the ping loop of a real Pinger, the polling updater of a
+// ServerList or ListOfServers) runs until the factory's Close, which
+// closes every balancer it built. Balancers fed by SetServers alone (the
+// push path) have no background work.
 //
 // Get builds a balancer once per name: concurrent first calls for a name
 // wait for one build and share its result. A failed build is not cached:
@@ -73,6 +82,10 @@ type Factory struct {
 	entries   map[string]*factoryEntry
 	closed    bool
 	closeDone chan struct{} // closed when Close has closed every balancer
+
+	// waiting counts the Get and Close calls blocked on a build in
+	// progress, so tests can see that they queued.
+	waiting atomic.Int64
 }
 
 // factoryEntry is one name's balancer, built once.
@@ -106,7 +119,8 @@ func NewFactory(cfg *ClientsConfig, opts ...FactoryOption) (*Factory, error) {
 }
 
 // Get returns the balancer of the client name, building and starting it on
-// first use. After Close it returns ErrClosed.
+// first use (see Factory). It does no I/O: the first poll of a ServerList
+// runs in the background. After Close it returns ErrClosed.
 func (f *Factory) Get(name string) (*Balancer, error) {
 	f.mu.Lock()
 	if f.closed {
@@ -115,7 +129,7 @@ func (f *Factory) Get(name string) (*Balancer, error) {
 	}
 	if e, ok := f.entries[name]; ok {
 		f.mu.Unlock()
-		<-e.ready
+		f.wait(e)
 		return e.b, e.err
 	}
 	e := &factoryEntry{ready: make(chan struct{})}
@@ -134,6 +148,18 @@ func (f *Factory) Get(name string) (*Balancer, error) {
 	return f.finish(name, e, b, err)
 }
 
+// wait waits for the build of e to finish.
+func (f *Factory) wait(e *factoryEntry) {
+	select {
+	case <-e.ready:
+		return
+	default:
+	}
+	f.waiting.Add(1)
+	defer f.waiting.Add(-1)
+	<-e.ready
+}
+
 // build creates and starts a balancer; it runs without f.mu held.
 func (f *Factory) build(name string) (*Balancer, error) {
 	opts := slices.Clip(f.opts)
@@ -146,7 +172,7 @@ func (f *Factory) build(name string) (*Balancer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := b.Start(); err != nil {
+	if err := b.Start(context.Background()); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("balancer %q: start: %w", name, err)
 	}
@@ -213,7 +239,7 @@ func (f *Factory) Close() error {
 
 	var errs []error
 	for _, e := range entries {
-		<-e.ready
+		f.wait(e)
 		if e.b != nil {
 			if err := e.b.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("balancer %q: %w", e.b.Name(), err))

@@ -14,22 +14,28 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/internal/testutil"
 )
 
+// factoryConfig has zone a by default, and a client orders with its own
+// rule and breaker threshold.
 func factoryConfig(t *testing.T) *balancer.ClientsConfig {
 	t.Helper()
-	cfg, err := balancer.LoadConfigYAML(strings.NewReader(`
-defaults:
-  zone: a
-clients:
-  orders:
-    rule: RoundRobin
-    breaker: {threshold: 5}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := balancer.DefaultClientsConfig()
+	cfg.Defaults.Zone = "a"
+	orders := cfg.Defaults
+	orders.Rule = balancer.RuleRoundRobin
+	orders.Breaker.Threshold = 5
+	cfg.Clients["orders"] = orders
 	return cfg
+}
+
+// waitQueued waits until n calls of f are blocked on builds in progress.
+func waitQueued(t *testing.T, f *balancer.Factory, n int64) {
+	t.Helper()
+	testutil.Eventually(t, fmt.Sprintf("%d calls queued on builds", n), func() bool {
+		return balancer.FactoryWaiting(f) == n
+	})
 }
 
 // factoryClock is a fixed clock, to check that WithBalancerOptions reaches
@@ -100,16 +106,15 @@ func TestFactoryStartsBalancersAndClosesThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := polled.Updater()
-	if u == nil || !u.Running() {
-		t.Fatal("Get did not Start the balancer: no running updater for a client with a ServerList")
+	if !polled.Polling() {
+		t.Fatal("Get did not Start the balancer: no polling for a client with a ServerList")
 	}
 	pushed, err := f.Get("pushed")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pushed.Updater() != nil {
-		t.Error("a client without a ServerList got an updater")
+	if pushed.Polling() {
+		t.Error("a client without a ServerList polls")
 	}
 	if err := pushed.SetServers([]balancer.Server{{Host: "127.0.0.1", Port: 9002}}); err != nil {
 		t.Fatal(err)
@@ -126,7 +131,7 @@ func TestFactoryStartsBalancersAndClosesThem(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if u.Running() {
+	if polled.Polling() {
 		t.Error("Close did not stop the updater")
 	}
 	for _, b := range []*balancer.Balancer{polled, pushed} {
@@ -148,10 +153,11 @@ func TestFactoryStartsBalancersAndClosesThem(t *testing.T) {
 func TestFactoryConcurrentGet(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	var builds sync.Map // name -> *atomic.Int64
+	release := make(chan struct{})
 	count := func(b *balancer.Balancer) error {
 		n, _ := builds.LoadOrStore(b.Name(), new(atomic.Int64))
 		n.(*atomic.Int64).Add(1)
-		time.Sleep(time.Millisecond) // widen the window for racing builds
+		<-release // hold every build until the other callers queue on it
 		return nil
 	}
 	f, err := balancer.NewFactory(factoryConfig(t), balancer.WithBalancerOptions(count))
@@ -175,6 +181,9 @@ func TestFactoryConcurrentGet(t *testing.T) {
 		}()
 	}
 	close(start)
+	// One build per name is in progress; every other caller waits for it.
+	waitQueued(t, f, goroutines-int64(len(names)))
+	close(release)
 	wg.Wait()
 
 	byName := map[string]*balancer.Balancer{}
@@ -263,7 +272,7 @@ func TestFactoryWaitersShareAFailure(t *testing.T) {
 	for range 4 {
 		go func() { _, err := f.Get("x"); results <- err }()
 	}
-	time.Sleep(20 * time.Millisecond) // let the waiters queue on the build
+	waitQueued(t, f, 4)
 	close(release)
 	shared := 0
 	for range 5 {
@@ -278,15 +287,12 @@ func TestFactoryWaitersShareAFailure(t *testing.T) {
 			t.Fatal("Get did not return")
 		}
 	}
-	if shared == 0 {
-		t.Error("no caller got the build's error")
+	if shared != 5 {
+		t.Errorf("%d of 5 callers got the build's error, want all", shared)
 	}
-	t.Logf("%d of 5 callers shared the failed build", shared)
 	if b, err := f.Get("x"); err != nil || b == nil {
 		t.Errorf("Get after the failure = %v, %v", b, err)
 	}
-	// The waiters that came too late to share the failure shared the one
-	// rebuild: never more than two builds in all.
 	if n := calls.Load(); n != 2 {
 		t.Errorf("%d builds, want 2 (the failed one and one rebuild)", n)
 	}
@@ -315,10 +321,11 @@ func TestFactoryCloseDuringBuild(t *testing.T) {
 	b := <-entered
 	closed := make(chan error, 1)
 	go func() { closed <- f.Close() }()
+	waitQueued(t, f, 1) // Close waits for the build
 	select {
 	case <-closed:
 		t.Fatal("Close returned before the build in progress ended")
-	case <-time.After(20 * time.Millisecond):
+	default:
 	}
 	close(release)
 	if err := <-got; !errors.Is(err, balancer.ErrClosed) {
@@ -369,15 +376,11 @@ func TestFactoryOptionsAndConfigErrors(t *testing.T) {
 }
 
 func ExampleFactory() {
-	cfg, err := balancer.LoadConfigYAML(strings.NewReader(`
-clients:
-  orders:
-    rule: RoundRobin
-    listOfServers: ["127.0.0.1:9001"]
-`))
-	if err != nil {
-		panic(err)
-	}
+	cfg := balancer.DefaultClientsConfig() // or loaded with package lbconfig
+	orders := cfg.Defaults
+	orders.Rule = balancer.RuleRoundRobin
+	orders.ListOfServers = []string{"127.0.0.1:9001"}
+	cfg.Clients["orders"] = orders
 	f, err := balancer.NewFactory(cfg)
 	if err != nil {
 		panic(err)

@@ -111,7 +111,7 @@ func (tb *testBalancer) trip(t testing.TB, ids ...string) {
 			t.Fatalf("no server %q", id)
 		}
 		for range tb.cfg.Breaker.Threshold {
-			st.NoteConnectionFailure()
+			st.noteConnectionFailure()
 		}
 		if !st.CircuitTripped() {
 			t.Fatalf("%s not tripped", id)
@@ -139,4 +139,11 @@ func keys(m map[string]int) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// requestFinished records a whole request that got an answer after d:
+// what Pick.Done records, for tests that set statistics up directly.
+func (s *ServerStats) requestFinished(d time.Duration) {
+	s.responseReceived(d)
+	s.endRequest()
 }

@@ -75,8 +75,10 @@ type pingLoop struct {
 	done     chan struct{}
 }
 
-func startPingLoop(b *Balancer, p Pinger, interval time.Duration) *pingLoop {
-	ctx, cancel := context.WithCancel(context.Background())
+// startPingLoop starts the loop with ctx, which must not be cancelled but
+// by stop.
+func startPingLoop(ctx context.Context, b *Balancer, p Pinger, interval time.Duration) *pingLoop {
+	ctx, cancel := context.WithCancel(ctx)
 	l := &pingLoop{b: b, p: p, interval: interval, kickc: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
 	go l.run(ctx)
 	l.kick()

@@ -42,7 +42,7 @@ func TestHTTPPingMarksServersDownAndUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if err := b.Start(); err != nil {
+	if err := b.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	b.SetServers([]Server{serverOf(t, "flaky", flaky), serverOf(t, "steady", steady)})
@@ -62,7 +62,7 @@ func TestNoOpPingRunsNoLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.Start()
+	b.Start(t.Context())
 	defer b.Close()
 	if b.pingLoop != nil {
 		t.Fatal("a no-op ping must not start a loop")

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -17,7 +18,7 @@ func TestBestAvailablePicksFewestActiveAndSkipsTripped(t *testing.T) {
 	for i := range 10 {
 		st := tb.ServerStats(tb.AllServers()[i].ID)
 		for range 10 - i {
-			st.RequestStarted()
+			st.requestStarted()
 		}
 	}
 	s, err := tb.Choose(t.Context())
@@ -25,7 +26,7 @@ func TestBestAvailablePicksFewestActiveAndSkipsTripped(t *testing.T) {
 		t.Fatalf("got %v, %v; want s9", s, err)
 	}
 	for range 3 {
-		tb.ServerStats("s9").NoteConnectionFailure()
+		tb.ServerStats("s9").noteConnectionFailure()
 	}
 	s, err = tb.Choose(t.Context())
 	if err != nil || s.ID != "s8" {
@@ -97,7 +98,7 @@ func TestZoneAffinityFilter(t *testing.T) {
 	allZones := func(t *testing.T, tb *testBalancer) {
 		t.Helper()
 		snap := tb.Snapshot()
-		if v := tb.filter.Scope(snap, tb.shared.nanotime()); v != snap.Full() {
+		if v := tb.filter.scope(tb.Balancer, snap, tb.shared.nanotime()); v != snap.Full() {
 			t.Fatalf("filter kept %d servers, want the full list", v.Len())
 		}
 		if n := len(tb.pickCounts(t, 2000)); n != len(list) {
@@ -107,7 +108,7 @@ func TestZoneAffinityFilter(t *testing.T) {
 	loadZoneC := func(tb *testBalancer) {
 		// 4 active requests spread over c's 5 servers: load 0.8 >= 0.6.
 		for i := range 4 {
-			tb.ServerStats("c" + string(rune('0'+i))).RequestStarted()
+			tb.ServerStats("c" + string(rune('0'+i))).requestStarted()
 		}
 		tb.clock.Advance(tb.cfg.ZoneStatsInterval + time.Millisecond)
 	}
@@ -186,8 +187,8 @@ func TestAvailabilityPredicateRoundRobinOrder(t *testing.T) {
 
 func TestActiveConnectionsLimit(t *testing.T) {
 	tb := newTest(t, func(c *Config) { c.Rule = RuleAvailabilityFiltering; c.ActiveConnectionsLimit = 2 }, servers(3, "", 0))
-	tb.ServerStats("s0").RequestStarted()
-	tb.ServerStats("s0").RequestStarted()
+	tb.ServerStats("s0").requestStarted()
+	tb.ServerStats("s0").requestStarted()
 	if c := tb.pickCounts(t, 300); c["s0"] != 0 {
 		t.Fatalf("s0 at the limit was picked: %v", c)
 	}
@@ -197,8 +198,8 @@ func TestWeightedResponseTimeWeights(t *testing.T) {
 	tb := newTest(t, func(c *Config) { c.Rule = RuleWeightedResponseTime }, servers(4, "", 0))
 	for i, ms := range []int{10, 40, 80, 100} {
 		st := tb.ServerStats(tb.AllServers()[i].ID)
-		st.RequestStarted()
-		st.RequestFinished(time.Duration(ms) * time.Millisecond)
+		st.requestStarted()
+		st.requestFinished(time.Duration(ms) * time.Millisecond)
 	}
 	w := buildWeights(tb.Snapshot().Full().servers, 0)
 	widths := make([]float64, len(w.cum))
@@ -243,8 +244,8 @@ func TestWeightedResponseTimeRebuildsOnInterval(t *testing.T) {
 	tb := newTest(t, func(c *Config) { c.Rule = RuleWeightedResponseTime; c.ZoneAware = false }, servers(2, "", 0))
 	tb.pickCounts(t, 10) // weights built without data
 	s0, s1 := tb.ServerStats("s0"), tb.ServerStats("s1")
-	s0.RequestFinished(time.Millisecond)
-	s1.RequestFinished(999 * time.Millisecond)
+	s0.requestFinished(time.Millisecond)
+	s1.requestFinished(999 * time.Millisecond)
 	if c := tb.pickCounts(t, 1000); c["s0"] != 500 {
 		t.Fatalf("weights rebuilt before the interval: %v", c)
 	}
@@ -263,7 +264,7 @@ func TestCircuitBreakerBlackout(t *testing.T) {
 		}
 	}
 	for i := 1; i <= 5; i++ {
-		st.NoteConnectionFailure()
+		st.noteConnectionFailure()
 		want := []time.Duration{0, 0, 10 * time.Second, 20 * time.Second, 30 * time.Second}[i-1]
 		if got := st.BlackoutRemaining(); got != want {
 			t.Fatalf("after %d failures remaining %v, want %v", i, got, want)
@@ -280,12 +281,12 @@ func TestCircuitBreakerBlackout(t *testing.T) {
 	if st.CircuitTripped() {
 		t.Fatal("breaker still open after its blackout")
 	}
-	st.NoteConnectionFailure() // 6th: open again for 30 s
+	st.noteConnectionFailure() // 6th: open again for 30 s
 	if !st.CircuitTripped() {
 		t.Fatal("a failure after the blackout should reopen the breaker")
 	}
-	st.RequestStarted()
-	st.RequestFinished(time.Millisecond)
+	st.requestStarted()
+	st.requestFinished(time.Millisecond)
 	if st.CircuitTripped() || st.SuccessiveFailures() != 0 {
 		t.Fatal("a success should reset the breaker")
 	}
@@ -297,8 +298,8 @@ func TestCircuitBreakerBlackout(t *testing.T) {
 func TestActiveRequestsDecay(t *testing.T) {
 	tb := newTest(t, nil, servers(1, "", 0))
 	st := tb.ServerStats("s0")
-	st.RequestStarted()
-	st.RequestStarted()
+	st.requestStarted()
+	st.requestStarted()
 	if st.ActiveRequests() != 2 {
 		t.Fatalf("active = %d", st.ActiveRequests())
 	}
@@ -306,22 +307,22 @@ func TestActiveRequestsDecay(t *testing.T) {
 	if st.ActiveRequests() != 0 {
 		t.Fatalf("a leaked count should decay to 0, got %d", st.ActiveRequests())
 	}
-	st.RequestStarted()
+	st.requestStarted()
 	if st.ActiveRequests() != 1 {
 		t.Fatalf("after decay a new request counts from 0, got %d", st.ActiveRequests())
 	}
-	st.RequestFailed(false)
-	st.RequestFailed(false) // extra ends never go negative
+	st.requestFailed(false)
+	st.requestFailed(false) // extra ends never go negative
 	// A response whose body still streams keeps the request active.
-	st.RequestStarted()
+	st.requestStarted()
 	for range 3 {
-		st.NoteConnectionFailure()
+		st.noteConnectionFailure()
 	}
-	st.ResponseReceived(time.Millisecond)
+	st.responseReceived(time.Millisecond)
 	if st.ActiveRequests() != 1 || st.SuccessiveFailures() != 0 {
 		t.Fatalf("after the headers: active %d failures %d; want 1 and 0", st.ActiveRequests(), st.SuccessiveFailures())
 	}
-	st.RequestEnded()
+	st.endRequest()
 	if st.ActiveRequests() != 0 || st.SuccessiveFailures() != 0 {
 		t.Fatalf("active %d failures %d", st.ActiveRequests(), st.SuccessiveFailures())
 	}
@@ -349,10 +350,27 @@ func TestWithZone(t *testing.T) {
 	}
 }
 
+// emptyOnce wraps a rule and closes empty the first time it finds nothing.
+type emptyOnce struct {
+	Rule
+	once  sync.Once
+	empty chan struct{}
+}
+
+func (r *emptyOnce) Choose(p PickInfo) (*Server, error) {
+	s, err := r.Rule.Choose(p)
+	if s == nil && err == nil {
+		r.once.Do(func() { close(r.empty) })
+	}
+	return s, err
+}
+
 func TestRetryRuleWaitsForServers(t *testing.T) {
-	tb := newTest(t, func(c *Config) { c.Rule = RuleRetry; c.RetryTimeout = 2 * time.Second }, nil)
+	sub := &emptyOnce{Rule: NewRoundRobin(), empty: make(chan struct{})}
+	tb := newTest(t, nil, nil, WithRule(&Retry{Sub: sub, Timeout: 2 * time.Second}))
 	go func() {
-		time.Sleep(20 * time.Millisecond)
+		// The list arrives once Retry has found nothing: it must wait.
+		<-sub.empty
 		tb.SetServers(servers(1, "", 0))
 	}()
 	start := time.Now()

@@ -1,7 +1,6 @@
 package balancer
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -10,13 +9,37 @@ import (
 	"time"
 )
 
-// A Rule picks one server from a View. Choose is called concurrently from
-// any number of goroutines and must not block (Retry, which waits by
-// design, honours ctx). It returns nil and no error when the view offers
-// nothing; the balancer turns that into ErrNoServers. It must not modify
-// the view.
+// A Rule picks one server for one request from what the balancer hands
+// it (see PickInfo): the candidates after the zone choice, the caller's
+// context, the randomness and the clock. A rule needs nothing else, so it
+// may live in any package; plug it in with WithRule.
+//
+// Threading: Choose runs on the caller's goroutine, for every pick,
+// concurrently from any number of goroutines, with no lock held, and
+// concurrently with list changes (each pick sees one immutable snapshot).
+// It must be safe for concurrent use: state kept across picks (a
+// round-robin position) must be atomic or otherwise synchronised. It must
+// not modify the views or their servers, and should neither block nor
+// allocate, as it sits on every request's path; a rule that waits by
+// design (Retry) must honour p.Ctx. One rule value may serve several
+// balancers (WithBalancerOptions(WithRule(r)) shares it).
+//
+// Choose returns a server of p.View or p.Candidates. It returns nil and no
+// error when nothing suits it: when p.View was a zone, the balancer asks
+// once more with every alive server as the view, then returns
+// ErrNoServers. An error is returned to the caller as is.
 type Rule interface {
-	Choose(ctx context.Context, v *View) (*Server, error)
+	Choose(p PickInfo) (*Server, error)
+}
+
+// zonePerPick is implemented by the rules that want the balancer to draw
+// one available zone on every pick (ZoneAvoidance), even when no zone is
+// avoided and Config.ZoneAware is off.
+type zonePerPick interface{ wantsZonePerPick() bool }
+
+func wantsZonePerPick(r Rule) bool {
+	z, ok := r.(zonePerPick)
+	return ok && z.wantsZonePerPick()
 }
 
 // counter is a round-robin position. It starts at a random index so that
@@ -91,8 +114,6 @@ func (p availability) ok(s *Server, now int64) bool {
 	return p.limit == 0 || st.activeAt(now) < p.limit
 }
 
-func nowOf(v *View) int64 { return v.snap.owner.shared.nanotime() }
-
 // RoundRobin cycles through the alive servers (Ribbon's RoundRobinRule). It
 // ignores the circuit breaker.
 type RoundRobin struct{ c *counter }
@@ -101,19 +122,20 @@ type RoundRobin struct{ c *counter }
 func NewRoundRobin() *RoundRobin { return &RoundRobin{c: newCounter()} }
 
 // Choose implements Rule.
-func (r *RoundRobin) Choose(_ context.Context, v *View) (*Server, error) {
-	return r.c.roundRobin(v.servers), nil
+func (r *RoundRobin) Choose(p PickInfo) (*Server, error) {
+	return r.c.roundRobin(p.View.servers), nil
 }
 
 // Random picks an alive server uniformly (Ribbon's RandomRule).
 type Random struct{}
 
 // Choose implements Rule.
-func (Random) Choose(_ context.Context, v *View) (*Server, error) {
-	if len(v.servers) == 0 {
+func (Random) Choose(p PickInfo) (*Server, error) {
+	list := p.View.servers
+	if len(list) == 0 {
 		return nil, nil
 	}
-	return v.servers[v.snap.owner.rnd.IntN(len(v.servers))], nil
+	return list[p.Rand.IntN(len(list))], nil
 }
 
 // BestAvailable picks the server with the fewest active requests among
@@ -125,11 +147,11 @@ type BestAvailable struct{ c *counter }
 func NewBestAvailable() *BestAvailable { return &BestAvailable{c: newCounter()} }
 
 // Choose implements Rule.
-func (r *BestAvailable) Choose(_ context.Context, v *View) (*Server, error) {
-	now := nowOf(v)
+func (r *BestAvailable) Choose(p PickInfo) (*Server, error) {
+	now := p.nanotime()
 	var best *Server
 	bestActive := int64(-1)
-	for _, s := range v.servers {
+	for _, s := range p.View.servers {
 		st := &s.inst.stats
 		if st.trippedAt(now) {
 			continue
@@ -139,7 +161,7 @@ func (r *BestAvailable) Choose(_ context.Context, v *View) (*Server, error) {
 		}
 	}
 	if best == nil {
-		best = r.c.roundRobin(v.servers)
+		best = r.c.roundRobin(p.View.servers)
 	}
 	return best, nil
 }
@@ -160,19 +182,20 @@ func NewAvailabilityFiltering(limit int) *AvailabilityFiltering {
 }
 
 // Choose implements Rule.
-func (r *AvailabilityFiltering) Choose(_ context.Context, v *View) (*Server, error) {
-	if s := r.c.roundRobinWhere(v.servers, r.pred, nowOf(v)); s != nil {
+func (r *AvailabilityFiltering) Choose(p PickInfo) (*Server, error) {
+	if s := r.c.roundRobinWhere(p.View.servers, r.pred, p.nanotime()); s != nil {
 		return s, nil
 	}
-	return r.c.roundRobin(v.servers), nil
+	return r.c.roundRobin(p.View.servers), nil
 }
 
 // ZoneAvoidance is Spring Cloud's default rule (Ribbon's ZoneAvoidanceRule):
 // a server must be in an available zone (see the package doc) and pass the
 // availability predicate; failing that, the availability predicate alone;
-// failing that, any server. Zones are chosen at random weighted by their
-// instance count, then a server round robin within the zone, so a pick costs
-// O(zones), not O(servers).
+// failing that, any server. It asks the balancer to draw one available
+// zone on every pick, at random weighted by instance count (whether or not
+// Config.ZoneAware is on), then picks round robin within the zone, so a
+// pick costs O(zones), not O(servers).
 type ZoneAvoidance struct {
 	c    *counter
 	pred availability
@@ -184,25 +207,23 @@ func NewZoneAvoidance(limit int) *ZoneAvoidance {
 }
 
 // Choose implements Rule.
-func (r *ZoneAvoidance) Choose(_ context.Context, v *View) (*Server, error) {
-	if len(v.servers) == 0 {
+func (r *ZoneAvoidance) Choose(p PickInfo) (*Server, error) {
+	if len(p.View.servers) == 0 {
 		return nil, nil
 	}
-	b := v.snap.owner
-	now := b.shared.nanotime()
-	if len(v.zones) > 1 {
-		if avail, _ := b.availableZones(v.zones, now); avail != 0 {
-			g := b.weightedZone(v.zones, avail)
-			if s := r.c.roundRobinWhere(g.view.servers, r.pred, now); s != nil {
-				return s, nil
-			}
-		}
-	}
-	if s := r.c.roundRobinWhere(v.servers, r.pred, now); s != nil {
+	now := p.nanotime()
+	if s := r.c.roundRobinWhere(p.View.servers, r.pred, now); s != nil {
 		return s, nil
 	}
-	return r.c.roundRobin(v.servers), nil
+	if p.Candidates != p.View {
+		if s := r.c.roundRobinWhere(p.Candidates.servers, r.pred, now); s != nil {
+			return s, nil
+		}
+	}
+	return r.c.roundRobin(p.View.servers), nil
 }
+
+func (*ZoneAvoidance) wantsZonePerPick() bool { return true }
 
 // WeightedResponseTime picks servers with a probability that falls as their
 // average response time rises (Ribbon's WeightedResponseTimeRule): with
@@ -228,22 +249,22 @@ type responseWeights struct {
 }
 
 // Choose implements Rule.
-func (r *WeightedResponseTime) Choose(_ context.Context, v *View) (*Server, error) {
+func (r *WeightedResponseTime) Choose(p PickInfo) (*Server, error) {
+	v := p.View
 	if len(v.servers) == 0 {
 		return nil, nil
 	}
-	w := r.weights(v)
+	w := r.weights(v, p.nanotime())
 	if w.cum == nil {
 		return r.c.roundRobin(v.servers), nil
 	}
 	last := w.cum[len(w.cum)-1]
-	x := v.snap.owner.rnd.Float64() * last
+	x := p.Rand.Float64() * last
 	i := sort.SearchFloat64s(w.cum, x) // first cumulative weight >= x
 	return v.servers[min(i, len(v.servers)-1)], nil
 }
 
-func (r *WeightedResponseTime) weights(v *View) *responseWeights {
-	now := nowOf(v)
+func (r *WeightedResponseTime) weights(v *View, now int64) *responseWeights {
 	w := v.weights.Load()
 	if w != nil && now-w.at < int64(r.interval) && now >= w.at {
 		return w
@@ -279,20 +300,23 @@ func buildWeights(servers []*Server, now int64) *responseWeights {
 }
 
 // Retry wraps another rule and re-chooses until it yields an alive server
-// or the timeout (Ribbon's RetryRule, 500 ms) passes, honouring ctx. It
-// does not spin: between attempts it waits for the next list change or a
-// short, growing backoff.
+// or the timeout (Ribbon's RetryRule, 500 ms) passes, honouring the pick's
+// context. It does not spin: between attempts it waits for the next list
+// change (PickInfo.Changed) or a short, growing backoff, then re-chooses
+// over the current list (PickInfo.Refresh). The timeout is real time, not
+// the balancer's clock: it bounds a real wait.
 type Retry struct {
 	Sub     Rule
 	Timeout time.Duration
 }
 
 // Choose implements Rule.
-func (r *Retry) Choose(ctx context.Context, v *View) (*Server, error) {
+func (r *Retry) Choose(p PickInfo) (*Server, error) {
 	// The common case first, without reading the clock or arming a timer.
-	if s, err := r.Sub.Choose(ctx, v); err != nil || (s != nil && s.Alive()) {
+	if s, err := r.Sub.Choose(p); err != nil || (s != nil && s.Alive()) {
 		return s, err
 	}
+	ctx := p.Ctx
 	deadline := time.Now().Add(r.Timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
@@ -305,7 +329,7 @@ func (r *Retry) Choose(ctx context.Context, v *View) (*Server, error) {
 		}
 	}()
 	for {
-		s, err := r.Sub.Choose(ctx, v)
+		s, err := r.Sub.Choose(p)
 		if err != nil {
 			return nil, err
 		}
@@ -324,13 +348,15 @@ func (r *Retry) Choose(ctx context.Context, v *View) (*Server, error) {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-v.snap.replaced:
+		case <-p.Changed():
 		case <-timer.C:
 		}
 		backoff = min(2*backoff, 50*time.Millisecond)
-		v = v.snap.owner.view(ctx)
+		p = p.Refresh()
 	}
 }
+
+func (r *Retry) wantsZonePerPick() bool { return wantsZonePerPick(r.Sub) }
 
 // Rendezvous sends equal keys (WithKey) to the same server with rendezvous
 // (highest random weight) hashing, so a list change moves only the keys of
@@ -343,16 +369,16 @@ type Rendezvous struct{ c *counter }
 func NewRendezvous() *Rendezvous { return &Rendezvous{c: newCounter()} }
 
 // Choose implements Rule.
-func (r *Rendezvous) Choose(ctx context.Context, v *View) (*Server, error) {
-	key, ok := KeyFrom(ctx)
+func (r *Rendezvous) Choose(p PickInfo) (*Server, error) {
+	key, ok := p.Key()
 	if !ok {
-		return r.c.roundRobin(v.servers), nil
+		return r.c.roundRobin(p.View.servers), nil
 	}
-	now := nowOf(v)
+	now := p.nanotime()
 	kh := fnv64(key)
 	var best, bestAny *Server
 	var bestScore, bestAnyScore uint64
-	for _, s := range v.servers {
+	for _, s := range p.View.servers {
 		score := mix64(kh ^ fnv64(s.ID))
 		if bestAny == nil || score > bestAnyScore {
 			bestAny, bestAnyScore = s, score
@@ -489,4 +515,7 @@ var (
 	_ Rule = (*WeightedResponseTime)(nil)
 	_ Rule = (*Retry)(nil)
 	_ Rule = (*Rendezvous)(nil)
+
+	_ zonePerPick = (*ZoneAvoidance)(nil)
+	_ zonePerPick = (*Retry)(nil)
 )

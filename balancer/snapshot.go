@@ -15,14 +15,16 @@ type Snapshot struct {
 	full    View      // the alive servers, all zones
 	zones   []*zoneGroup
 	byZone  map[string]*zoneGroup // key: lower-case zone
-	owner   *Balancer
 	// replaced is closed when a newer snapshot is installed, so waiters
-	// (the Retry rule) wake up on list changes instead of polling.
+	// (the Retry rule, through PickInfo.Changed) wake up on list changes
+	// instead of polling.
 	replaced chan struct{}
 }
 
 // View is a set of candidate servers for one pick: all alive servers of a
-// snapshot, or those of one zone. Rules choose from a View.
+// snapshot, those the zone filter keeps, or those of one zone. Rules
+// choose from a View (see PickInfo). A View is immutable and safe for
+// concurrent use; it does not lead back to its balancer.
 type View struct {
 	servers []*Server
 	zones   []*zoneGroup // the zones present in servers
@@ -84,8 +86,8 @@ func (s *Snapshot) Zones() []string {
 }
 
 // buildSnapshot groups servers by zone. all is kept as given.
-func buildSnapshot(owner *Balancer, version uint64, all []*Server) *Snapshot {
-	s := &Snapshot{version: version, all: all, owner: owner, replaced: make(chan struct{})}
+func buildSnapshot(version uint64, all []*Server) *Snapshot {
+	s := &Snapshot{version: version, all: all, replaced: make(chan struct{})}
 	up := make([]*Server, 0, len(all))
 	counts := make(map[string]int)
 	for _, srv := range all {

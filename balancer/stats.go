@@ -66,8 +66,10 @@ func (s *statsShared) nanotime() int64 {
 }
 
 // ServerStats are the live statistics of one instance in one balancer. They
-// survive list changes for as long as the instance stays listed. All methods
-// are safe for concurrent use. A ServerStats must not be copied.
+// survive list changes for as long as the instance stays listed. They are
+// read here (for admin pages and metrics) and written through the Pick of
+// each request. All methods are safe for concurrent use. A ServerStats
+// must not be copied.
 type ServerStats struct {
 	_      noCopy
 	shared *statsShared
@@ -92,8 +94,12 @@ func (*noCopy) Unlock() {}
 // a server that becomes slow instead of remembering its whole life.
 const responseTimeWeight = 0.1
 
-// RequestStarted records the start of a request to the server.
-func (s *ServerStats) RequestStarted() {
+// The mutators below are unexported: callers record a request through a
+// Pick (Balancer.Pick or Begin), which calls them in the right order.
+
+// requestStarted records the start of a request to the server and returns
+// the time it read.
+func (s *ServerStats) requestStarted() int64 {
 	now := s.shared.nanotime()
 	// A count that had decayed restarts from zero.
 	if now-s.activeChanged.Load() > int64(s.shared.activeTimeout) {
@@ -102,45 +108,32 @@ func (s *ServerStats) RequestStarted() {
 	s.active.Add(1)
 	s.activeChanged.Store(now)
 	s.requests.Add(1)
+	return now
 }
 
-// RequestFinished records a response received after responseTime: the active
-// count drops and the successive-failure count (and so the breaker) resets.
-// Any response counts, whatever its status: the server is reachable. It is
-// ResponseReceived and RequestEnded in one call.
-func (s *ServerStats) RequestFinished(responseTime time.Duration) {
-	s.ResponseReceived(responseTime)
-	s.endRequest()
-}
-
-// ResponseReceived records a response that arrived after responseTime
+// responseReceived records a response that arrived after responseTime
 // (its headers) and resets the successive-failure count, but leaves the
-// request active: a caller that streams the body calls RequestEnded when
-// the body is done, so the active count covers long responses.
-func (s *ServerStats) ResponseReceived(responseTime time.Duration) {
+// request active until endRequest.
+func (s *ServerStats) responseReceived(responseTime time.Duration) {
 	s.noteResponseTime(responseTime)
 	if s.failures.Swap(0) >= int64(s.shared.breaker.Threshold) {
 		s.shared.epoch.Add(1)
 	}
 }
 
-// RequestEnded ends a request started with RequestStarted whose response
-// was recorded with ResponseReceived.
-func (s *ServerStats) RequestEnded() { s.endRequest() }
-
-// RequestFailed records a request that got no response. A connection
+// requestFailed records a request that got no response. A connection
 // failure (nothing reached the server: refused, unreachable, connect timeout)
 // counts towards the circuit breaker; other failures only end the request.
-func (s *ServerStats) RequestFailed(connectionFailure bool) {
+func (s *ServerStats) requestFailed(connectionFailure bool) {
 	s.endRequest()
 	if connectionFailure {
-		s.NoteConnectionFailure()
+		s.noteConnectionFailure()
 	}
 }
 
-// NoteConnectionFailure counts one successive connection failure without
+// noteConnectionFailure counts one successive connection failure without
 // touching the active-request count.
-func (s *ServerStats) NoteConnectionFailure() {
+func (s *ServerStats) noteConnectionFailure() {
 	s.lastFailure.Store(s.shared.nanotime())
 	if s.failures.Add(1) == int64(s.shared.breaker.Threshold) {
 		s.shared.epoch.Add(1)
@@ -148,6 +141,7 @@ func (s *ServerStats) NoteConnectionFailure() {
 	}
 }
 
+// endRequest ends a request started with requestStarted.
 func (s *ServerStats) endRequest() {
 	for {
 		n := s.active.Load()

@@ -9,8 +9,9 @@ import (
 )
 
 // A ServerList is a source of a service's servers (Ribbon's ServerList). It
-// is polled by a PollingUpdater; the methods must honour ctx and be safe for
-// use from one goroutine at a time.
+// is polled by the balancer's polling updater (see Balancer.Start), from one
+// goroutine at a time; the methods must honour ctx, whose values are those
+// given to Start.
 type ServerList interface {
 	// InitialServers returns the list at start-up.
 	InitialServers(ctx context.Context) ([]Server, error)
@@ -28,48 +29,50 @@ func (l StaticList) InitialServers(context.Context) ([]Server, error) { return s
 // UpdatedServers implements ServerList.
 func (l StaticList) UpdatedServers(context.Context) ([]Server, error) { return slices.Clone(l), nil }
 
-// PollingUpdater refreshes a balancer's list from a ServerList: first
+// pollingUpdater refreshes a balancer's list from a ServerList: first
 // after an initial delay (1 s), then every interval (Ribbon's
 // ServerListRefreshInterval, 30 s). A failed poll keeps the current list.
-// It can be stopped and started again; the balancer stops it on Close, and
-// the push path stops it when it takes the list over.
-type PollingUpdater struct {
+// Balancer.Start starts it; Close and StopPolling stop it for good, so
+// that nothing can restart polling behind the push path's back.
+type pollingUpdater struct {
 	b            *Balancer
 	list         ServerList
 	initialDelay time.Duration
 	interval     time.Duration
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	done    chan struct{}
+	stopped bool
 
-	polls    atomic.Int64
+	polls    atomic.Int64 // polls made, including failed ones
 	failures atomic.Int64
 	lastErr  atomic.Pointer[error]
 }
 
-func newPollingUpdater(b *Balancer, list ServerList, initialDelay, interval time.Duration) *PollingUpdater {
-	return &PollingUpdater{b: b, list: list, initialDelay: initialDelay, interval: interval}
+func newPollingUpdater(b *Balancer, list ServerList, initialDelay, interval time.Duration) *pollingUpdater {
+	return &pollingUpdater{b: b, list: list, initialDelay: initialDelay, interval: interval}
 }
 
-// Start starts polling; it is a no-op when already running.
-func (u *PollingUpdater) Start() {
+// start starts polling with ctx (which must not be cancelled but by stop);
+// it is a no-op when running or stopped.
+func (u *pollingUpdater) start(ctx context.Context) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.cancel != nil {
+	if u.cancel != nil || u.stopped {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(ctx)
 	u.cancel, u.done = cancel, make(chan struct{})
 	go u.run(ctx, u.done)
 }
 
-// Stop stops polling and waits for a poll in progress to end. It is safe to
-// call at any time, any number of times.
-func (u *PollingUpdater) Stop() {
+// stop stops polling for good and waits for a poll in progress to end. It
+// is safe to call at any time, any number of times.
+func (u *pollingUpdater) stop() {
 	u.mu.Lock()
 	cancel, done := u.cancel, u.done
-	u.cancel, u.done = nil, nil
+	u.cancel, u.done, u.stopped = nil, nil, true
 	u.mu.Unlock()
 	if cancel != nil {
 		cancel()
@@ -77,26 +80,22 @@ func (u *PollingUpdater) Stop() {
 	}
 }
 
-// Running reports whether the updater is polling.
-func (u *PollingUpdater) Running() bool {
+// running reports whether the updater is polling.
+func (u *pollingUpdater) running() bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.cancel != nil
 }
 
-// Polls returns the number of polls made, and Failures those that failed.
-func (u *PollingUpdater) Polls() int64    { return u.polls.Load() }
-func (u *PollingUpdater) Failures() int64 { return u.failures.Load() }
-
-// LastError returns the error of the last failed poll, or nil.
-func (u *PollingUpdater) LastError() error {
+// lastError returns the error of the last failed poll, or nil.
+func (u *pollingUpdater) lastError() error {
 	if p := u.lastErr.Load(); p != nil {
 		return *p
 	}
 	return nil
 }
 
-func (u *PollingUpdater) run(ctx context.Context, done chan struct{}) {
+func (u *pollingUpdater) run(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	t := time.NewTimer(u.initialDelay)
 	defer t.Stop()
@@ -114,7 +113,7 @@ func (u *PollingUpdater) run(ctx context.Context, done chan struct{}) {
 }
 
 // poll reads the source once and applies the list.
-func (u *PollingUpdater) poll(ctx context.Context, first bool) {
+func (u *pollingUpdater) poll(ctx context.Context, first bool) {
 	u.polls.Add(1)
 	var servers []Server
 	var err error

@@ -47,7 +47,7 @@ func TestPollingUpdater(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	b.Start()
+	b.Start(t.Context())
 	testutil.Eventually(t, "initial list", func() bool { return len(b.AllServers()) == 2 })
 
 	src.set(servers(3, "", 0), nil)
@@ -55,31 +55,72 @@ func TestPollingUpdater(t *testing.T) {
 
 	// A failing source keeps the last good list.
 	src.set(nil, errors.New("registry down"))
-	u := b.Updater()
-	before := u.Failures()
-	testutil.Eventually(t, "a failed poll", func() bool { return u.Failures() > before })
-	if len(b.AllServers()) != 3 || u.LastError() == nil {
-		t.Fatalf("a failed poll changed the list or lost its error: %d, %v", len(b.AllServers()), u.LastError())
+	u := b.updater
+	before := u.failures.Load()
+	testutil.Eventually(t, "a failed poll", func() bool { return u.failures.Load() > before })
+	if len(b.AllServers()) != 3 || u.lastError() == nil {
+		t.Fatalf("a failed poll changed the list or lost its error: %d, %v", len(b.AllServers()), u.lastError())
 	}
 
-	// Stopped: no more polls; the push path owns the list.
+	// Stopped: the push path owns the list. StopPolling returns once the
+	// polling goroutine has exited, so no poll can follow it: the checks
+	// below need no waiting.
 	b.StopPolling()
-	if u.Running() {
-		t.Fatal("still running after StopPolling")
+	if b.Polling() {
+		t.Fatal("still polling after StopPolling")
 	}
-	polls := u.Polls()
 	src.set(servers(1, "", 0), nil)
-	time.Sleep(30 * time.Millisecond)
-	if u.Polls() != polls || len(b.AllServers()) != 3 {
-		t.Fatal("polled after Stop")
+	polls := u.polls.Load()
+	if err := b.SetServers(servers(2, "", 10)); err != nil {
+		t.Fatal(err)
 	}
 
-	// Restarted: polls again.
-	u.Start()
-	testutil.Eventually(t, "list after restart", func() bool { return len(b.AllServers()) == 1 })
+	// Stopped for good: neither Start nor the updater restarts it.
+	if err := b.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	u.start(t.Context())
+	if b.Polling() || u.polls.Load() != polls {
+		t.Fatal("polling restarted after StopPolling")
+	}
+	if got := ids(b.AllServers()); !slices.Equal(got, []string{"s10", "s11"}) {
+		t.Fatalf("the pushed list was overwritten: %v", got)
+	}
 	b.Close()
-	if u.Running() {
+	if b.Polling() {
 		t.Fatal("updater outlived its balancer")
+	}
+}
+
+func TestStopPollingBeforeStart(t *testing.T) {
+	src := &switchList{servers: servers(2, "", 0)}
+	b, err := New("svc", DefaultConfig(), WithServerList(src), withPollDelay(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	b.StopPolling()
+	if err := b.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if b.Polling() || b.updater != nil {
+		t.Fatal("Start polled although StopPolling came first")
+	}
+}
+
+func TestStartHonoursDoneContext(t *testing.T) {
+	b, err := New("svc", DefaultConfig(), WithServerList(StaticList(servers(1, "", 0))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := b.Start(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start with a done context: %v", err)
+	}
+	if b.Polling() {
+		t.Fatal("a failed Start started polling")
 	}
 }
 
@@ -91,7 +132,7 @@ func TestStaticListFromConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	b.Start()
+	b.Start(t.Context())
 	testutil.Eventually(t, "static list", func() bool { return len(b.AllServers()) == 2 })
 	if s := b.AllServers()[1]; s.URLScheme() != "https" || s.Port != 9002 {
 		t.Fatalf("got %+v", s)

@@ -1,6 +1,51 @@
 package balancer
 
-import "math/bits"
+import (
+	"context"
+	"math/bits"
+)
+
+// pickInfo makes the zone choice of one pick, the only place it is made,
+// and returns what the rule chooses from:
+//
+//  1. a zone forced with WithZone, when it has a server whose breaker is
+//     closed: only that zone;
+//  2. otherwise the zone filter's scope (Candidates), and when zones are
+//     avoided (Config.ZoneAware, or a rule such as ZoneAvoidance that asks
+//     for a zone on every pick) and the scope spans several zones, one
+//     zone drawn from the available ones (View): Ribbon's
+//     ZoneAwareLoadBalancer and ZoneAvoidanceRule.getAvailableZones in one
+//     step. ZoneAware alone draws a zone only when some zone is avoided;
+//     a rule that asks for a zone gets one on every pick.
+//
+// The clock is read once, and only when something needs statistics, so
+// the simple single-zone pick stays free of it.
+func (b *Balancer) pickInfo(ctx context.Context, snap *Snapshot) PickInfo {
+	p := PickInfo{Ctx: ctx, View: &snap.full, Candidates: &snap.full, Rand: b.rnd, b: b}
+	if len(snap.full.servers) == 0 {
+		return p
+	}
+	zone, forced := ZoneFrom(ctx)
+	if forced || b.filterNeedsClock || (b.avoidZones && len(snap.zones) > 1) {
+		p.now, p.hasNow = b.shared.nanotime(), true
+	}
+	if forced {
+		if g := snap.byZone[lowerASCII(zone)]; g != nil {
+			if st := b.zoneStats(g, p.now); st.TrippedCount < st.InstanceCount {
+				p.View, p.Candidates = &g.view, &g.view
+				return p
+			}
+		}
+	}
+	c := b.filter.scope(b, snap, p.now)
+	p.View, p.Candidates = c, c
+	if b.avoidZones && len(c.zones) > 1 {
+		if avail, limited := b.availableZones(c.zones, p.now); avail != 0 && (limited || b.zonePerPick) {
+			p.View = &b.weightedZone(c.zones, avail).view
+		}
+	}
+	return p
+}
 
 // maxZoneAwareZones is the number of zones the zone-aware logic handles
 // with a bit set; beyond it (an unusual topology) zones are not avoided.

@@ -4,6 +4,8 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+
+	"github.com/pushlb/pushlb/balancer"
 )
 
 // bodyGuard wraps a request body that cannot be replayed (no GetBody), for
@@ -19,6 +21,10 @@ import (
 type bodyGuard struct {
 	rc   io.ReadCloser
 	read atomic.Bool
+	// open counts the guards whose Close has not been called yet; it is
+	// the Transport's, so tests can wait until every attempt's transport
+	// is done with its body.
+	open *atomic.Int64
 
 	mu       sync.Mutex
 	closed   bool // the attempt's transport called Close
@@ -26,7 +32,10 @@ type bodyGuard struct {
 	done     bool // rc has been closed
 }
 
-func newBodyGuard(rc io.ReadCloser) *bodyGuard { return &bodyGuard{rc: rc} }
+func newBodyGuard(rc io.ReadCloser, open *atomic.Int64) *bodyGuard {
+	open.Add(1)
+	return &bodyGuard{rc: rc, open: open}
+}
 
 // Read reads from the wrapped body and notes that it was touched.
 func (g *bodyGuard) Read(p []byte) (int, error) {
@@ -38,16 +47,21 @@ func (g *bodyGuard) Read(p []byte) (int, error) {
 // notes the call.
 func (g *bodyGuard) Close() error {
 	g.mu.Lock()
+	first := !g.closed
 	g.closed = true
 	closeNow := g.released && !g.done
 	if closeNow {
 		g.done = true
 	}
 	g.mu.Unlock()
+	var err error
 	if closeNow {
-		return g.rc.Close()
+		err = g.rc.Close()
 	}
-	return nil
+	if first {
+		g.open.Add(-1)
+	}
+	return err
 }
 
 // release gives the body up: it is closed now if the attempt already closed
@@ -70,23 +84,26 @@ func (g *bodyGuard) untouched() bool { return !g.read.Load() }
 
 // activeBody wraps a response body so that the request stays active in the
 // server's stats until the body is read to its end or closed, whichever
-// comes first: streaming responses (SSE, downloads) count as load.
+// comes first: streaming responses (SSE, downloads) count as load. The
+// response was already recorded with Pick.Responded; the body ends the
+// pick once.
 type activeBody struct {
 	io.ReadCloser
-	once sync.Once
-	end  func()
+	pick  balancer.Pick
+	ended atomic.Bool
 }
 
-// trackBody returns body wrapped to call end once, at EOF or Close.
-func trackBody(body io.ReadCloser, end func()) io.ReadCloser {
-	return &activeBody{ReadCloser: body, end: end}
+// trackBody returns body wrapped to end pick once, at EOF, on a read error
+// or at Close.
+func trackBody(body io.ReadCloser, pick balancer.Pick) io.ReadCloser {
+	return &activeBody{ReadCloser: body, pick: pick}
 }
 
 // Read reads from the body and ends the request at EOF or on an error.
 func (b *activeBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err != nil {
-		b.once.Do(b.end)
+		b.end()
 	}
 	return n, err
 }
@@ -94,6 +111,17 @@ func (b *activeBody) Read(p []byte) (int, error) {
 // Close closes the body and ends the request.
 func (b *activeBody) Close() error {
 	err := b.ReadCloser.Close()
-	b.once.Do(b.end)
+	b.end()
 	return err
 }
+
+func (b *activeBody) end() {
+	if b.ended.CompareAndSwap(false, true) {
+		b.pick.End()
+	}
+}
+
+var (
+	_ io.ReadCloser = (*bodyGuard)(nil)
+	_ io.ReadCloser = (*activeBody)(nil)
+)

@@ -121,12 +121,12 @@ type scriptRule struct {
 
 func script(ids ...string) *scriptRule { return &scriptRule{ids: ids} }
 
-func (r *scriptRule) Choose(_ context.Context, v *balancer.View) (*balancer.Server, error) {
+func (r *scriptRule) Choose(p balancer.PickInfo) (*balancer.Server, error) {
 	r.mu.Lock()
 	id := r.ids[min(r.n, len(r.ids)-1)]
 	r.n++
 	r.mu.Unlock()
-	for _, s := range v.Servers() {
+	for _, s := range p.Candidates.Servers() {
 		if s.ID == id {
 			return s, nil
 		}

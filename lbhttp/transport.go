@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -136,15 +137,18 @@ func WithRetryOnStatus(codes ...int) Option {
 //
 // # Stats
 //
-// Each attempt calls RequestStarted on the server's stats, then
-// ResponseReceived with the time to the response headers when any response
-// arrives (whatever its status), RequestFailed(true) on a connection
-// failure (see IsConnectFailure; it feeds the circuit breaker), or
-// RequestFailed(false) on any other failure (read timeout, connection
-// reset, cancelled request). A response's request stays active until its
-// body is read to the end or closed, so streaming responses (SSE,
-// downloads) count as load for the rules and zone statistics; a switched
-// protocol (101, WebSocket) ends it at once. Close response bodies, as
+// Each attempt is a balancer.Pick (balancer.Balancer.Pick for the first,
+// Begin for a retry): the request counts as active on its server from the
+// pick on. When a response arrives, whatever its status, Pick.Responded
+// records the time to the response headers (and resets the server's
+// successive-failure count); the request stays active until the body is
+// read to the end or closed, then Pick.End ends it, so streaming
+// responses (SSE, downloads) count as load for the rules and zone
+// statistics. A response without a body, or a switched protocol (101,
+// WebSocket), ends at once with Pick.Done. A failure ends with Pick.Done
+// and the error: a connection failure (see IsConnectFailure) feeds the
+// circuit breaker, other failures (read timeout, connection reset,
+// cancelled request) only end the request. Close response bodies, as
 // net/http asks: a body never closed leaves the count up until the
 // balancer's active-request timeout (600 s) decays it.
 //
@@ -188,6 +192,9 @@ type Transport struct {
 	retryStatus []int
 
 	clients sync.Map // service name → *client
+	// openGuards counts the guarded request bodies that an attempt's
+	// transport has not closed yet (see bodyGuard).
+	openGuards atomic.Int64
 }
 
 // NewTransport returns a Transport that finds each service's balancer in
@@ -237,7 +244,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := t.clientFor(service, b)
 	ctx := req.Context()
 
-	srv, err := b.Choose(ctx)
+	pick, err := b.Pick(ctx)
 	if err != nil {
 		closeRequestBody(req)
 		return nil, &Error{Kind: ErrNoServers, Service: service, Err: err}
@@ -252,7 +259,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		hasBody:    req.Body != nil && req.Body != http.NoBody,
 		idempotent: isIdempotent(req),
 	}
-	return r.run(ctx, srv)
+	return r.run(ctx, pick)
 }
 
 // roundTrip is the state of one RoundTrip call.
@@ -271,12 +278,13 @@ type roundTrip struct {
 	failed   []string // IDs of the servers that failed, for the next-server choice
 }
 
-// run makes the attempts, starting on srv.
-func (r *roundTrip) run(ctx context.Context, srv *balancer.Server) (*http.Response, error) {
+// run makes the attempts, starting with pick.
+func (r *roundTrip) run(ctx context.Context, pick balancer.Pick) (*http.Response, error) {
 	sameLeft, nextLeft := r.c.retry.sameServer, r.c.retry.nextServers
 	var held *http.Response // a retryable-status response, kept until a retry is under way
 	for {
-		resp, connectFailure, err := r.attempt(ctx, srv)
+		srv := pick.Server
+		resp, connectFailure, err := r.attempt(ctx, pick)
 		if err == nil && !slices.Contains(r.t.retryStatus, resp.StatusCode) {
 			r.releaseBody()
 			discard(held)
@@ -329,12 +337,14 @@ func (r *roundTrip) run(ctx context.Context, srv *balancer.Server) (*http.Respon
 			e.Str("service", r.service).Str("server", srv.String()).Str("next", next.String()).
 				Int("attempt", r.attempts).Err(cause).Msg("lbhttp: retrying")
 		}
-		srv = next
+		pick = r.c.b.Begin(next)
 	}
 }
 
-// attempt sends the request to srv once and records the outcome.
-func (r *roundTrip) attempt(ctx context.Context, srv *balancer.Server) (*http.Response, bool, error) {
+// attempt sends the request to the server of pick once and reports the
+// outcome through pick.
+func (r *roundTrip) attempt(ctx context.Context, pick balancer.Pick) (*http.Response, bool, error) {
+	srv := pick.Server
 	r.attempts++
 	if r.t.obs.OnPick != nil {
 		r.t.obs.OnPick(r.service, srv)
@@ -352,31 +362,30 @@ func (r *roundTrip) attempt(ctx context.Context, srv *balancer.Server) (*http.Re
 		out.Body = r.body
 	}
 	if r.hasBody && r.req.GetBody == nil {
-		r.guard = newBodyGuard(out.Body)
+		r.guard = newBodyGuard(out.Body, &r.t.openGuards)
 		out.Body = r.guard
 	}
 
-	st := srv.Stats()
-	st.RequestStarted()
 	start := time.Now()
 	resp, err := r.c.rt.RoundTrip(out)
 	elapsed := time.Since(start)
 
 	connectFailure := false
 	if err == nil {
-		st.ResponseReceived(elapsed)
 		if _, upgraded := resp.Body.(io.ReadWriteCloser); upgraded || resp.Body == nil || resp.Body == http.NoBody {
-			// A switched protocol (WebSocket) is a connection, not a
-			// request in flight; the proxy needs its ReadWriteCloser as is.
-			st.RequestEnded()
+			// Nothing more to wait for. A switched protocol (WebSocket) is
+			// a connection, not a request in flight; the proxy needs its
+			// ReadWriteCloser as is.
+			pick.Done(balancer.DoneInfo{ResponseTime: elapsed})
 		} else {
-			resp.Body = trackBody(resp.Body, st.RequestEnded)
+			pick.Responded(elapsed)
+			resp.Body = trackBody(resp.Body, pick)
 		}
 		resp.Request = r.req
 	} else {
 		// A cancelled or expired request is not the server's fault.
 		connectFailure = ctx.Err() == nil && IsConnectFailure(err)
-		st.RequestFailed(connectFailure)
+		pick.Done(balancer.DoneInfo{Err: err, ConnectFailure: connectFailure})
 	}
 	if r.t.obs.OnResult != nil {
 		res := Result{Service: r.service, Server: srv, Attempt: r.attempts, Err: err, ConnectFailure: connectFailure, Duration: elapsed}

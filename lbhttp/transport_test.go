@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/internal/testutil"
 )
 
 func TestTransportBalancesAndRewritesURL(t *testing.T) {
@@ -581,12 +582,10 @@ func TestTransportClosesUnreplayableBodyOnce(t *testing.T) {
 			if resp, err := tr.RoundTrip(req); err == nil {
 				resp.Body.Close()
 			}
-			// The transport may close the body after RoundTrip returns.
-			deadline := time.Now().Add(2 * time.Second)
-			for body.closes.Load() == 0 && time.Now().Before(deadline) {
-				time.Sleep(time.Millisecond)
-			}
-			time.Sleep(10 * time.Millisecond)
+			// The attempts' transports may close their bodies after
+			// RoundTrip returns: once every one has, nothing can close the
+			// caller's body again.
+			testutil.Eventually(t, "every attempt's body closed", func() bool { return tr.openGuards.Load() == 0 })
 			if n := body.closes.Load(); n != 1 {
 				t.Errorf("body closed %d times, want once", n)
 			}

@@ -1,0 +1,186 @@
+package balancer
+
+import (
+	"context"
+	"time"
+)
+
+// PickInfo is everything a [Rule] chooses from for one pick: the
+// candidates, already narrowed by the zone choice, the caller's context,
+// the balancer's randomness and its clock. The balancer builds one per
+// pick and hands it to the rule by value; a rule needs nothing else, so
+// rules can be written outside this package.
+//
+// The methods with a pointer receiver cache the pick's time: call them on
+// the rule's own copy (the parameter), not on a temporary.
+type PickInfo struct {
+	// Ctx is the caller's context. It carries the key of WithKey (see
+	// Key), and its deadline and cancellation bound a rule that waits, as
+	// Retry does. It is never nil.
+	Ctx context.Context
+	// View is the servers to choose from: the zone the zone choice settled
+	// on (a zone forced with WithZone, or the one the zone-aware choice
+	// drew), or all of Candidates when no zone was chosen. It is empty only
+	// when the balancer has no alive server.
+	View *View
+	// Candidates is every server this pick may use: the alive servers the
+	// zone filter (ZoneAffinity, ZonePreference) keeps, or the forced
+	// zone's. It is View itself when no zone was chosen. A rule whose test
+	// fails every server of View may fall back to it, as ZoneAvoidance does.
+	Candidates *View
+	// Rand is the balancer's randomness (WithRand); it is safe for
+	// concurrent use.
+	Rand Rand
+
+	b      *Balancer // for the clock and Refresh; nil in a hand-made PickInfo
+	now    int64
+	hasNow bool
+}
+
+// Now returns the pick's time on the balancer's clock (WithClock), as a
+// monotonic duration since the balancer was built: only differences
+// between two readings mean something. It reads the clock at most once per
+// pick; the zone choice may already have.
+func (p *PickInfo) Now() time.Duration { return time.Duration(p.nanotime()) }
+
+func (p *PickInfo) nanotime() int64 {
+	if !p.hasNow && p.b != nil {
+		p.now, p.hasNow = p.b.shared.nanotime(), true
+	}
+	return p.now
+}
+
+// Key returns the key set on Ctx with WithKey, for keyed rules.
+func (p *PickInfo) Key() (string, bool) { return KeyFrom(p.Ctx) }
+
+// Tripped reports whether s's circuit breaker is open at the pick's time.
+func (p *PickInfo) Tripped(s *Server) bool {
+	return s.inst != nil && s.inst.stats.trippedAt(p.nanotime())
+}
+
+// ActiveRequests returns s's requests in flight at the pick's time (see
+// ServerStats.ActiveRequests).
+func (p *PickInfo) ActiveRequests(s *Server) int64 {
+	if s.inst == nil {
+		return 0
+	}
+	return s.inst.stats.activeAt(p.nanotime())
+}
+
+// Changed returns a channel that is closed when the balancer's list has
+// changed since this pick's View was taken: a rule that waits (Retry)
+// waits on it together with Ctx, then calls Refresh. It is nil, so never
+// ready, for a hand-made PickInfo.
+func (p *PickInfo) Changed() <-chan struct{} {
+	if p.View == nil || p.View.snap == nil {
+		return nil
+	}
+	return p.View.snap.replaced
+}
+
+// Refresh returns the PickInfo of the same pick over the balancer's
+// current list, with the zone choice made again and a fresh time. A
+// hand-made PickInfo is returned as is.
+func (p *PickInfo) Refresh() PickInfo {
+	if p.b == nil {
+		return *p
+	}
+	return p.b.pickInfo(p.Ctx, p.b.snap.Load())
+}
+
+// Pick is a server chosen for one request, together with that request's
+// entry in the server's statistics: from the pick on, the request counts
+// as active (for BestAvailable, the availability limit and the zone
+// statistics) until it ends. [Balancer.Pick] makes one, and
+// [Balancer.Begin] makes one for a server the caller chose itself.
+//
+// Report the outcome exactly once, in one of two ways:
+//
+//   - Done(info) when the exchange is over: a failure (with whether it
+//     was a connection failure, which feeds the circuit breaker) or an
+//     answer (with its response time);
+//   - Responded(d) when the answer starts (an HTTP response's headers),
+//     then End() when it is over (the body read or closed): the response
+//     time is taken at the start of the answer, and the request stays
+//     active while the answer streams, so streams count as load.
+//
+// End alone ends a request without recording an outcome, for a pick that
+// was never sent. A request never ended stays active until the
+// active-request timeout (Config.ActiveRequestsTimeout) decays its count.
+//
+// A Pick is a small value: copy it freely (lbhttp keeps one in each
+// response body), but report once. Its methods are safe to call from any
+// goroutine. The zero Pick has no Server and its methods do nothing.
+type Pick struct {
+	// Server is the chosen server. It is shared: do not modify it.
+	Server *Server
+	start  int64 // the balancer's nanotime at the pick
+}
+
+// DoneInfo is the outcome of a request, for [Pick.Done].
+type DoneInfo struct {
+	// Err is why the request failed, nil when the server answered. Any
+	// answer counts as one, whatever it says (an HTTP 500 included): the
+	// server is reachable.
+	Err error
+	// ConnectFailure reports that the request failed to connect, so
+	// nothing reached the server: refused, unreachable, connect timeout. It
+	// counts towards the server's circuit breaker; other failures only end
+	// the request. It means a failure even when Err is nil.
+	ConnectFailure bool
+	// ResponseTime is how long the server took to answer, for the
+	// response-time average; zero means the time since the pick on the
+	// balancer's clock. It is ignored for a failure.
+	ResponseTime time.Duration
+}
+
+// stats returns the statistics the pick records into, or nil.
+func (p Pick) stats() *ServerStats {
+	if p.Server == nil || p.Server.inst == nil {
+		return nil
+	}
+	return &p.Server.inst.stats
+}
+
+// Done records the outcome of the request and ends it. An answer resets
+// the server's successive-failure count (closing its breaker) and feeds
+// its response-time average; a connection failure counts towards its
+// breaker. Call it at most once, and not after Responded.
+func (p Pick) Done(info DoneInfo) {
+	st := p.stats()
+	if st == nil {
+		return
+	}
+	if info.Err != nil || info.ConnectFailure {
+		st.requestFailed(info.ConnectFailure)
+		return
+	}
+	st.responseReceived(p.responseTime(st, info.ResponseTime))
+	st.endRequest()
+}
+
+// Responded records that the server answered after d (zero: the time
+// since the pick), as Done does for an answer, but leaves the request
+// active: call End when the answer is over. Call it at most once, and not
+// with Done.
+func (p Pick) Responded(d time.Duration) {
+	if st := p.stats(); st != nil {
+		st.responseReceived(p.responseTime(st, d))
+	}
+}
+
+// End ends the request: after Responded, when the answer is over; alone,
+// for a request that was never sent (nothing is recorded but the end).
+// Call it at most once.
+func (p Pick) End() {
+	if st := p.stats(); st != nil {
+		st.endRequest()
+	}
+}
+
+func (p Pick) responseTime(st *ServerStats, d time.Duration) time.Duration {
+	if d != 0 {
+		return d
+	}
+	return time.Duration(max(st.shared.nanotime()-p.start, 0))
+}
