@@ -13,8 +13,15 @@
 // the subscriber retries. Stats of servers that stay survive the rebuild.
 //
 // A Registry holds one Visitor per service and creates it, with its
-// balancer, on the first ListChanged for that service (Ribbon's seed calls
-// this the ServiceInstanceInfoChangedListener).
+// balancer, through a balancer.Balancers (a *balancer.Factory in a gateway),
+// on the first ListChanged for that service (Ribbon's seed calls this the
+// ServiceInstanceInfoChangedListener).
+//
+// The conversion of a registry record (serverlist.Instance) into a
+// balancer.Server lives here, where both packages meet, so that serverlist
+// never imports the balancer. Visitors and the Registry own no goroutine:
+// there is nothing to start or close; the balancers belong to whoever made
+// them.
 //
 // Apply calls for one Visitor are serialised; the subscriber never overlaps
 // them anyway. Everything here is safe for concurrent use.

@@ -12,16 +12,10 @@ import (
 	"github.com/pushlb/pushlb/events"
 )
 
-// Balancers creates or returns the balancer of a service;
-// *balancer.Factory is the implementation.
-type Balancers interface {
-	Get(name string) (*balancer.Balancer, error)
-}
-
 // Registry holds one Visitor per service, created on the first ListChanged
 // for it. Its Handle method is a subscriber.Handler.
 type Registry struct {
-	balancers Balancers
+	balancers balancer.Balancers
 	res       Resolver
 	log       zerolog.Logger
 
@@ -29,8 +23,9 @@ type Registry struct {
 	visitors map[string]*Visitor
 }
 
-// NewRegistry builds a Registry.
-func NewRegistry(b Balancers, res Resolver, log zerolog.Logger) *Registry {
+// NewRegistry builds a Registry over b (a *balancer.Factory, or any
+// balancer.Balancers). It starts nothing.
+func NewRegistry(b balancer.Balancers, res Resolver, log zerolog.Logger) *Registry {
 	return &Registry{balancers: b, res: res, log: log, visitors: map[string]*Visitor{}}
 }
 

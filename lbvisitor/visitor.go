@@ -53,7 +53,8 @@ type Visitor struct {
 }
 
 // NewVisitor wraps b, whose list it will own from now on: the balancer's
-// polling updater is stopped.
+// polling updater is stopped. A Visitor owns no goroutine: there is nothing
+// to start or close.
 func NewVisitor(b *balancer.Balancer, res Resolver, log zerolog.Logger) *Visitor {
 	b.StopPolling()
 	return &Visitor{b: b, res: res, service: b.Name(), log: log}
@@ -89,7 +90,7 @@ func (v *Visitor) Apply(ctx context.Context, lc events.ListChanged) error {
 		err := errs[i]
 		switch {
 		case err == nil:
-			list = append(list, found[i].Server())
+			list = append(list, server(found[i]))
 		case errors.Is(err, serverlist.ErrNotFound):
 			// The registry is the truth: an ID it does not hold routes nothing.
 			v.notFound.Add(1)
@@ -122,4 +123,18 @@ func (v *Visitor) Apply(ctx context.Context, lc events.ListChanged) error {
 		return fmt.Errorf("%w: %s: %v", ErrKeptLastGood, v.service, keptIDs)
 	}
 	return nil
+}
+
+// server converts the registry's record of an instance into a balancer
+// server. It lives here, not in serverlist, so that the registry does not
+// depend on the balancer.
+func server(in serverlist.Instance) balancer.Server {
+	scheme := "http"
+	if in.Secure {
+		scheme = "https"
+	}
+	return balancer.Server{
+		ID: in.InstanceID, Host: in.Host, Port: in.Port, Scheme: scheme,
+		Zone: in.Zone, Metadata: in.Metadata,
+	}
 }

@@ -87,7 +87,7 @@ func newBalancer(t *testing.T) *balancer.Balancer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Start(); err != nil {
+	if err := b.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
@@ -99,7 +99,7 @@ func TestVisitorAppliesListsFromLookups(t *testing.T) {
 	res := &fixedResolver{}
 	res.set(false, inst(1), inst(2), inst(3))
 	v := NewVisitor(b, res, zerolog.Nop())
-	if b.Updater().Running() {
+	if b.Polling() {
 		t.Fatal("the visitor must stop polling")
 	}
 	ctx := t.Context()
@@ -113,7 +113,7 @@ func TestVisitorAppliesListsFromLookups(t *testing.T) {
 		t.Fatalf("registry details not applied: %+v", s)
 	}
 	st := b.ServerStats(inst(1).InstanceID)
-	st.RequestStarted()
+	b.Begin(b.Server(inst(1).InstanceID)) // a request in flight
 
 	// An ID the registry does not hold is left out; the others keep stats.
 	if err := v.Apply(ctx, lc(2, 1, 2, 9)); err != nil {
@@ -170,6 +170,7 @@ func TestVisitorKeepsLastGoodDuringOutage(t *testing.T) {
 	}
 }
 
+// factory is a balancer.Balancers that counts the balancers it makes.
 type factory struct {
 	mu    sync.Mutex
 	made  map[string]int
@@ -183,6 +184,9 @@ func (f *factory) Get(name string) (*balancer.Balancer, error) {
 	if b := f.bals[name]; b != nil {
 		return b, nil
 	}
+	// Simulated slow work (a balancer build that takes a moment), not an
+	// ordering: it widens the window in which concurrent Handle calls could
+	// create a second balancer; the test's outcome does not depend on it.
 	time.Sleep(f.delay)
 	b, err := balancer.New(name, balancer.DefaultConfig())
 	if err != nil {
@@ -225,3 +229,5 @@ func TestRegistryCreatesOneVisitorPerService(t *testing.T) {
 		t.Fatal("the registry's visitor did not apply the list")
 	}
 }
+
+var _ balancer.Balancers = (*factory)(nil)
