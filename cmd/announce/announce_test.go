@@ -20,19 +20,21 @@ func TestHoldMode(t *testing.T) {
 	id := "127.0.0.1:orders:" + strconv.Itoa(portOf(t, addr))
 	before := time.Now().UnixNano()
 	a := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr,
-		"-zone", "z1", "-meta", "version=1.2", "-meta", "team=core=x", "-secure")
+		"-zone", "z1", "-meta", "version=1.2", "-meta", "team=core=x", "-secure", "-log-level", "debug")
 
-	// Nothing is announced while the address refuses connections.
-	w.quiet(t, 400*time.Millisecond)
+	// Nothing is announced while the address refuses connections: once
+	// announce found it not ready, no event came and nothing is registered.
+	a.WaitFor(t, "not ready yet", lineTimeout)
+	w.quiet(t)
 	if _, ok := w.get(t, "orders", id); ok {
 		t.Fatal("registered before the address was ready")
 	}
 	backend := start(t, backendBin, "-addr", addr, "-name", "b1")
-	listening := backend.line(t, "listening on")
+	listening := backend.WaitFor(t, "listening on", lineTimeout)
 
 	on := w.next(t)
 	expectKind(t, on, events.Online, id)
-	if on.at.Before(listening.at) {
+	if on.at.Before(listening.At) {
 		t.Fatal("online event before the backend listened")
 	}
 	if on.Incarnation < before || on.Incarnation > time.Now().UnixNano() {
@@ -45,13 +47,13 @@ func TestHoldMode(t *testing.T) {
 		t.Fatalf("registry entry %+v (present %v), want %+v", in, ok, want)
 	}
 
-	a.signal(t, syscall.SIGTERM)
+	a.Signal(t, syscall.SIGTERM)
 	off := w.next(t)
 	expectKind(t, off, events.Offline, id)
 	if off.Incarnation != on.Incarnation || off.Reason != "shutdown" {
 		t.Fatalf("offline event %+v", off.Event)
 	}
-	if code := a.wait(t); code != 0 {
+	if code := a.Wait(t, exitTimeout); code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
 	}
 	if _, ok := w.get(t, "orders", id); ok {
@@ -66,13 +68,13 @@ func TestHoldModeHealthURLAndCustomID(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	addr := freeAddr(t)
-	start(t, backendBin, "-addr", addr).line(t, "listening on")
+	start(t, backendBin, "-addr", addr).WaitFor(t, "listening on", lineTimeout)
 	a := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr, "-id", "pod/orders-7 blue",
 		"-health", "http://"+addr+"/health")
 	expectKind(t, w.next(t), events.Online, "pod/orders-7 blue")
-	a.signal(t, syscall.SIGINT)
+	a.Signal(t, syscall.SIGINT)
 	expectKind(t, w.next(t), events.Offline, "pod/orders-7 blue")
-	if code := a.wait(t); code != 0 {
+	if code := a.Wait(t, exitTimeout); code != 0 {
 		t.Fatalf("exit status %d", code)
 	}
 }
@@ -87,17 +89,17 @@ func TestSuperviseModeWithdrawsBeforeSignallingTheChild(t *testing.T) {
 		"--", backendBin, "-addr", addr, "-name", "s1", "-delay", "200ms", "-exit-code", "5")
 
 	// The child's stdout passes through announce's.
-	listening := a.line(t, "testbackend s1 listening on")
+	listening := a.WaitFor(t, "testbackend s1 listening on", lineTimeout)
 	on := w.next(t)
 	expectKind(t, on, events.Online, id)
-	if on.at.Before(listening.at) {
+	if on.at.Before(listening.At) {
 		t.Fatal("online event before the command listened")
 	}
 	if _, ok := w.get(t, "orders", id); !ok {
 		t.Fatal("not registered")
 	}
 
-	a.signal(t, syscall.SIGTERM)
+	a.Signal(t, syscall.SIGTERM)
 	off := w.next(t)
 	expectKind(t, off, events.Offline, id)
 	// The command has not been signalled yet: it still serves, and has not
@@ -105,12 +107,12 @@ func TestSuperviseModeWithdrawsBeforeSignallingTheChild(t *testing.T) {
 	if code, body := httpGet(t, "http://"+addr+"/x"); code != 200 || body != "s1 /x\n" {
 		t.Fatalf("command not serving during the drain: %d %q", code, body)
 	}
-	a.noLine(t, "received")
-	got := a.line(t, "testbackend s1 received terminated")
-	if gap := got.at.Sub(off.at); gap < drain-150*time.Millisecond {
+	noLine(t, a, "received")
+	got := a.WaitFor(t, "testbackend s1 received terminated", lineTimeout)
+	if gap := got.At.Sub(off.at); gap < drain-150*time.Millisecond {
 		t.Fatalf("the command got SIGTERM %v after the offline event, want about -drain %v", gap, drain)
 	}
-	if code := a.wait(t); code != 5 {
+	if code := a.Wait(t, exitTimeout); code != 5 {
 		t.Fatalf("exit status %d, want the command's 5", code)
 	}
 	if _, ok := w.get(t, "orders", id); ok {
@@ -132,7 +134,7 @@ func TestSuperviseModeCommandExitsOnItsOwn(t *testing.T) {
 	if off.Incarnation != on.Incarnation || off.Reason != "exited" {
 		t.Fatalf("offline event %+v", off.Event)
 	}
-	if code := a.wait(t); code != 3 {
+	if code := a.Wait(t, exitTimeout); code != 3 {
 		t.Fatalf("exit status %d, want 3", code)
 	}
 	if _, ok := w.get(t, "orders", id); ok {
@@ -153,11 +155,11 @@ func TestSuperviseModeCommandFailsBeforeReady(t *testing.T) {
 		{"not found", []string{"/nonexistent/command"}, 127},
 	} {
 		args := append([]string{"-nats", w.srv.URL(), "-service", "orders", "-addr", freeAddr(t), "--"}, tc.command...)
-		if code := announce(t, args...).wait(t); code != tc.status {
+		if code := announce(t, args...).Wait(t, exitTimeout); code != tc.status {
 			t.Errorf("%s: exit status %d, want %d", tc.name, code, tc.status)
 		}
 	}
-	w.quiet(t, 100*time.Millisecond)
+	w.quiet(t)
 }
 
 func TestSuperviseModeNotReadyStopsTheCommand(t *testing.T) {
@@ -166,14 +168,14 @@ func TestSuperviseModeNotReadyStopsTheCommand(t *testing.T) {
 	addr := freeAddr(t)
 	a := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr, "-ready-timeout", "300ms",
 		"--", backendBin, "-addr", addr, "-name", "slow", "-delay", "10s")
-	if code := a.wait(t); code != 1 {
+	if code := a.Wait(t, exitTimeout); code != 1 {
 		t.Fatalf("exit status %d, want 1", code)
 	}
-	a.line(t, "testbackend slow received terminated")
-	if !strings.Contains(a.stderr.String(), "not ready within 300ms") {
-		t.Fatalf("stderr does not explain: %s", a.stderr.String())
+	a.WaitFor(t, "testbackend slow received terminated", lineTimeout)
+	if !strings.Contains(a.Stderr(), "not ready within 300ms") {
+		t.Fatalf("stderr does not explain: %s", a.Stderr())
 	}
-	w.quiet(t, 100*time.Millisecond)
+	w.quiet(t)
 }
 
 func TestOfflineMode(t *testing.T) {
@@ -183,7 +185,7 @@ func TestOfflineMode(t *testing.T) {
 	if _, err := w.reg.Register(testCtx(t), in); err != nil {
 		t.Fatal(err)
 	}
-	if code := announce(t, "offline", "-nats", w.srv.URL(), "-service", "orders", "-id", in.InstanceID).wait(t); code != 0 {
+	if code := announce(t, "offline", "-nats", w.srv.URL(), "-service", "orders", "-id", in.InstanceID).Wait(t, exitTimeout); code != 0 {
 		t.Fatalf("exit status %d", code)
 	}
 	off := w.next(t)
@@ -201,7 +203,7 @@ func TestOfflineMode(t *testing.T) {
 
 	// Not registered: the current time, or -incarnation.
 	before := time.Now().UnixNano()
-	if code := announce(t, "offline", "-nats", w.srv.URL(), "-service", "orders", "-id", "gone", "-reason", "host died").wait(t); code != 0 {
+	if code := announce(t, "offline", "-nats", w.srv.URL(), "-service", "orders", "-id", "gone", "-reason", "host died").Wait(t, exitTimeout); code != 0 {
 		t.Fatalf("exit status %d", code)
 	}
 	off = w.next(t)
@@ -209,7 +211,7 @@ func TestOfflineMode(t *testing.T) {
 	if off.Incarnation < before || off.Incarnation > time.Now().UnixNano() || off.Reason != "host died" {
 		t.Fatalf("offline event %+v, want the current time as incarnation", off.Event)
 	}
-	if code := announce(t, "offline", "-nats", w.srv.URL(), "-service", "orders", "-id", "gone", "-incarnation", "77").wait(t); code != 0 {
+	if code := announce(t, "offline", "-nats", w.srv.URL(), "-service", "orders", "-id", "gone", "-incarnation", "77").Wait(t, exitTimeout); code != 0 {
 		t.Fatalf("exit status %d", code)
 	}
 	if off = w.next(t); off.Incarnation != 77 {
@@ -243,8 +245,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"-service", "orders", "offline"}, "offline must come first"},
 	} {
 		a := announce(t, tc.args...)
-		code := a.wait(t)
-		stderr := a.stderr.String()
+		code := a.Wait(t, exitTimeout)
+		stderr := a.Stderr()
 		if code != 2 || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "usage:") {
 			t.Errorf("announce %s: exit status %d, stderr:\n%s\nwant 2 and %q with the usage", strings.Join(tc.args, " "), code, stderr, tc.want)
 		}
@@ -254,15 +256,11 @@ func TestUsageErrors(t *testing.T) {
 func TestHelp(t *testing.T) {
 	t.Parallel()
 	a := announce(t, "-h")
-	var out strings.Builder
-	for l := range a.lines {
-		out.WriteString(l.text + "\n")
-	}
-	if code := a.wait(t); code != 0 {
+	if code := a.Wait(t, exitTimeout); code != 0 {
 		t.Fatalf("exit status %d", code)
 	}
 	for _, want := range append(append([]string{"Examples:", "announce offline", "-- COMMAND"}, instanceFlags...), commonFlags...) {
-		if !strings.Contains(out.String(), want) {
+		if !strings.Contains(a.Stdout(), want) {
 			t.Errorf("help lacks %q", want)
 		}
 	}
@@ -273,22 +271,22 @@ func TestNATSUnreachable(t *testing.T) {
 	url := "nats://" + freeAddr(t)
 	start := time.Now()
 	a := announce(t, "-nats", url, "-nats-timeout", "300ms", "-service", "orders", "-addr", "127.0.0.1:9001")
-	if code := a.wait(t); code != 1 {
+	if code := a.Wait(t, exitTimeout); code != 1 {
 		t.Fatalf("exit status %d, want 1", code)
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("gave up after %v", d)
 	}
-	if want := "cannot reach NATS at " + url + " after 300ms"; !strings.Contains(a.stderr.String(), want) {
-		t.Fatalf("stderr %q lacks %q", a.stderr.String(), want)
+	if want := "cannot reach NATS at " + url + " after 300ms"; !strings.Contains(a.Stderr(), want) {
+		t.Fatalf("stderr %q lacks %q", a.Stderr(), want)
 	}
 	// Supervise mode does not start the command then.
 	a = announce(t, "-nats", url, "-nats-timeout", "300ms", "-service", "orders", "-addr", "127.0.0.1:9001",
 		"--", "/bin/sh", "-c", "echo started")
-	if code := a.wait(t); code != 1 {
+	if code := a.Wait(t, exitTimeout); code != 1 {
 		t.Fatalf("supervise: exit status %d, want 1", code)
 	}
-	a.noLine(t, "started")
+	noLine(t, a, "started")
 }
 
 func TestHoldModeNotReady(t *testing.T) {
@@ -296,13 +294,13 @@ func TestHoldModeNotReady(t *testing.T) {
 	w := newWorld(t)
 	addr := freeAddr(t)
 	a := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr, "-ready-timeout", "300ms")
-	if code := a.wait(t); code != 1 {
+	if code := a.Wait(t, exitTimeout); code != 1 {
 		t.Fatalf("exit status %d, want 1", code)
 	}
-	if want := addr + " not ready within 300ms"; !strings.Contains(a.stderr.String(), want) {
-		t.Fatalf("stderr %q lacks %q", a.stderr.String(), want)
+	if want := addr + " not ready within 300ms"; !strings.Contains(a.Stderr(), want) {
+		t.Fatalf("stderr %q lacks %q", a.Stderr(), want)
 	}
-	w.quiet(t, 100*time.Millisecond)
+	w.quiet(t)
 	list, err := w.reg.List(testCtx(t), "orders")
 	if err != nil || len(list) != 0 {
 		t.Fatalf("registry %v, %v", list, err)
@@ -312,14 +310,14 @@ func TestHoldModeNotReady(t *testing.T) {
 func TestHoldModeStartedBeforeNATS(t *testing.T) {
 	t.Parallel()
 	backend := freeAddr(t)
-	start(t, backendBin, "-addr", backend).line(t, "listening on")
+	start(t, backendBin, "-addr", backend).WaitFor(t, "listening on", lineTimeout)
 	natsAddr := freeAddr(t)
-	a := announce(t, "-nats", "nats://"+natsAddr, "-service", "orders", "-addr", backend)
-	time.Sleep(300 * time.Millisecond)
+	a := announce(t, "-nats", "nats://"+natsAddr, "-service", "orders", "-addr", backend, "-log-level", "debug")
+	a.WaitFor(t, "NATS not reachable yet", lineTimeout) // it tried, and retries
 	w := newWorldOn(t, portOf(t, natsAddr))
 	expectKind(t, w.next(t), events.Online, "127.0.0.1:orders:"+strconv.Itoa(portOf(t, backend)))
-	a.signal(t, syscall.SIGTERM)
-	if code := a.wait(t); code != 0 {
+	a.Signal(t, syscall.SIGTERM)
+	if code := a.Wait(t, exitTimeout); code != 0 {
 		t.Fatalf("exit status %d", code)
 	}
 }
@@ -360,11 +358,11 @@ func TestSuperviseModeSecondSignalCutsTheDrain(t *testing.T) {
 	a := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr, "-drain", "1m",
 		"--", backendBin, "-addr", addr, "-name", "s2")
 	expectKind(t, w.next(t), events.Online, "127.0.0.1:orders:"+strconv.Itoa(portOf(t, addr)))
-	a.signal(t, syscall.SIGTERM)
+	a.Signal(t, syscall.SIGTERM)
 	w.next(t) // offline
-	a.signal(t, syscall.SIGINT)
-	a.line(t, "testbackend s2 received interrupt") // the second signal is the one forwarded
-	if code := a.wait(t); code != 0 {
+	a.Signal(t, syscall.SIGINT)
+	a.WaitFor(t, "testbackend s2 received interrupt", lineTimeout) // the second signal is the one forwarded
+	if code := a.Wait(t, exitTimeout); code != 0 {
 		t.Fatalf("exit status %d", code)
 	}
 }
@@ -378,11 +376,11 @@ func TestSuperviseModeForwardsSIGHUP(t *testing.T) {
 	expectKind(t, w.next(t), events.Online, "127.0.0.1:orders:"+strconv.Itoa(portOf(t, addr)))
 	// testbackend does not handle SIGHUP, so it dies of it: announce
 	// withdraws at once and reports 128+1, as a shell would.
-	a.signal(t, syscall.SIGHUP)
+	a.Signal(t, syscall.SIGHUP)
 	if off := w.next(t); off.Kind != events.Offline || off.Reason != "exited" {
 		t.Fatalf("got %+v", off.Event)
 	}
-	if code := a.wait(t); code != 128+int(syscall.SIGHUP) {
+	if code := a.Wait(t, exitTimeout); code != 128+int(syscall.SIGHUP) {
 		t.Fatalf("exit status %d, want %d", code, 128+int(syscall.SIGHUP))
 	}
 }
@@ -395,18 +393,20 @@ func TestStopSignalBeforeReady(t *testing.T) {
 	// announce returns; nothing is announced.
 	a := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr,
 		"--", backendBin, "-addr", addr, "-name", "early", "-delay", "1m", "-exit-code", "6")
-	time.Sleep(300 * time.Millisecond)
-	a.signal(t, syscall.SIGTERM)
-	a.line(t, "testbackend early received terminated")
-	if code := a.wait(t); code != 6 {
+	// The command prints this once it handles signals; announce, which
+	// started it, handled them before it connected.
+	a.WaitFor(t, "testbackend early waiting 1m0s before listening", lineTimeout)
+	a.Signal(t, syscall.SIGTERM)
+	a.WaitFor(t, "testbackend early received terminated", lineTimeout)
+	if code := a.Wait(t, exitTimeout); code != 6 {
 		t.Fatalf("supervise: exit status %d, want 6", code)
 	}
 	// Hold: nothing to undo, exit 0.
 	h := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr)
-	time.Sleep(300 * time.Millisecond)
-	h.signal(t, syscall.SIGINT)
-	if code := h.wait(t); code != 0 {
+	h.WaitFor(t, "waiting for the instance to be ready", lineTimeout) // logged after signal.Notify
+	h.Signal(t, syscall.SIGINT)
+	if code := h.Wait(t, exitTimeout); code != 0 {
 		t.Fatalf("hold: exit status %d, want 0", code)
 	}
-	w.quiet(t, 100*time.Millisecond)
+	w.quiet(t)
 }

@@ -67,6 +67,9 @@ func run(args []string, stdout, stderr io.Writer, started time.Time) int {
 	a.cfg.instance.Incarnation = started.UnixNano()
 	a.cfg.nats.Name = "announce " + cfg.instance.Service + " " + cfg.instance.InstanceID
 
+	// Signals are handled before the first log line, so that a stop is
+	// never lost to the default action once announce said anything; the
+	// tests rely on it and signal announce as soon as they read a line.
 	a.sigs = make(chan os.Signal, 8)
 	notify := []os.Signal{os.Interrupt, syscall.SIGTERM}
 	if cfg.mode == modeSupervise {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,8 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,28 +28,23 @@ import (
 var announceBin, backendBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "announce-test")
+	bins, remove, err := testutil.BuildBinaries(".", "../../internal/testbackend")
 	if err != nil {
-		panic(err)
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	announceBin = filepath.Join(dir, "announce")
-	backendBin = filepath.Join(dir, "testbackend")
-	// One go build for both: -o with a directory writes each command there.
-	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), ".", "../../internal/testbackend")
-	if out, err := build.CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
-		panic("go build: " + err.Error() + "\n" + string(out))
-	}
+	announceBin, backendBin = bins[0], bins[1]
 	code := m.Run()
 	if code == 0 {
 		// The processes are gone; what this process started (NATS servers,
 		// clients, watchers) must be gone too.
+		http.DefaultClient.CloseIdleConnections()
 		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1")); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			code = 1
 		}
 	}
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 
@@ -66,10 +58,16 @@ type seen struct {
 
 // world is a NATS server with a subscriber on lb.svc.> and the registry.
 type world struct {
-	srv *natstest.Server
-	reg *serverlist.Registry
-	evs chan seen
+	srv     *natstest.Server
+	reg     *serverlist.Registry
+	nc      *nats.Conn
+	evs     chan seen
+	barrier chan struct{} // a message on barrierSubject came, after every event before it
 }
+
+// barrierSubject is under the events' wildcard, so that the subscription
+// sees a message on it in order with the events: see quiet.
+var barrierSubject = strings.TrimSuffix(events.WildcardSubject(events.DefaultPrefix), ">") + "test-barrier.sync"
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
@@ -78,9 +76,14 @@ func newWorld(t *testing.T) *world {
 
 func newWorldWith(t *testing.T, srv *natstest.Server) *world {
 	t.Helper()
-	w := &world{srv: srv, evs: make(chan seen, 32)}
+	w := &world{srv: srv, evs: make(chan seen, 32), barrier: make(chan struct{}, 1)}
 	nc := w.srv.Connect(t)
+	w.nc = nc
 	if _, err := nc.Subscribe(events.WildcardSubject(events.DefaultPrefix), func(m *nats.Msg) {
+		if m.Subject == barrierSubject {
+			w.barrier <- struct{}{}
+			return
+		}
 		e, err := events.DecodeMessage(events.DefaultPrefix, m.Subject, m.Data)
 		if err != nil {
 			t.Errorf("bad event on %s: %v", m.Subject, err)
@@ -117,13 +120,21 @@ func (w *world) next(t *testing.T) seen {
 	return seen{}
 }
 
-// quiet fails if an event arrives within d.
-func (w *world) quiet(t *testing.T, d time.Duration) {
+// quiet fails if an event came that the test did not take with next. It
+// publishes a barrier message on the events' subscription and waits for
+// it: announce flushes each event it publishes, so an event published
+// before what the test observed (a log line, an exit) reached the server
+// before the barrier and is delivered before it, in order.
+func (w *world) quiet(t *testing.T) {
 	t.Helper()
+	if err := w.nc.Publish(barrierSubject, nil); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Receive(t, w.barrier, 5*time.Second, "the barrier message")
 	select {
 	case e := <-w.evs:
 		t.Fatalf("unexpected event %+v", e.Event)
-	case <-time.After(d):
+	default:
 	}
 }
 
@@ -148,121 +159,32 @@ func testCtx(t *testing.T) context.Context {
 
 // --- processes ----------------------------------------------------------
 
-// line is one line of a process's stdout and when the test read it.
-type line struct {
-	text string
-	at   time.Time
-}
+// Bounds of the waits for a process: one line of output, an exit.
+const (
+	lineTimeout = 5 * time.Second
+	exitTimeout = 10 * time.Second
+)
 
-// proc is a running binary: stdout arrives line by line, stderr is kept.
-type proc struct {
-	cmd    *exec.Cmd
-	lines  chan line
-	stderr testutil.SyncBuffer
-	done   chan struct{} // closed after Wait
-	status int
-}
-
-func start(t *testing.T, bin string, args ...string) *proc {
+// start runs bin with args; the test's cleanup kills it.
+func start(t *testing.T, bin string, args ...string) *testutil.Proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(bin, args...), lines: make(chan line, 64), done: make(chan struct{})}
-	p.cmd.Stderr = &p.stderr
-	out, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			p.lines <- line{text: sc.Text(), at: time.Now()}
+	return testutil.Start(t, bin, args...)
+}
+
+func announce(t *testing.T, args ...string) *testutil.Proc { return start(t, announceBin, args...) }
+
+// noLine fails if a stdout line containing want has come.
+func noLine(t *testing.T, p *testutil.Proc, want string) {
+	t.Helper()
+	for _, l := range p.Lines() {
+		if l.Stream == testutil.Stdout && strings.Contains(l.Text, want) {
+			t.Fatalf("unexpected stdout line %q", l.Text)
 		}
-		_, _ = io.Copy(io.Discard, out)
-		_ = p.cmd.Wait()
-		p.status = p.cmd.ProcessState.ExitCode()
-		close(p.lines)
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() || testing.Verbose() {
-			t.Logf("%s %s stderr:\n%s", filepath.Base(bin), strings.Join(args, " "), p.stderr.String())
-		}
-	})
-	return p
-}
-
-func announce(t *testing.T, args ...string) *proc { return start(t, announceBin, args...) }
-
-// wait waits for the process to exit and returns its exit status.
-func (p *proc) wait(t *testing.T) int {
-	t.Helper()
-	select {
-	case <-p.done:
-		return p.status
-	case <-time.After(10 * time.Second):
-		t.Fatal("process did not exit within 10s")
-	}
-	return -1
-}
-
-// line waits for a stdout line containing want.
-func (p *proc) line(t *testing.T, want string) line {
-	t.Helper()
-	timeout := time.After(5 * time.Second)
-	for {
-		select {
-		case l, ok := <-p.lines:
-			if !ok {
-				t.Fatalf("stdout closed before a line with %q", want)
-			}
-			if strings.Contains(l.text, want) {
-				return l
-			}
-		case <-timeout:
-			t.Fatalf("no stdout line with %q within 5s", want)
-		}
-	}
-}
-
-// noLine fails if a stdout line containing want has already arrived.
-func (p *proc) noLine(t *testing.T, want string) {
-	t.Helper()
-	for {
-		select {
-		case l, ok := <-p.lines:
-			if !ok {
-				return
-			}
-			if strings.Contains(l.text, want) {
-				t.Fatalf("unexpected stdout line %q", l.text)
-			}
-		default:
-			return
-		}
-	}
-}
-
-func (p *proc) signal(t *testing.T, s os.Signal) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(s); err != nil {
-		t.Fatal(err)
 	}
 }
 
 // freeAddr returns 127.0.0.1:PORT with nothing listening on PORT.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t *testing.T) string { return testutil.FreeAddr(t) }
 
 func portOf(t *testing.T, addr string) int {
 	t.Helper()
