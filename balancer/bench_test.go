@@ -95,3 +95,37 @@ func BenchmarkSetServers(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPick measures a pick that is reported, as lbhttp makes one:
+// Pick, then Done. It must not allocate for the simple rules.
+func BenchmarkPick(b *testing.B) {
+	for _, rule := range []string{RuleRoundRobin, RuleRandom, RuleZoneAvoidance} {
+		for _, n := range []int{3, 100} {
+			bal := benchBalancer(b, rule, n)
+			ctx := context.Background()
+			b.Run(fmt.Sprintf("%s/N=%d/serial", rule, n), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					p, err := bal.Pick(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					p.Done(DoneInfo{ResponseTime: time.Millisecond})
+				}
+			})
+			b.Run(fmt.Sprintf("%s/N=%d/parallel", rule, n), func(b *testing.B) {
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						p, err := bal.Pick(ctx)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						p.Done(DoneInfo{ResponseTime: time.Millisecond})
+					}
+				})
+			})
+		}
+	}
+}

@@ -76,29 +76,27 @@ func run() error {
 	return nil
 }
 
-// send makes n requests through the balancer, recording stats as the HTTP
-// layer does, and counts answers per backend.
+// send makes n requests through the balancer, reporting each outcome
+// through its Pick as the HTTP layer (lbhttp) does, and counts answers per
+// backend.
 func send(ctx context.Context, b *balancer.Balancer, client *http.Client, n int) map[string]int {
 	counts := map[string]int{}
 	for range n {
-		srv, err := b.Choose(ctx)
+		p, err := b.Pick(ctx)
 		if err != nil {
 			counts["error: "+err.Error()]++
 			continue
 		}
-		st := srv.Stats()
-		st.RequestStarted()
-		start := time.Now()
-		resp, err := client.Get("http://" + srv.Addr() + "/")
+		resp, err := client.Get("http://" + p.Server.Addr() + "/")
 		if err != nil {
 			var op *net.OpError
-			st.RequestFailed(errors.As(err, &op) && op.Op == "dial")
-			counts["failed on "+srv.ID]++
+			p.Done(balancer.DoneInfo{Err: err, ConnectFailure: errors.As(err, &op) && op.Op == "dial"})
+			counts["failed on "+p.Server.ID]++
 			continue
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		st.RequestFinished(time.Since(start))
+		p.Done(balancer.DoneInfo{}) // the response time is the time since the pick
 		counts[strings.TrimSpace(string(body))]++
 	}
 	return counts

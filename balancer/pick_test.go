@@ -1,0 +1,192 @@
+package balancer
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPickDone(t *testing.T) {
+	tb := newTest(t, func(c *Config) { c.Rule = RuleRoundRobin }, servers(1, "", 0))
+	st := tb.ServerStats("s0")
+
+	p, err := tb.Pick(t.Context())
+	if err != nil || p.Server.ID != "s0" {
+		t.Fatalf("Pick = %v, %v", p.Server, err)
+	}
+	if st.ActiveRequests() != 1 || st.Requests() != 1 {
+		t.Fatalf("after Pick: active %d, requests %d; want 1, 1", st.ActiveRequests(), st.Requests())
+	}
+	tb.clock.Advance(7 * time.Millisecond)
+	p.Done(DoneInfo{}) // response time measured on the balancer's clock
+	if rt, ok := st.ResponseTime(); !ok || rt != 7*time.Millisecond || st.ActiveRequests() != 0 {
+		t.Fatalf("after Done: response time %v %v, active %d; want 7ms, 0", rt, ok, st.ActiveRequests())
+	}
+
+	// Connection failures feed the breaker; other failures only end.
+	for range 3 {
+		p, _ := tb.Pick(t.Context())
+		p.Done(DoneInfo{Err: errors.New("refused"), ConnectFailure: true})
+	}
+	if !st.CircuitTripped() || st.ActiveRequests() != 0 {
+		t.Fatalf("3 connection failures: tripped %v, active %d", st.CircuitTripped(), st.ActiveRequests())
+	}
+	p = tb.Begin(p.Server)
+	p.Done(DoneInfo{Err: errors.New("reset")})
+	if st.SuccessiveFailures() != 3 || st.ActiveRequests() != 0 {
+		t.Fatalf("a read failure counted: failures %d, active %d", st.SuccessiveFailures(), st.ActiveRequests())
+	}
+
+	// Choose records nothing.
+	if _, err := tb.Choose(t.Context()); err != nil || st.Requests() != 5 || st.ActiveRequests() != 0 {
+		t.Fatalf("Choose recorded a request: %d requests, %d active", st.Requests(), st.ActiveRequests())
+	}
+}
+
+// Responded then End: the response time and the breaker reset at the
+// answer's start, the request active until its end (a streamed body).
+func TestPickRespondedThenEnd(t *testing.T) {
+	tb := newTest(t, nil, servers(1, "", 0))
+	st := tb.ServerStats("s0")
+	for range 3 {
+		tb.Begin(tb.Server("s0")).Done(DoneInfo{ConnectFailure: true})
+	}
+	p := tb.Begin(tb.Server("s0"))
+	p.Responded(3 * time.Millisecond)
+	if rt, _ := st.ResponseTime(); rt != 3*time.Millisecond || st.SuccessiveFailures() != 0 || st.CircuitTripped() {
+		t.Fatalf("after Responded: response time %v, failures %d", rt, st.SuccessiveFailures())
+	}
+	if st.ActiveRequests() != 1 {
+		t.Fatalf("after Responded: active %d, want 1 until End", st.ActiveRequests())
+	}
+	p.End()
+	if st.ActiveRequests() != 0 {
+		t.Fatalf("after End: active %d", st.ActiveRequests())
+	}
+
+	// End alone drops a pick that was never sent.
+	p = tb.Begin(tb.Server("s0"))
+	p.End()
+	if st.ActiveRequests() != 0 || st.Requests() != 5 {
+		t.Fatalf("End alone: active %d, requests %d", st.ActiveRequests(), st.Requests())
+	}
+	if n := responsesOf(st); n != 1 {
+		t.Fatalf("End alone recorded a response: %d responses", n)
+	}
+
+	// A zero Pick, or one of a server not from a balancer, records nothing.
+	var zero Pick
+	zero.Done(DoneInfo{})
+	zero.Responded(0)
+	zero.End()
+	tb.Begin(&Server{Host: "h", Port: 1}).Done(DoneInfo{})
+}
+
+func responsesOf(st *ServerStats) int64 { return st.responses.Load() }
+
+// The zone-aware choice is made once per pick, by the balancer, for
+// Config.ZoneAware or for a rule that asks for it (ZoneAvoidance).
+func TestZoneChoice(t *testing.T) {
+	for _, tc := range []struct {
+		rule      string
+		zoneAware bool
+		avoids    bool
+	}{
+		{RuleRoundRobin, true, true},
+		{RuleRoundRobin, false, false},
+		{RuleZoneAvoidance, true, true},
+		{RuleZoneAvoidance, false, true},
+		{RuleRandom, true, true},
+		{RuleRetry, false, false}, // over RoundRobin
+	} {
+		name := tc.rule
+		if tc.zoneAware {
+			name += "/zoneAware"
+		}
+		t.Run(name, func(t *testing.T) {
+			// Zone a is overloaded: 2 active requests per server.
+			tb := newTest(t, func(c *Config) { c.Rule = tc.rule; c.ZoneAware = tc.zoneAware }, zoned(2, "a", "b", "c"))
+			for _, id := range []string{"a0", "a0", "a1", "a1"} {
+				tb.Begin(tb.Server(id))
+			}
+			counts := tb.pickCounts(t, 600)
+			inA := counts["a0"] + counts["a1"]
+			if tc.avoids && inA != 0 {
+				t.Fatalf("overloaded zone a picked %d times: %v", inA, counts)
+			}
+			if !tc.avoids && inA < 100 {
+				t.Fatalf("zone a picked %d times of 600 without zone avoidance: %v", inA, counts)
+			}
+		})
+	}
+}
+
+// ZoneAvoidance checks the availability predicate in the drawn zone, then
+// over every candidate, then takes any server of the zone.
+func TestZoneAvoidanceFallsBackToCandidates(t *testing.T) {
+	tb := newTest(t, func(c *Config) { c.ActiveConnectionsLimit = 1 }, zoned(1, "a", "b"))
+	tb.Begin(tb.Server("a0")) // a0 at its limit
+	rule := tb.rule.(*ZoneAvoidance)
+	snap := tb.Snapshot()
+	p := PickInfo{Ctx: t.Context(), View: snap.Zone("a"), Candidates: snap.Full(), Rand: tb.rnd, b: tb.Balancer}
+	if s, _ := rule.Choose(p); s == nil || s.ID != "b0" {
+		t.Fatalf("a0 at its limit: got %v, want b0 from the candidates", s)
+	}
+	tb.Begin(tb.Server("b0"))
+	if s, _ := rule.Choose(p); s == nil || s.ID != "a0" {
+		t.Fatalf("every server at its limit: got %v, want a0 of the drawn zone", s)
+	}
+}
+
+// PickInfo.Now reads the clock at most once per pick.
+func TestPickInfoNow(t *testing.T) {
+	tb := newTest(t, nil, servers(1, "", 0))
+	p := tb.pickInfo(t.Context(), tb.Snapshot())
+	first := p.Now()
+	tb.clock.Advance(time.Second)
+	if p.Now() != first {
+		t.Fatal("Now changed within one pick")
+	}
+	if q := p.Refresh(); q.Now() != first+time.Second {
+		t.Fatalf("a refreshed PickInfo reads the clock again: %v, want %v", q.Now(), first+time.Second)
+	}
+	if k, ok := (&PickInfo{Ctx: WithKey(context.Background(), "u")}).Key(); !ok || k != "u" {
+		t.Fatalf("Key = %q, %v", k, ok)
+	}
+}
+
+// The pick path of the simple rules allocates nothing: Choose, Pick and
+// the Pick's report.
+func TestPickDoesNotAllocate(t *testing.T) {
+	for _, rule := range []string{RuleRoundRobin, RuleRandom, RuleZoneAvoidance, RuleAvailabilityFiltering} {
+		tb := newTest(t, func(c *Config) { c.Rule = rule }, zoned(3, "a", "b", "c"))
+		ctx := t.Context()
+		if n := testing.AllocsPerRun(200, func() {
+			if _, err := tb.Choose(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("%s: Choose allocates %v times", rule, n)
+		}
+		if n := testing.AllocsPerRun(200, func() {
+			p, err := tb.Pick(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Responded(time.Millisecond)
+			p.End()
+			p, _ = tb.Pick(ctx)
+			p.Done(DoneInfo{})
+		}); n != 0 {
+			t.Errorf("%s: Pick and its report allocate %v times", rule, n)
+		}
+	}
+}
+
+func TestRuleNamesInErrors(t *testing.T) {
+	if _, err := NewRule("nope", &Config{}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "RoundRobin") {
+		t.Fatalf("NewRule(nope) = %v", err)
+	}
+}
