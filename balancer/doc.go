@@ -7,25 +7,34 @@
 // A [Balancer] balances over the servers of one service. Every list change
 // (SetServers, AddServers, MarkServerDown, a ping round) builds a new
 // immutable [Snapshot] and swaps it in through an atomic pointer, as grpc-go
-// regenerates its picker. [Balancer.Choose] reads the current snapshot without
-// taking a lock, and for the simple rules without allocating.
+// regenerates its picker. A pick reads the current snapshot without taking
+// a lock, and for the simple rules without allocating.
 //
 // Per-server statistics ([ServerStats]: active requests, response time,
 // successive connection failures and the circuit breaker built on them) are
 // keyed by instance ID, so they survive snapshot swaps: a server that stays in
 // the list keeps its numbers.
 //
-// A pick goes through three steps:
+// # A pick
 //
-//  1. The zone scope: a zone forced with [WithZone] when it has a usable
-//     server, else the [ZoneFilter] (ZoneAffinity, ZonePreference or none)
-//     narrows the candidates to the client's zone or leaves all of them.
-//  2. Zone awareness: with more than one zone in scope, zones that are
-//     blacked out or overloaded are avoided as Ribbon's ZoneAwareLoadBalancer
-//     does, and one zone is picked at random weighted by its instance count.
-//  3. The [Rule] (RoundRobin, Random, WeightedResponseTime, BestAvailable,
-//     AvailabilityFiltering, ZoneAvoidance, Retry, Rendezvous) picks a server
-//     from the resulting [View].
+// A pick goes through two steps:
+//
+//  1. The zone choice, made once, by the balancer. A zone forced with
+//     [WithZone] is used while it has a server whose breaker is closed;
+//     otherwise the zone filter (Config.Filter: ZoneAffinity,
+//     ZonePreference or None) narrows the candidates to the client's zone
+//     or leaves all of them. Then, when zones are avoided (Config.ZoneAware,
+//     or the ZoneAvoidance rule) and the candidates span several zones,
+//     zones that are blacked out or overloaded are avoided as Ribbon's
+//     ZoneAwareLoadBalancer and ZoneAvoidanceRule do, and one zone is drawn
+//     at random weighted by its instance count: with ZoneAware alone only
+//     when some zone is avoided, with ZoneAvoidance on every pick.
+//  2. The [Rule] (RoundRobin, Random, WeightedResponseTime, BestAvailable,
+//     AvailabilityFiltering, ZoneAvoidance, Retry, Rendezvous, or one of
+//     your own) picks a server. It gets a [PickInfo]: the chosen zone's
+//     [View], the wider candidates to fall back on, the caller's context
+//     (with the key of [WithKey]), the randomness and the clock. If it
+//     declines a zone, it is asked once more with every alive server.
 //
 // Zone statistics (instance count, tripped count, active requests, load per
 // server) are cached per zone and refreshed at most every
@@ -38,10 +47,54 @@
 // zone statistics instead: the decision follows load and failures as they
 // happen.
 //
+// # Custom rules
+//
+// A Rule is one method, Choose(PickInfo) (*Server, error), and needs
+// nothing from this package but what PickInfo carries, so it may be written
+// anywhere and plugged in with [WithRule] (or, for every balancer of a
+// [Factory], WithBalancerOptions(WithRule(r))). See [Rule] for its
+// threading rules.
+//
+// # Reporting outcomes
+//
+// [Balancer.Pick] chooses a server and starts the request in its
+// statistics; the returned [Pick] reports the outcome, as the Done callback
+// of a grpc-go picker does:
+//
+//	p, err := b.Pick(ctx)
+//	if err != nil {
+//		return err // ErrNoServers
+//	}
+//	resp, err := send(ctx, p.Server.Addr())
+//	if err != nil {
+//		p.Done(balancer.DoneInfo{Err: err, ConnectFailure: isDialError(err)})
+//		return err
+//	}
+//	p.Done(balancer.DoneInfo{}) // or Responded at the headers, End after the body
+//
+// Done ends the request: an answer resets the server's failure count and
+// feeds its response-time average; a connection failure counts towards its
+// circuit breaker. A streamed answer uses Responded when it starts and End
+// when it is over, so that the response time is taken at the start and the
+// request counts as load while it streams. [Balancer.Begin] makes a Pick
+// for a server chosen otherwise (a same-server retry). [Balancer.Choose]
+// only looks: it records nothing.
+//
+// # Lifecycle
+//
+// [New] builds a balancer and starts nothing; [Balancer.Start] starts its
+// ping loop and polling updater, if the configuration has any, and
+// [Balancer.Close] stops them. [Balancer.StopPolling] hands the list over
+// to the push path for good. A [Factory] builds a balancer per client name
+// on first [Factory.Get] and starts it; its Close closes them all.
+// [Balancers] is the one interface callers (lbhttp, lbvisitor) find
+// balancers through.
+//
 // # Threading
 //
-// Choose and the stats API may be called from any number of goroutines at any
-// time. List changes are serialised inside the balancer; callers may issue
-// them from any goroutine. Listeners are called after the change, outside any
-// lock, from the goroutine that made the change.
+// Choose, Pick, Begin, the Pick's methods and the stats accessors may be
+// called from any number of goroutines at any time, including after
+// Close. List changes are serialised inside the balancer; callers may issue
+// them from any goroutine. Listeners are called after the change, outside
+// any lock, from the goroutine that made the change.
 package balancer

@@ -12,11 +12,14 @@
 //	client := &http.Client{Transport: tr}
 //	resp, err := client.Get("http://orders/api/x") // one instance of orders
 //
-// For each attempt it chooses a server with the service's balancer
-// (honouring balancer.WithZone and balancer.WithKey on the request's
-// context), rewrites the URL to that server, and records the outcome in the
-// server's stats: a response resets the server's successive-failure count,
-// a connection failure feeds its circuit breaker. Failed attempts are
+// The Transport finds the service's balancer through a
+// [balancer.Balancers] (a *balancer.Factory, a [BalancerMap]). For each
+// attempt it takes a [balancer.Pick] (honouring balancer.WithZone and
+// balancer.WithKey on the request's context), rewrites the URL to that
+// server, and reports the outcome through the Pick: a response resets the
+// server's successive-failure count and gives its response time at the
+// headers, while the request stays active until the body ends (streams
+// count as load); a connection failure feeds the server's circuit breaker. Failed attempts are
 // retried as the balancer's Config says (MaxAutoRetries on the same server,
 // MaxAutoRetriesNextServer on others, never the server that just failed),
 // and non-idempotent requests only when nothing was sent, unless
