@@ -2,12 +2,13 @@ package balancer
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
 // Config is the configuration of one client's balancer. Zero values are not
 // meaningful: start from [DefaultConfig] and change what you need; the YAML
-// and Ribbon-properties loaders do the same.
+// and Ribbon-properties loaders (package lbconfig) do the same.
 type Config struct {
 	// Rule names the rule: RoundRobin, Random, WeightedResponseTime,
 	// BestAvailable, AvailabilityFiltering, ZoneAvoidance (default), Retry,
@@ -166,18 +167,18 @@ func DefaultConfig() Config {
 // Validate reports the first invalid setting, wrapping ErrInvalidConfig.
 func (c *Config) Validate() error {
 	bad := func(field string, v any, why string) error {
-		return fmt.Errorf("%w: %s = %v: %s", ErrInvalidConfig, field, v, why)
+		return &FieldError{Field: field, Err: fmt.Errorf("%w: %s = %v: %s", ErrInvalidConfig, field, v, why)}
 	}
 	if _, err := canonicalRule(c.Rule); err != nil {
-		return err
+		return &FieldError{Field: "rule", Err: err}
 	}
 	if c.Rule == RuleRetry || c.Rule == "" {
 		if _, err := canonicalRule(c.RetrySubRule); err != nil {
-			return err
+			return &FieldError{Field: "retrySubRule", Err: err}
 		}
 	}
 	if _, err := canonicalFilter(c.Filter); err != nil {
-		return err
+		return &FieldError{Field: "filter", Err: err}
 	}
 	switch {
 	case c.ZoneAffinity.MaxLoadPerServer < 0:
@@ -225,11 +226,26 @@ func (c *Config) Validate() error {
 	}
 	for i, s := range c.ListOfServers {
 		if _, err := ParseServer(s); err != nil {
-			return fmt.Errorf("%w: listOfServers[%d]: %w", ErrInvalidConfig, i, err)
+			field := fmt.Sprintf("listOfServers[%d]", i)
+			return &FieldError{Field: field, Err: fmt.Errorf("%w: %s: %w", ErrInvalidConfig, field, err)}
 		}
 	}
 	return nil
 }
+
+// CanonicalRule returns pushlb's name of a rule written another way
+// ("roundrobin", "RoundRobinRule", a Ribbon class name), or an error
+// wrapping ErrInvalidConfig for an unknown rule.
+func CanonicalRule(name string) (string, error) { return canonicalRule(name) }
+
+// CanonicalFilter is CanonicalRule for zone filters.
+func CanonicalFilter(name string) (string, error) { return canonicalFilter(name) }
+
+// RuleNames returns the rule names, in the order the docs list them.
+func RuleNames() []string { return slices.Clone(ruleNames) }
+
+// FilterNames returns the zone filter names.
+func FilterNames() []string { return slices.Clone(filterNames) }
 
 // StaticServers parses ListOfServers.
 func (c *Config) StaticServers() ([]Server, error) {

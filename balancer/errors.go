@@ -14,3 +14,17 @@ var (
 	// ErrClosed is returned by operations on a closed balancer or factory.
 	ErrClosed = errors.New("balancer: closed")
 )
+
+// FieldError is an invalid setting found by [Config.Validate]. Its message
+// is Err's; Field lets a loader point at the line that set the value.
+type FieldError struct {
+	// Field is the setting's YAML key path within a Config:
+	// "breaker.threshold", "listOfServers[2]".
+	Field string
+	// Err says what is wrong; it wraps ErrInvalidConfig.
+	Err error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+
+func (e *FieldError) Unwrap() error { return e.Err }

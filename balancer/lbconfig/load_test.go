@@ -1,4 +1,4 @@
-package balancer_test
+package lbconfig_test
 
 import (
 	"errors"
@@ -13,6 +13,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/balancer/lbconfig"
+	"github.com/pushlb/pushlb/internal/yamlx"
 )
 
 const loadExampleYAML = `
@@ -28,9 +30,9 @@ clients:
 
 func loadYAML(t *testing.T, src string) *balancer.ClientsConfig {
 	t.Helper()
-	cfg, err := balancer.LoadConfigYAML(strings.NewReader(src))
+	cfg, err := lbconfig.LoadYAML(strings.NewReader(src))
 	if err != nil {
-		t.Fatalf("LoadConfigYAML: %v", err)
+		t.Fatalf("LoadYAML: %v", err)
 	}
 	return cfg
 }
@@ -166,33 +168,38 @@ func TestLoadConfigYAMLErrors(t *testing.T) {
 		src  string
 		want []string // substrings of the error
 	}{
-		{"unknown top-level key", "default:\n  rule: Random\n", []string{`"default"`, `did you mean "defaults"`, "line 1"}},
-		{"unknown key in defaults", "defaults:\n  rul: Random\n", []string{"defaults", `"rul"`, `did you mean "rule"`}},
-		{"unknown key in client", "clients:\n  orders:\n    listOfServer: [a]\n", []string{`client "orders"`, `"listOfServer"`, `"listOfServers"`, "line 3"}},
-		{"wrong case", "clients:\n  orders:\n    ListOfServers: [a]\n", []string{`"ListOfServers"`, `did you mean "listOfServers"`}},
-		{"unknown nested key", "clients:\n  orders:\n    breaker: {treshold: 5}\n", []string{`"breaker.treshold"`, `"breaker.threshold"`}},
-		{"not a number", "clients:\n  orders:\n    breaker: {threshold: abc}\n", []string{`client "orders"`, "breaker.threshold", `"abc"`, "whole number"}},
+		{"unknown top-level key", "default:\n  rule: Random\n", []string{`line 1: default: unknown key (did you mean "defaults"?)`}},
+		{"unknown key in defaults", "defaults:\n  rul: Random\n", []string{`line 2: defaults.rul: unknown key (did you mean "rule"?)`}},
+		{"unknown key in client", "clients:\n  orders:\n    listOfServer: [a]\n", []string{`line 3: clients.orders.listOfServer: unknown key (did you mean "listOfServers"?)`}},
+		{"wrong case", "clients:\n  orders:\n    ListOfServers: [a]\n", []string{`clients.orders.ListOfServers: unknown key (did you mean "listOfServers"?)`}},
+		{"unknown nested key", "clients:\n  orders:\n    breaker: {treshold: 5}\n", []string{`clients.orders.breaker.treshold: unknown key (did you mean "threshold"?)`}},
+		{"not a number", "clients:\n  orders:\n    breaker: {threshold: abc}\n", []string{`line 3: clients.orders.breaker.threshold: "abc" is not a whole number`}},
 		{"fraction for an int", "clients:\n  orders:\n    maxAutoRetries: 1.5\n", []string{"maxAutoRetries", `"1.5"`}},
 		{"not a boolean", "clients:\n  orders:\n    zoneAware: maybe\n", []string{"zoneAware", `"maybe"`, "boolean"}},
-		{"duration without unit", "defaults:\n  retryTimeout: 30\n", []string{"defaults", "retryTimeout", "unit", `"30s"`}},
+		{"duration without unit", "defaults:\n  retryTimeout: 30\n", []string{`line 2: defaults.retryTimeout: "30" is not a duration (write it with a unit, e.g. 30s)`}},
 		{"bad duration", "clients:\n  x:\n    ping: {interval: soon}\n", []string{"ping.interval", `"soon"`}},
 		{"mapping for a scalar", "clients:\n  x:\n    rule: {a: b}\n", []string{"rule", "mapping"}},
 		{"scalar for a struct", "clients:\n  x:\n    breaker: 5\n", []string{"breaker", `"5"`, "mapping"}},
 		{"mapping for a list", "clients:\n  x:\n    listOfServers: {a: b}\n", []string{"listOfServers", "list"}},
 		{"clients not a mapping", "clients: [a, b]\n", []string{"clients", "mapping"}},
 		{"top level not a mapping", "- a\n", []string{"mapping"}},
-		{"repeated key", "clients:\n  x:\n    rule: Random\n    rule: RoundRobin\n", []string{"rule (line 4)", "repeated", "line 3"}},
-		{"repeated client", "clients:\n  x: {}\n  x: {}\n", []string{`client "x"`, "repeated"}},
-		{"validation", "clients:\n  x:\n    breaker: {threshold: 0}\n", []string{`client "x"`, "breaker.threshold"}},
-		{"unknown rule", "clients:\n  x:\n    rule: Fastest\n", []string{`client "x"`, `"Fastest"`}},
-		{"invalid default", "defaults:\n  connectTimeout: 0s\n", []string{"defaults", "connectTimeout"}},
-		{"bad server", "clients:\n  x:\n    listOfServers: [nohost]\n", []string{`client "x"`, "listOfServers[0]"}},
-		{"syntax", "defaults:\n  rule: [\n", []string{"yaml"}},
+		{"repeated key", "clients:\n  x:\n    rule: Random\n    rule: RoundRobin\n", []string{"line 4: clients.x.rule: repeated key (first at line 3)"}},
+		{"repeated client", "clients:\n  x: {}\n  x: {}\n", []string{"line 3: clients.x: client repeated (first at line 2)"}},
+		{"validation", "clients:\n  x:\n    breaker: {threshold: 0}\n", []string{"line 3: clients.x.breaker.threshold: ", "at least 1"}},
+		{"validation of an inherited value", "defaults:\n  ping: {interval: 0s}\nclients:\n  x:\n    ping: {kind: http}\n",
+			[]string{"line 4: clients.x.ping.interval: ", "must be positive"}},
+		{"validation through a merge", "a: &a {retryTimeout: 0s}\nclients:\n  x:\n    <<: *a\n", []string{"line 1: a: unknown key"}},
+		{"validation of a merged value", "clients:\n  a: &a\n    retryTimeout: 0s\n  x:\n    <<: *a\n",
+			[]string{"line 3: clients.a.retryTimeout: ", "line 3: clients.x.retryTimeout: ", "must be positive"}},
+		{"unknown rule", "clients:\n  x:\n    rule: Fastest\n", []string{`line 3: clients.x.rule: unknown rule "Fastest"`}},
+		{"invalid default", "defaults:\n  connectTimeout: 0s\n", []string{"line 2: defaults.connectTimeout: "}},
+		{"bad server", "clients:\n  x:\n    listOfServers: [a:1, nohost]\n", []string{"line 3: clients.x.listOfServers[1]: ", "nohost"}},
+		{"syntax", "defaults:\n  rule: [\n", []string{"line 2: invalid YAML: "}},
 		{"two documents", "defaults: {}\n---\nclients: {}\n", []string{"second YAML document"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := balancer.LoadConfigYAML(strings.NewReader(tt.src))
+			cfg, err := lbconfig.LoadYAML(strings.NewReader(tt.src))
 			if err == nil {
 				t.Fatalf("no error; got %+v", cfg)
 			}
@@ -209,9 +216,9 @@ func TestLoadConfigYAMLErrors(t *testing.T) {
 }
 
 func TestLoadConfigYAMLReportsEveryClient(t *testing.T) {
-	_, err := balancer.LoadConfigYAML(strings.NewReader(
+	_, err := lbconfig.LoadYAML(strings.NewReader(
 		"clients:\n  a:\n    rul: x\n  b:\n    zoneAware: maybe\n"))
-	if err == nil || !strings.Contains(err.Error(), `client "a"`) || !strings.Contains(err.Error(), `client "b"`) {
+	if err == nil || !strings.Contains(err.Error(), `line 3: clients.a.rul`) || !strings.Contains(err.Error(), `line 5: clients.b.zoneAware`) {
 		t.Fatalf("error %v should report both clients", err)
 	}
 }
@@ -232,8 +239,8 @@ func TestLoadConfigYAMLRoundTrip(t *testing.T) {
 // A ClientsConfig can be a field of a larger configuration.
 func TestLoadConfigYAMLEmbedded(t *testing.T) {
 	var gateway struct {
-		Listen   string                 `yaml:"listen"`
-		Balancer balancer.ClientsConfig `yaml:"balancer"`
+		Listen   string           `yaml:"listen"`
+		Balancer lbconfig.Section `yaml:"balancer"`
 	}
 	src := "listen: :8080\nbalancer:\n  clients:\n    orders: {rule: Random}\n"
 	if err := yaml.Unmarshal([]byte(src), &gateway); err != nil {
@@ -243,13 +250,13 @@ func TestLoadConfigYAMLEmbedded(t *testing.T) {
 		t.Errorf("orders = %+v", gateway.Balancer.For("orders"))
 	}
 	err := yaml.Unmarshal([]byte("balancer:\n  clients:\n    orders: {rul: Random}\n"), &gateway)
-	if !errors.Is(err, balancer.ErrInvalidConfig) || !strings.Contains(err.Error(), `"rul"`) {
+	if !errors.Is(err, balancer.ErrInvalidConfig) || !strings.Contains(err.Error(), `line 3: clients.orders.rul: unknown key`) {
 		t.Errorf("embedded unknown key: %v", err)
 	}
 }
 
 func TestLoadConfigFile(t *testing.T) {
-	cfg, err := balancer.LoadConfigFile(filepath.Join("..", "testdata", "config", "clients.yaml"))
+	cfg, err := lbconfig.LoadFile(filepath.Join("..", "..", "testdata", "config", "clients.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +273,7 @@ func TestLoadConfigFile(t *testing.T) {
 		t.Errorf("payments = %+v", payments)
 	}
 
-	props, err := balancer.LoadConfigFile(filepath.Join("..", "testdata", "ribbon", "service-provider.properties"))
+	props, err := lbconfig.LoadFile(filepath.Join("..", "..", "testdata", "ribbon", "service-provider.properties"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,13 +286,13 @@ func TestLoadConfigFile(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("clients:\n  x: {rul: a}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := balancer.LoadConfigFile(bad); !errors.Is(err, balancer.ErrInvalidConfig) || !strings.Contains(err.Error(), bad) {
+	if _, err := lbconfig.LoadFile(bad); !errors.Is(err, balancer.ErrInvalidConfig) || !strings.Contains(err.Error(), bad) {
 		t.Errorf("bad .yml file: %v, want ErrInvalidConfig naming the path", err)
 	}
-	if _, err := balancer.LoadConfigFile(filepath.Join(dir, "missing.yaml")); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := lbconfig.LoadFile(filepath.Join(dir, "missing.yaml")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing file: %v, want fs.ErrNotExist", err)
 	}
-	if _, err := balancer.LoadConfigFile(filepath.Join(dir, "clients.json")); !errors.Is(err, balancer.ErrInvalidConfig) {
+	if _, err := lbconfig.LoadFile(filepath.Join(dir, "clients.json")); !errors.Is(err, balancer.ErrInvalidConfig) {
 		t.Errorf("unknown extension: %v, want ErrInvalidConfig", err)
 	}
 }
@@ -304,5 +311,73 @@ func TestLoadClientsConfigCloneAndValidate(t *testing.T) {
 	bad.Clients["x"] = x
 	if err := bad.Validate(); !errors.Is(err, balancer.ErrInvalidConfig) || !strings.Contains(err.Error(), `client "x"`) {
 		t.Errorf("Validate = %v", err)
+	}
+}
+
+// In a file decoded by internal/yamlx, as the gateway's, a Section's
+// errors name the file and the whole key path.
+func TestSectionInAStrictFile(t *testing.T) {
+	type gatewayConfig struct {
+		Listen   string           `yaml:"listen"`
+		Balancer lbconfig.Section `yaml:"balancer"`
+	}
+	var cfg gatewayConfig
+	src := "listen: :8080\nbalancer:\n  defaults: {zone: a}\n  clients:\n    orders: {rule: RoundRobinRule}\n"
+	if err := yamlx.DecodeFile("gw.yaml", []byte(src), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Balancer.For("orders"); got.Rule != balancer.RuleRoundRobin || got.Zone != "a" {
+		t.Errorf("orders = %+v", got)
+	}
+
+	cfg = gatewayConfig{}
+	if err := yamlx.DecodeFile("gw.yaml", []byte("listen: :1\nbalancer:\n"), &cfg); err != nil || cfg.Balancer.ClientsConfig != nil {
+		t.Errorf("null section: %v, %+v; want no error and a nil ClientsConfig", err, cfg.Balancer)
+	}
+
+	src = "listen: :8080\nbalancer:\n  clients:\n    orders:\n      rule: Random\n      breaker: {treshold: 1}\n    billing: {ping: {kind: http, interval: 0s}}\n"
+	err := yamlx.DecodeFile("gw.yaml", []byte(src), &cfg)
+	for _, want := range []string{
+		`gw.yaml:6: balancer.clients.orders.breaker.treshold: unknown key (did you mean "threshold"?)`,
+		`gw.yaml:7: balancer.clients.billing.ping.interval: `,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v\ndoes not say %s", err, want)
+		}
+	}
+	if !errors.Is(err, balancer.ErrInvalidConfig) || !errors.Is(err, yamlx.ErrInvalid) {
+		t.Errorf("%v should wrap ErrInvalidConfig and yamlx.ErrInvalid", err)
+	}
+
+	out, err := yaml.Marshal(lbconfig.Section{ClientsConfig: loadYAML(t, loadExampleYAML)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back lbconfig.Section
+	if err := yaml.Unmarshal(out, &back); err != nil || !reflect.DeepEqual(back.ClientsConfig, loadYAML(t, loadExampleYAML)) {
+		t.Errorf("a marshalled Section does not load back: %v\n%s", err, out)
+	}
+}
+
+func TestLoadYAMLLists(t *testing.T) {
+	cfg := loadYAML(t, `
+defaults:
+  listOfServers: a:1, b:2
+clients:
+  inherits: {listOfServers: ~}
+  cleared: {listOfServers: ""}
+  empty: {listOfServers: []}
+  one: {listOfServers: c:3}
+`)
+	if got := cfg.For("inherits").ListOfServers; !reflect.DeepEqual(got, []string{"a:1", "b:2"}) {
+		t.Errorf("null: %q, want the defaults'", got)
+	}
+	for _, name := range []string{"cleared", "empty"} {
+		if got := cfg.For(name).ListOfServers; got != nil {
+			t.Errorf("%s: %q, want nil", name, got)
+		}
+	}
+	if got := cfg.For("one").ListOfServers; !reflect.DeepEqual(got, []string{"c:3"}) {
+		t.Errorf("one: %q", got)
 	}
 }

@@ -1,4 +1,4 @@
-package balancer
+package lbconfig
 
 import (
 	"errors"
@@ -13,9 +13,12 @@ import (
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/internal/yamlx"
 )
 
-// LoadRibbonProperties reads the Ribbon client settings of a Java or Spring
+// LoadProperties reads the Ribbon client settings of a Java or Spring
 // .properties file, so a gateway can take over a Ribbon client's
 // configuration as it is.
 //
@@ -67,9 +70,17 @@ import (
 // namespaces (spring.*, server.port, ...) are skipped. An unknown key
 // within a Ribbon namespace, an unknown class name or a malformed value is
 // an error naming the line, the key and the value; every resulting Config
-// is validated. Errors wrap ErrInvalidConfig, except errors reading r.
-func LoadRibbonProperties(r io.Reader) (*ClientsConfig, error) {
-	props, err := readProperties(r)
+// is validated. Errors wrap balancer.ErrInvalidConfig, except errors reading r.
+func LoadProperties(r io.Reader) (*balancer.ClientsConfig, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("lbconfig: reading properties: %w", err)
+	}
+	return loadProperties(data)
+}
+
+func loadProperties(data []byte) (*balancer.ClientsConfig, error) {
+	props, err := readProperties(data)
 	if err != nil {
 		return nil, err
 	}
@@ -99,11 +110,7 @@ type property struct {
 // readProperties parses a .properties file as java.util.Properties.load
 // does. A later duplicate key replaces an earlier one; the result is in
 // file order of the keys' last occurrence.
-func readProperties(r io.Reader) ([]property, error) {
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return nil, fmt.Errorf("balancer: reading properties: %w", err)
-	}
+func readProperties(data []byte) ([]property, error) {
 	var text string
 	if utf8.Valid(data) {
 		text = string(data)
@@ -140,11 +147,11 @@ func readProperties(r io.Reader) ([]property, error) {
 		rawKey, rawValue := splitKeyValue(l)
 		key, err := unescapeProperty(rawKey)
 		if err != nil {
-			return nil, fmt.Errorf("%w: line %d: key %q: %w", ErrInvalidConfig, lineNo, rawKey, err)
+			return nil, fmt.Errorf("%w: line %d: key %q: %w", balancer.ErrInvalidConfig, lineNo, rawKey, err)
 		}
 		value, err := unescapeProperty(rawValue)
 		if err != nil {
-			return nil, fmt.Errorf("%w: line %d: %s: value %q: %w", ErrInvalidConfig, lineNo, key, rawValue, err)
+			return nil, fmt.Errorf("%w: line %d: %s: value %q: %w", balancer.ErrInvalidConfig, lineNo, key, rawValue, err)
 		}
 		if j, dup := last[key]; dup {
 			replaced[j] = true
@@ -286,7 +293,7 @@ func unescapeProperty(s string) (string, error) {
 // when pushlb ignores it on purpose.
 type ribbonKey struct {
 	name string // as Ribbon spells it
-	set  func(c *Config, v string) error
+	set  func(c *balancer.Config, v string) error
 }
 
 func keyTable(keys ...ribbonKey) map[string]ribbonKey {
@@ -314,13 +321,13 @@ var zoneAwareKeys = keyTable(
 	ribbonKey{"avoidZoneWithBlackoutPercentage", setBlackoutPercentage},
 )
 
-func setZoneAware(c *Config, v string) error { return setBool(&c.ZoneAware, v) }
+func setZoneAware(c *balancer.Config, v string) error { return setBool(&c.ZoneAware, v) }
 
-func setTriggeringLoad(c *Config, v string) error {
+func setTriggeringLoad(c *balancer.Config, v string) error {
 	return setFloat(&c.ZoneAvoidance.TriggeringLoadPerServer, v)
 }
 
-func setBlackoutPercentage(c *Config, v string) error {
+func setBlackoutPercentage(c *balancer.Config, v string) error {
 	return setFloat(&c.ZoneAvoidance.BlackoutPercentage, v)
 }
 
@@ -329,27 +336,27 @@ var clientKeys = keyTable(append([]ribbonKey{
 	{"NFLoadBalancerRuleClassName", setRuleClass},
 	{"NIWSServerListFilterClassName", setFilterClass},
 	{"NFLoadBalancerPingClassName", setPingClass},
-	{"NFLoadBalancerPingInterval", func(c *Config, v string) error { return setPositive(setSeconds, &c.Ping.Interval, v) }},
-	{"ServerListRefreshInterval", func(c *Config, v string) error {
+	{"NFLoadBalancerPingInterval", func(c *balancer.Config, v string) error { return setPositive(setSeconds, &c.Ping.Interval, v) }},
+	{"ServerListRefreshInterval", func(c *balancer.Config, v string) error {
 		return setPositive(setMillis, &c.ServerListRefreshInterval, v)
 	}},
 	{"listOfServers", setListOfServers},
-	{"EnableZoneAffinity", func(c *Config, v string) error { return setBool(&c.ZoneAffinity.Enabled, v) }},
-	{"EnableZoneExclusivity", func(c *Config, v string) error { return setBool(&c.ZoneAffinity.Exclusive, v) }},
-	{"zoneAffinity.maxLoadPerServer", func(c *Config, v string) error { return setFloat(&c.ZoneAffinity.MaxLoadPerServer, v) }},
+	{"EnableZoneAffinity", func(c *balancer.Config, v string) error { return setBool(&c.ZoneAffinity.Enabled, v) }},
+	{"EnableZoneExclusivity", func(c *balancer.Config, v string) error { return setBool(&c.ZoneAffinity.Exclusive, v) }},
+	{"zoneAffinity.maxLoadPerServer", func(c *balancer.Config, v string) error { return setFloat(&c.ZoneAffinity.MaxLoadPerServer, v) }},
 	// Ribbon reads maxBlackOutServesrPercentage; the misspelling
 	// maxBlackOutServesrsPercentage circulates too; then the correct one.
 	{"zoneAffinity.maxBlackOutServesrPercentage", setMaxBlackout},
 	{"zoneAffinity.maxBlackOutServesrsPercentage", setMaxBlackout},
 	{"zoneAffinity.maxBlackOutServersPercentage", setMaxBlackout},
-	{"zoneAffinity.minAvailableServers", func(c *Config, v string) error {
+	{"zoneAffinity.minAvailableServers", func(c *balancer.Config, v string) error {
 		return setCount(&c.ZoneAffinity.MinAvailableServers, v)
 	}},
-	{"ConnectTimeout", func(c *Config, v string) error { return setPositive(setMillis, &c.ConnectTimeout, v) }},
-	{"ReadTimeout", func(c *Config, v string) error { return setPositive(setMillis, &c.ReadTimeout, v) }},
-	{"MaxAutoRetries", func(c *Config, v string) error { return setCount(&c.MaxAutoRetries, v) }},
-	{"MaxAutoRetriesNextServer", func(c *Config, v string) error { return setCount(&c.MaxAutoRetriesNextServer, v) }},
-	{"OkToRetryOnAllOperations", func(c *Config, v string) error { return setBool(&c.RetryAllOperations, v) }},
+	{"ConnectTimeout", func(c *balancer.Config, v string) error { return setPositive(setMillis, &c.ConnectTimeout, v) }},
+	{"ReadTimeout", func(c *balancer.Config, v string) error { return setPositive(setMillis, &c.ReadTimeout, v) }},
+	{"MaxAutoRetries", func(c *balancer.Config, v string) error { return setCount(&c.MaxAutoRetries, v) }},
+	{"MaxAutoRetriesNextServer", func(c *balancer.Config, v string) error { return setCount(&c.MaxAutoRetriesNextServer, v) }},
+	{"OkToRetryOnAllOperations", func(c *balancer.Config, v string) error { return setBool(&c.RetryAllOperations, v) }},
 	{"ActiveConnectionsLimit", setActiveConnectionsLimit},
 	{"ZoneAwareNIWSDiscoveryLoadBalancer.enabled", setZoneAware},
 	{"ZoneAwareNIWSDiscoveryLoadBalancer.triggeringLoadPerServerThreshold", setTriggeringLoad},
@@ -384,13 +391,13 @@ var clientKeys = keyTable(append([]ribbonKey{
 		"http.client.enabled", "okhttp.enabled", "restclient.enabled", "secure-ports",
 	)...)...)
 
-func setMaxBlackout(c *Config, v string) error {
+func setMaxBlackout(c *balancer.Config, v string) error {
 	return setFloat(&c.ZoneAffinity.MaxBlackoutPercentage, v)
 }
 
 // breakerKeys follow niws.loadbalancer.<client>.
 var breakerKeys = keyTable(
-	ribbonKey{"connectionFailureCountThreshold", func(c *Config, v string) error {
+	ribbonKey{"connectionFailureCountThreshold", func(c *balancer.Config, v string) error {
 		if err := setCount(&c.Breaker.Threshold, v); err != nil {
 			return err
 		}
@@ -399,13 +406,13 @@ var breakerKeys = keyTable(
 		}
 		return nil
 	}},
-	ribbonKey{"circuitTripTimeoutFactorSeconds", func(c *Config, v string) error { return setSeconds(&c.Breaker.Factor, v) }},
-	ribbonKey{"circuitTripMaxTimeoutSeconds", func(c *Config, v string) error { return setSeconds(&c.Breaker.Max, v) }},
+	ribbonKey{"circuitTripTimeoutFactorSeconds", func(c *balancer.Config, v string) error { return setSeconds(&c.Breaker.Factor, v) }},
+	ribbonKey{"circuitTripMaxTimeoutSeconds", func(c *balancer.Config, v string) error { return setSeconds(&c.Breaker.Max, v) }},
 )
 
 // niwsGlobalKeys follow niws.loadbalancer. and set the defaults.
 var niwsGlobalKeys = keyTable(
-	ribbonKey{"serverStats.activeRequestsCount.effectiveWindowSeconds", func(c *Config, v string) error {
+	ribbonKey{"serverStats.activeRequestsCount.effectiveWindowSeconds", func(c *balancer.Config, v string) error {
 		return setPositive(setSeconds, &c.ActiveRequestsTimeout, v)
 	}},
 	ribbonKey{"availabilityFilteringRule.activeConnectionsLimit", setActiveConnectionsLimit},
@@ -432,7 +439,7 @@ const (
 
 // propertyError reports a bad value of key.
 func propertyError(p property, why error) error {
-	return fmt.Errorf("%w: line %d: %s = %q: %w", ErrInvalidConfig, p.line, p.key, p.value, why)
+	return fmt.Errorf("%w: line %d: %s = %q: %w", balancer.ErrInvalidConfig, p.line, p.key, p.value, why)
 }
 
 func unknownKeyError(p property, ns, key string, table map[string]ribbonKey) error {
@@ -441,13 +448,16 @@ func unknownKeyError(p property, ns, key string, table map[string]ribbonKey) err
 		names = append(names, k.name)
 	}
 	sort.Strings(names)
-	hint := suggestion(key, names)
+	hint := ""
+	if s := yamlx.Suggest(key, names); s != "" {
+		hint = fmt.Sprintf("; did you mean %q?", s)
+	}
 	if hint == "" && ns == "Ribbon" {
 		if k, ok := breakerKeys[strings.ToLower(key)]; ok {
 			hint = fmt.Sprintf("; Ribbon reads %s as niws.loadbalancer.<client>.%s", k.name, k.name)
 		}
 	}
-	return fmt.Errorf("%w: line %d: %s: unknown %s key %q%s", ErrInvalidConfig, p.line, p.key, ns, key, hint)
+	return fmt.Errorf("%w: line %d: %s: unknown %s key %q%s", balancer.ErrInvalidConfig, p.line, p.key, ns, key, hint)
 }
 
 // lineError is an error about the property at line.
@@ -459,12 +469,12 @@ type lineError struct {
 // assignment is a property that sets a known key of one scope.
 type assignment struct {
 	p   property
-	set func(c *Config, v string) error
+	set func(c *balancer.Config, v string) error
 }
 
-// ribbonConfig maps properties onto a ClientsConfig.
-func ribbonConfig(props []property) (*ClientsConfig, error) {
-	out := DefaultClientsConfig()
+// ribbonConfig maps properties onto a balancer.ClientsConfig.
+func ribbonConfig(props []property) (*balancer.ClientsConfig, error) {
+	out := balancer.DefaultClientsConfig()
 	var (
 		global    []assignment
 		perClient = make(map[string][]assignment)
@@ -543,7 +553,7 @@ func ribbonConfig(props []property) (*ClientsConfig, error) {
 		}
 		addClient(client, &assignment{p: p, set: k.set})
 	}
-	apply := func(cfg *Config, list []assignment) {
+	apply := func(cfg *balancer.Config, list []assignment) {
 		for _, a := range list {
 			if err := a.set(cfg, a.p.value); err != nil {
 				errs = append(errs, lineError{a.p.line, propertyError(a.p, err)})
@@ -555,7 +565,8 @@ func ribbonConfig(props []property) (*ClientsConfig, error) {
 		out.Defaults.Zone = zone
 	}
 	for _, name := range clients {
-		cfg := cloneConfig(out.Defaults)
+		cfg := out.Defaults
+		cfg.ListOfServers = slices.Clone(cfg.ListOfServers)
 		apply(&cfg, perClient[name])
 		out.Clients[name] = cfg
 	}
@@ -574,21 +585,21 @@ func ribbonConfig(props []property) (*ClientsConfig, error) {
 	return out, nil
 }
 
-func setRuleClass(c *Config, v string) error {
-	r, err := canonicalRule(v)
+func setRuleClass(c *balancer.Config, v string) error {
+	r, err := balancer.CanonicalRule(v)
 	if err != nil {
 		return fmt.Errorf("unknown rule (want a com.netflix.loadbalancer rule class or one of %s)",
-			strings.Join(ruleNames, ", "))
+			strings.Join(balancer.RuleNames(), ", "))
 	}
 	c.Rule = r
 	return nil
 }
 
-func setFilterClass(c *Config, v string) error {
-	f, err := canonicalFilter(v)
+func setFilterClass(c *balancer.Config, v string) error {
+	f, err := balancer.CanonicalFilter(v)
 	if err != nil {
 		return fmt.Errorf("unknown server list filter (want ZoneAffinityServerListFilter, "+
-			"ZonePreferenceServerListFilter, DefaultNIWSServerListFilter or one of %s)", strings.Join(filterNames, ", "))
+			"ZonePreferenceServerListFilter, DefaultNIWSServerListFilter or one of %s)", strings.Join(balancer.FilterNames(), ", "))
 	}
 	c.Filter = f
 	return nil
@@ -596,37 +607,50 @@ func setFilterClass(c *Config, v string) error {
 
 // ribbonPings maps Ribbon's ping classes, full or simple names, lower case.
 var ribbonPings = map[string]string{
-	"com.netflix.loadbalancer.dummyping":              PingNone,
-	"com.netflix.loadbalancer.noopping":               PingNone,
-	"com.netflix.niws.loadbalancer.niwsdiscoveryping": PingNone, // the registry's status: pushlb's membership
-	"com.netflix.loadbalancer.pingurl":                PingHTTP,
-	"dummyping":                                       PingNone,
-	"noopping":                                        PingNone,
-	"niwsdiscoveryping":                               PingNone,
-	"pingurl":                                         PingHTTP,
-	PingNone:                                          PingNone,
-	PingHTTP:                                          PingHTTP,
+	"com.netflix.loadbalancer.dummyping":              balancer.PingNone,
+	"com.netflix.loadbalancer.noopping":               balancer.PingNone,
+	"com.netflix.niws.loadbalancer.niwsdiscoveryping": balancer.PingNone, // the registry's status: pushlb's membership
+	"com.netflix.loadbalancer.pingurl":                balancer.PingHTTP,
+	"dummyping":                                       balancer.PingNone,
+	"noopping":                                        balancer.PingNone,
+	"niwsdiscoveryping":                               balancer.PingNone,
+	"pingurl":                                         balancer.PingHTTP,
+	balancer.PingNone:                                 balancer.PingNone,
+	balancer.PingHTTP:                                 balancer.PingHTTP,
 }
 
-func setPingClass(c *Config, v string) error {
+func setPingClass(c *balancer.Config, v string) error {
 	kind, ok := ribbonPings[strings.ToLower(strings.TrimSpace(v))]
 	if !ok {
 		return errors.New("unknown ping (want com.netflix.loadbalancer.DummyPing, NoOpPing, PingUrl " +
 			"or com.netflix.niws.loadbalancer.NIWSDiscoveryPing)")
 	}
 	c.Ping.Kind = kind
-	if kind == PingHTTP {
+	if kind == balancer.PingHTTP {
 		// PingUrl built from configuration pings the server's root.
 		c.Ping.Path = "/"
 	}
 	return nil
 }
 
-func setListOfServers(c *Config, v string) error {
+// splitList splits a comma-separated list, trimming the items and dropping
+// empty ones (Ribbon's listOfServers format).
+func splitList(s string) []string {
+	parts := strings.Split(s, ",")
+	out := make([]string, 0, len(parts))
+	for _, p := range parts {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func setListOfServers(c *balancer.Config, v string) error {
 	list := splitList(v)
 	for i, s := range list {
 		list[i] = withDefaultPort(s)
-		if _, err := ParseServer(list[i]); err != nil {
+		if _, err := balancer.ParseServer(list[i]); err != nil {
 			return err
 		}
 	}
@@ -646,7 +670,7 @@ func withDefaultPort(s string) string {
 		return s
 	}
 	if hostPart == "" || (strings.Contains(hostPart, ":") && !strings.HasSuffix(hostPart, "]")) {
-		return s // not a bare host: let ParseServer report it
+		return s // not a bare host: let balancer.ParseServer report it
 	}
 	port := "80"
 	if scheme == "https" {
@@ -655,7 +679,7 @@ func withDefaultPort(s string) string {
 	return strings.TrimSuffix(s, "/") + ":" + port
 }
 
-func setActiveConnectionsLimit(c *Config, v string) error {
+func setActiveConnectionsLimit(c *balancer.Config, v string) error {
 	n, err := parseWhole(v)
 	if err != nil {
 		return err

@@ -1,21 +1,41 @@
-package balancer
+package lbconfig
 
 import (
 	"context"
 	"errors"
+	"github.com/pushlb/pushlb/balancer"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
-func loadProps(t *testing.T, src string) *ClientsConfig {
+// fakeClock is a balancer.Clock tests move by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func loadProps(t *testing.T, src string) *balancer.ClientsConfig {
 	t.Helper()
-	cfg, err := LoadRibbonProperties(strings.NewReader(src))
+	cfg, err := LoadProperties(strings.NewReader(src))
 	if err != nil {
-		t.Fatalf("LoadRibbonProperties: %v", err)
+		t.Fatalf("LoadProperties: %v", err)
 	}
 	return cfg
 }
@@ -23,12 +43,12 @@ func loadProps(t *testing.T, src string) *ClientsConfig {
 // The file of the brief, end to end: load it, build the balancer, and check
 // that it keeps to zone local and trips breakers as the file says.
 func TestPropertiesServiceProviderEndToEnd(t *testing.T) {
-	f, err := os.Open(filepath.Join("..", "testdata", "ribbon", "service-provider.properties"))
+	f, err := os.Open(filepath.Join("..", "..", "testdata", "ribbon", "service-provider.properties"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	cfg, err := LoadRibbonProperties(f)
+	cfg, err := LoadProperties(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,19 +59,19 @@ func TestPropertiesServiceProviderEndToEnd(t *testing.T) {
 		t.Errorf("defaults zone = %q, want local", cfg.Defaults.Zone)
 	}
 	c := cfg.For("service-provider")
-	want := DefaultConfig()
+	want := balancer.DefaultConfig()
 	want.Zone = "local"
-	want.Rule = RuleAvailabilityFiltering
-	want.Filter = FilterZoneAffinity
+	want.Rule = balancer.RuleAvailabilityFiltering
+	want.Filter = balancer.FilterZoneAffinity
 	want.ZoneAffinity.Enabled = true
 	want.ZoneAffinity.Exclusive = true
-	want.Breaker = BreakerConfig{Threshold: 3, Factor: 10 * time.Second, Max: 30 * time.Second}
+	want.Breaker = balancer.BreakerConfig{Threshold: 3, Factor: 10 * time.Second, Max: 30 * time.Second}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("service-provider config:\n got %+v\nwant %+v", c, want)
 	}
 
 	clock := &fakeClock{t: time.Unix(1000, 0)}
-	f2, err := NewFactory(cfg, WithBalancerOptions(WithClock(clock)))
+	f2, err := balancer.NewFactory(cfg, balancer.WithBalancerOptions(balancer.WithClock(clock)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +80,7 @@ func TestPropertiesServiceProviderEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.SetServers([]Server{
+	if err := b.SetServers([]balancer.Server{
 		{ID: "local-1", Host: "10.0.0.1", Port: 8080, Zone: "local"},
 		{ID: "local-2", Host: "10.0.0.2", Port: 8080, Zone: "local"},
 		{ID: "remote-1", Host: "10.1.0.1", Port: 8080, Zone: "remote"},
@@ -88,10 +108,8 @@ func TestPropertiesServiceProviderEndToEnd(t *testing.T) {
 	// 3 successive connection failures trip local-1 for 10 s: the
 	// availability filter skips it, and exclusivity still keeps to zone
 	// local even under load or failures.
-	st := b.ServerStats("local-1")
 	for range 3 {
-		st.RequestStarted()
-		st.RequestFailed(true)
+		b.Begin(b.Server("local-1")).Done(balancer.DoneInfo{ConnectFailure: true})
 	}
 	for i := range 1000 {
 		s, err := b.Choose(ctx)
@@ -150,7 +168,7 @@ func TestPropertiesSyntax(t *testing.T) {
 		"after=y\r\n" +
 		"crlf=1\r\n" +
 		"cr=2\rlast=3\\"
-	props, err := readProperties(strings.NewReader(src))
+	props, err := readProperties([]byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +209,7 @@ func TestPropertiesSyntax(t *testing.T) {
 }
 
 func TestPropertiesLatin1AndDuplicates(t *testing.T) {
-	props, err := readProperties(strings.NewReader("a=z\xf6ne\nb=1\na=2\n"))
+	props, err := readProperties([]byte("a=z\xf6ne\nb=1\na=2\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +235,7 @@ orders.ribbon.NFLoadBalancerRuleClassName = \
 	if want := []string{"127.0.0.1:9001", "127.0.0.1:9002", "https://127.0.0.1:9003"}; !reflect.DeepEqual(o.ListOfServers, want) {
 		t.Errorf("listOfServers = %q, want %q", o.ListOfServers, want)
 	}
-	if o.Rule != RuleRandom {
+	if o.Rule != balancer.RuleRandom {
 		t.Errorf("rule = %q", o.Rule)
 	}
 }
@@ -235,7 +253,7 @@ niws.loadbalancer.default.connectionFailureCountThreshold=4
 niws.loadbalancer.default.circuitTripMaxTimeoutSeconds=60
 `)
 	o := cfg.For("orders")
-	if o.ConnectTimeout != 250*time.Millisecond || o.Rule != RuleRoundRobin || o.Breaker.Threshold != 7 {
+	if o.ConnectTimeout != 250*time.Millisecond || o.Rule != balancer.RuleRoundRobin || o.Breaker.Threshold != 7 {
 		t.Errorf("orders: connect %v rule %q threshold %d: the client's own settings must win",
 			o.ConnectTimeout, o.Rule, o.Breaker.Threshold)
 	}
@@ -243,7 +261,7 @@ niws.loadbalancer.default.circuitTripMaxTimeoutSeconds=60
 		t.Errorf("orders: read %v max %v: unset keys come from the globals", o.ReadTimeout, o.Breaker.Max)
 	}
 	d := cfg.For("other")
-	if d.ConnectTimeout != 3*time.Second || d.Rule != RuleBestAvailable || d.Breaker.Threshold != 4 {
+	if d.ConnectTimeout != 3*time.Second || d.Rule != balancer.RuleBestAvailable || d.Breaker.Threshold != 4 {
 		t.Errorf("defaults: %+v", d)
 	}
 }
@@ -304,12 +322,12 @@ c.ribbon.PoolMaxThreadsPerRoute=10
 
 	a := cfg.For("a")
 	want := d
-	want.Rule = RuleWeightedResponseTime
-	want.Filter = FilterZonePreference
-	want.Ping.Kind, want.Ping.Path, want.Ping.Interval = PingHTTP, "/", 15*time.Second
+	want.Rule = balancer.RuleWeightedResponseTime
+	want.Filter = balancer.FilterZonePreference
+	want.Ping.Kind, want.Ping.Path, want.Ping.Interval = balancer.PingHTTP, "/", 15*time.Second
 	want.ServerListRefreshInterval = 2 * time.Second
 	want.ListOfServers = []string{"host-a:80", "https://host-b:443", "host-c:81"}
-	want.ZoneAffinity = ZoneAffinityConfig{Enabled: true, MaxLoadPerServer: 0.9, MaxBlackoutPercentage: 0.5, MinAvailableServers: 3}
+	want.ZoneAffinity = balancer.ZoneAffinityConfig{Enabled: true, MaxLoadPerServer: 0.9, MaxBlackoutPercentage: 0.5, MinAvailableServers: 3}
 	want.ConnectTimeout, want.ReadTimeout = 100*time.Millisecond, 200*time.Millisecond
 	want.MaxAutoRetries, want.MaxAutoRetriesNextServer, want.RetryAllOperations = 1, 2, true
 	want.ActiveConnectionsLimit = 0 // -1: no limit
@@ -322,7 +340,7 @@ c.ribbon.PoolMaxThreadsPerRoute=10
 
 	b := cfg.For("b")
 	if b.ZoneAffinity.MaxBlackoutPercentage != 0.4 || b.ZoneAvoidance.TriggeringLoadPerServer != 0.5 ||
-		b.ZoneAvoidance.BlackoutPercentage != 0.6 || b.Ping.Kind != PingNone || b.ActiveConnectionsLimit != 10 {
+		b.ZoneAvoidance.BlackoutPercentage != 0.6 || b.Ping.Kind != balancer.PingNone || b.ActiveConnectionsLimit != 10 {
 		t.Errorf("b = %+v", b)
 	}
 	if c := cfg.For("c"); c.ZoneAffinity.MaxBlackoutPercentage != 0.3 {
@@ -343,7 +361,7 @@ c.ribbon.PoolMaxThreadsPerRoute=10
 		t.Errorf("Names = %v (non-Ribbon keys must not make clients)", got)
 	}
 	for _, name := range cfg.Names() {
-		b, err := New(name, cfg.For(name))
+		b, err := balancer.New(name, cfg.For(name))
 		if err != nil {
 			t.Errorf("New(%s): %v", name, err)
 			continue
@@ -412,12 +430,12 @@ func TestPropertiesErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := LoadRibbonProperties(strings.NewReader(tt.src))
+			cfg, err := LoadProperties(strings.NewReader(tt.src))
 			if err == nil {
 				t.Fatalf("no error; got %+v", cfg)
 			}
-			if !errors.Is(err, ErrInvalidConfig) {
-				t.Errorf("error %v does not wrap ErrInvalidConfig", err)
+			if !errors.Is(err, balancer.ErrInvalidConfig) {
+				t.Errorf("error %v does not wrap balancer.ErrInvalidConfig", err)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(err.Error(), w) {
@@ -429,7 +447,7 @@ func TestPropertiesErrors(t *testing.T) {
 }
 
 func TestPropertiesReportsEveryError(t *testing.T) {
-	_, err := LoadRibbonProperties(strings.NewReader("a.ribbon.ConnectTimeout=x\nb.ribbon.Bogus=1\n"))
+	_, err := LoadProperties(strings.NewReader("a.ribbon.ConnectTimeout=x\nb.ribbon.Bogus=1\n"))
 	if err == nil {
 		t.Fatal("no error")
 	}

@@ -138,48 +138,154 @@ func (w *walker) scalar(c *yaml.Node, t reflect.Type, path string) {
 }
 
 func (w *walker) mapping(n, c *yaml.Node, t reflect.Type, path string) {
-	var fields *structFields
-	var elem reflect.Type
 	switch t.Kind() {
 	case reflect.Struct:
-		fields = fieldsOf(t)
-		elem = fields.inlineMap
+		w.structMapping(n, c, t, path)
 	case reflect.Map:
-		elem = t.Elem()
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if isMerge(k) {
+				c.Content = append(c.Content, w.node(k, nil, ""), w.merge(v, t, path))
+				continue
+			}
+			c.Content = append(c.Content, w.node(k, nil, ""), w.node(v, t.Elem(), joinPath(path, k.Value)))
+		}
 	default:
 		// yaml.v3 reports the mismatch; copy as it is.
 		for _, item := range n.Content {
 			c.Content = append(c.Content, w.node(item, nil, ""))
 		}
-		return
 	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if k.Kind == yaml.ScalarNode && k.Value == "<<" && k.ShortTag() == "!!merge" {
-			c.Content = append(c.Content, w.node(k, nil, ""), w.merge(v, t, path))
-			continue
-		}
-		kc := w.node(k, nil, "")
+}
+
+// structMapping copies a mapping that sets the fields of a struct t. Merge
+// keys are applied here rather than by yaml.v3, so that they merge nested
+// structs key by key, as decoding over defaults does.
+func (w *walker) structMapping(n, c *yaml.Node, t reflect.Type, path string) {
+	fields := fieldsOf(t)
+	for i, kv := 0, w.layered([]*yaml.Node{n}, fields, path, 0); i+1 < len(kv); i += 2 {
+		k, v := kv[i], kv[i+1]
 		key := joinPath(path, k.Value)
+		kc := w.node(k, nil, "")
 		w.entries = append(w.entries, entry{n: kc, path: key, key: true})
-		ft := elem
-		if fields != nil {
-			if f, ok := fields.byName[k.Value]; ok {
-				ft = f
-			} else if elem == nil {
-				w.errs = append(w.errs, &Error{Line: k.Line, Path: key, Msg: unknownKey(k.Value, fields.names)})
-				continue
-			}
-			if isNull(v) && nullable(ft) {
-				continue // null keeps what the field holds
-			}
+		ft, ok := fields.byName[k.Value]
+		if !ok {
+			ft = fields.inlineMap
+		}
+		if isNull(v) && nullable(ft) {
+			continue // null keeps what the field holds
 		}
 		c.Content = append(c.Content, kc, w.node(v, ft, key))
 	}
 }
 
-// merge copies the value of a merge key (<<): a mapping, an alias of one,
-// or a list of them, each over the type t of the mapping merged into.
+// layered returns the key/value pairs that maps set, later maps winning:
+// for each map, what its merge keys bring and then its own keys. A null
+// does not override; two mappings for the same nested struct are layered
+// in turn. Unknown and repeated keys are reported and left out.
+func (w *walker) layered(maps []*yaml.Node, fields *structFields, path string, depth int) []*yaml.Node {
+	var out []*yaml.Node
+	at := make(map[string]int)
+	for _, m := range maps {
+		if depth > 50 {
+			w.errs = append(w.errs, &Error{Line: m.Line, Path: path, Msg: "merge keys nested too deep"})
+			return out
+		}
+		var sources []*yaml.Node
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			if !isMerge(m.Content[i]) {
+				continue
+			}
+			v := resolve(m.Content[i+1])
+			switch v.Kind {
+			case yaml.MappingNode:
+				sources = append(sources, v)
+			case yaml.SequenceNode: // earlier ones win
+				for j := len(v.Content) - 1; j >= 0; j-- {
+					sources = append(sources, resolve(v.Content[j]))
+				}
+			default:
+				sources = append(sources, v)
+			}
+		}
+		for _, s := range sources {
+			if s.Kind != yaml.MappingNode {
+				w.errs = append(w.errs, &Error{Line: s.Line, Path: path, Msg: "a merge key (<<) takes a mapping or a list of them, not " + describe(s)})
+				continue
+			}
+			out = w.setAll(out, at, w.layered([]*yaml.Node{s}, fields, path, depth+1), fields, path, depth)
+		}
+		var own []*yaml.Node
+		first := make(map[string]int)
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			k, v := m.Content[i], m.Content[i+1]
+			if isMerge(k) {
+				continue
+			}
+			key := joinPath(path, k.Value)
+			if line, dup := first[k.Value]; dup {
+				w.errs = append(w.errs, &Error{Line: k.Line, Path: key, Msg: fmt.Sprintf("repeated key (first at line %d)", line)})
+				continue
+			}
+			first[k.Value] = k.Line
+			if _, ok := fields.byName[k.Value]; !ok && fields.inlineMap == nil {
+				w.errs = append(w.errs, &Error{Line: k.Line, Path: key, Msg: unknownKey(k.Value, fields.names)})
+				continue
+			}
+			own = append(own, k, v)
+		}
+		out = w.setAll(out, at, own, fields, path, depth)
+	}
+	return out
+}
+
+// setAll sets the pairs kv over out (indexed by at).
+func (w *walker) setAll(out []*yaml.Node, at map[string]int, kv []*yaml.Node, fields *structFields, path string, depth int) []*yaml.Node {
+	for i := 0; i+1 < len(kv); i += 2 {
+		k, v := kv[i], kv[i+1]
+		j, ok := at[k.Value]
+		if !ok {
+			at[k.Value] = len(out)
+			out = append(out, k, v)
+			continue
+		}
+		old := resolve(out[j+1])
+		switch {
+		case isNull(v):
+		case isNull(old):
+			out[j], out[j+1] = k, v
+		default:
+			ft := fields.byName[k.Value]
+			for ft != nil && ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			nv := resolve(v)
+			if ft != nil && ft.Kind() == reflect.Struct && !decodesItself(ft, nv) &&
+				old.Kind == yaml.MappingNode && nv.Kind == yaml.MappingNode {
+				merged := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: nv.Line, Column: nv.Column}
+				merged.Content = w.layered([]*yaml.Node{old, nv}, fieldsOf(ft), joinPath(path, k.Value), depth+1)
+				out[j], out[j+1] = k, merged
+				continue
+			}
+			out[j], out[j+1] = k, v
+		}
+	}
+	return out
+}
+
+func isMerge(k *yaml.Node) bool {
+	return k.Kind == yaml.ScalarNode && k.Value == "<<" && k.ShortTag() == "!!merge"
+}
+
+func resolve(n *yaml.Node) *yaml.Node {
+	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 100; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+// merge copies the value of a merge key (<<) in a map: a mapping, an alias
+// of one, or a list of them, each over the map type t.
 func (w *walker) merge(v *yaml.Node, t reflect.Type, path string) *yaml.Node {
 	if v.Kind != yaml.SequenceNode {
 		return w.node(v, t, path)

@@ -110,9 +110,16 @@ func join(errs []*Error) error {
 		return errs[0]
 	}
 	slices.SortStableFunc(errs, func(a, b *Error) int { return a.Line - b.Line })
-	list := make([]error, len(errs))
-	for i, e := range errs {
-		list[i] = e
+	list := make([]error, 0, len(errs))
+	seen := make(map[string]bool)
+	for _, e := range errs {
+		if msg := e.Error(); !seen[msg] { // a merged mapping's, met twice
+			seen[msg] = true
+			list = append(list, e)
+		}
+	}
+	if len(list) == 1 {
+		return list[0]
 	}
 	return errors.Join(list...)
 }

@@ -108,6 +108,42 @@ routes: [*r]
 	}
 }
 
+// A merge key merges nested structs key by key, as decoding over defaults
+// does, and a null does not override what the merge brings.
+func TestDecodeFileDeepMerge(t *testing.T) {
+	type doc struct {
+		Base   config `yaml:"base"`
+		Server config `yaml:"server"`
+	}
+	in := `
+base: &base
+  listen: :1
+  zone: z
+  nats: {url: nats://base, timeout: 5s}
+server:
+  <<: *base
+  zone: ~
+  nats: {timeout: 1s}
+`
+	var got doc
+	if err := yamlx.DecodeFile("c.yaml", []byte(in), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := config{Listen: ":1", common: common{Zone: "z"}, NATS: natsConfig{URL: "nats://base", Timeout: time.Second}}
+	if !reflect.DeepEqual(got.Server, want) {
+		t.Errorf("server = %+v\nwant %+v", got.Server, want)
+	}
+	err := yamlx.DecodeFile("c.yaml", []byte("base: &b {lisen: x}\nserver: {<<: *b}\n"), &got)
+	if want := `c.yaml:1: base.lisen: unknown key (did you mean "listen"?)` + "\n" +
+		`c.yaml:1: server.lisen: unknown key (did you mean "listen"?)`; err == nil || err.Error() != want {
+		t.Errorf("error %v\nwant %s", err, want)
+	}
+	if err := yamlx.DecodeFile("c.yaml", []byte("server: {<<: [a]}\n"), &got); err == nil ||
+		!strings.Contains(err.Error(), "merge key") {
+		t.Errorf("merging a scalar: %v", err)
+	}
+}
+
 func TestDecodeFileEmpty(t *testing.T) {
 	for _, src := range []string{"", "# only a comment\n", "---\n", "~\n"} {
 		got := defaults()
