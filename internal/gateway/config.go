@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/balancer/lbconfig"
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/gossipflag"
@@ -62,8 +63,9 @@ type Config struct {
 	DefaultRoutes *bool          `yaml:"defaultRoutes"`
 
 	// Balancer holds the per-client balancer settings: defaults and
-	// clients, as balancer.LoadConfigYAML reads them.
-	Balancer *balancer.ClientsConfig `yaml:"balancer"`
+	// clients, as lbconfig.LoadYAML reads them. Its ClientsConfig is nil
+	// until the file sets it or Validate fills in the defaults.
+	Balancer lbconfig.Section `yaml:"balancer"`
 
 	// ShutdownTimeout bounds how long in-flight requests may take to finish
 	// on SIGTERM. Default 10s.
@@ -114,11 +116,11 @@ func LoadFile(path string) (Config, error) {
 	}
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".properties":
-		bc, err := balancer.LoadRibbonProperties(bytes.NewReader(data))
+		bc, err := lbconfig.LoadProperties(bytes.NewReader(data))
 		if err != nil {
 			return cfg, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
 		}
-		cfg.Balancer = bc
+		cfg.Balancer.ClientsConfig = bc
 	case ".yaml", ".yml":
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		dec.KnownFields(true)
@@ -173,8 +175,8 @@ func (c *Config) Validate() error {
 			return bad("gossip: %w", err)
 		}
 	}
-	if c.Balancer == nil {
-		c.Balancer = balancer.DefaultClientsConfig()
+	if c.Balancer.ClientsConfig == nil {
+		c.Balancer.ClientsConfig = balancer.DefaultClientsConfig()
 	}
 	if err := c.Balancer.Validate(); err != nil {
 		return bad("balancer: %w", err)

@@ -108,7 +108,7 @@ func (g *Gateway) options() []pushlb.Option {
 		pushlb.WithPrefix(c.Prefix),
 		pushlb.WithLease(c.Lease),
 		pushlb.WithZone(c.Zone),
-		pushlb.WithBalancerConfig(c.Balancer),
+		pushlb.WithBalancerConfig(c.Balancer.ClientsConfig),
 		pushlb.WithServices(c.Subscriber.Services...),
 		pushlb.WithCoalesce(c.Subscriber.Coalesce),
 		pushlb.WithAntiEntropy(c.Subscriber.AntiEntropy),
