@@ -90,6 +90,15 @@
 // [Balancers] is the one interface callers (lbhttp, lbvisitor) find
 // balancers through.
 //
+// # Configuration
+//
+// [Config] holds one client's settings and [DefaultConfig] Ribbon's and
+// Spring Cloud's defaults; [ClientsConfig] holds the defaults and every
+// named client's settings, and [Factory] builds a balancer per client from
+// it. This package does not read files: package
+// github.com/pushlb/pushlb/balancer/lbconfig loads a ClientsConfig from
+// YAML or from a Ribbon .properties file.
+//
 // # Threading
 //
 // Choose, Pick, Begin, the Pick's methods and the stats accessors may be
