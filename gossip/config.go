@@ -119,7 +119,7 @@ type Config struct {
 	Logger zerolog.Logger
 }
 
-// Validate reports whether Start would accept c, without touching the
+// Validate reports whether New would accept c, without touching the
 // network. The error wraps ErrInvalidConfig.
 func (c Config) Validate() error {
 	_, err := c.check()

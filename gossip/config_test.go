@@ -2,7 +2,6 @@ package gossip
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -44,15 +43,15 @@ func TestInvalidConfig(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := good()
 			tt.edit(&cfg)
-			n, err := Start(context.Background(), cfg, nil)
+			n, err := New(cfg, nil)
 			if n != nil {
-				n.Shutdown()
+				n.Close()
 			}
 			if !errors.Is(err, ErrInvalidConfig) {
-				t.Fatalf("Start = %v, want ErrInvalidConfig", err)
+				t.Fatalf("New = %v, want ErrInvalidConfig", err)
 			}
 			if tt.also != nil && !errors.Is(err, tt.also) {
-				t.Fatalf("Start = %v, want it to wrap %v too", err, tt.also)
+				t.Fatalf("New = %v, want it to wrap %v too", err, tt.also)
 			}
 			if !strings.HasPrefix(err.Error(), "gossip: ") {
 				t.Fatalf("error %q lacks the package prefix", err)

@@ -47,7 +47,7 @@ func benchDetection(b *testing.B, profile Profile, size int) {
 		cfg := fastConfig(meta, join...)
 		cfg.Profile = profile
 		rec := newRecorder()
-		n, err := Start(ctx, cfg, rec)
+		n, err := start(ctx, cfg, rec)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -57,7 +57,7 @@ func benchDetection(b *testing.B, profile Profile, size int) {
 	nodes := []benchNode{observer}
 	defer func() {
 		for _, n := range nodes {
-			n.node.Shutdown()
+			n.node.Close()
 		}
 	}()
 	seq := 0
@@ -90,7 +90,7 @@ func benchDetection(b *testing.B, profile Profile, size int) {
 		v := nodes[victim]
 		crashed[v.node.Name()] = true
 		t0 := time.Now()
-		v.node.Shutdown()
+		v.node.Close()
 
 		wctx, wcancel := context.WithTimeout(ctx, 4*bound)
 		var last time.Duration

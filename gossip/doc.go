@@ -11,7 +11,7 @@
 //
 // # Use
 //
-//	node, err := gossip.Start(ctx, gossip.Config{
+//	node, err := gossip.New(gossip.Config{
 //		BindAddr: "0.0.0.0:7946",
 //		Join:     []string{"gw-1.internal:7946", "gw-2.internal:7946"},
 //		Profile:  gossip.ProfileFast,
@@ -22,16 +22,23 @@
 //	}, gossip.HandlerFuncs{
 //		Gone: func(m gossip.Member, r gossip.Reason) { ... },
 //	})
+//	err = node.Start(ctx)
 //	...
 //	node.Leave(time.Second) // peers see ReasonLeft at once
-//	node.Shutdown()
+//	node.Close()
 //
-// Start binds real UDP and TCP sockets and returns at once: joining runs in
-// the background with exponential backoff (JoinRetry) until a peer answers,
-// and again whenever the node finds itself alone, so a node started before
-// its peers, or outliving all of them, is not an error. WaitJoined waits for
-// company when that matters. Config.Validate checks a Config without the
-// network; every error wraps a sentinel from errors.go.
+// # Lifecycle
+//
+// New validates the Config and builds the Node without touching the
+// network. Start binds real UDP and TCP sockets and returns at once: joining
+// runs in the background with exponential backoff (JoinRetry) until a peer
+// answers, and again whenever the node finds itself alone, so a node started
+// before its peers, or outliving all of them, is not an error. WaitJoined
+// waits for company when that matters. Close stops the node and waits for
+// its goroutines; it is idempotent. Close alone looks like a crash to the
+// others; Leave, which takes a timeout because it waits for its broadcasts
+// to go out, tells them first. Config.Validate checks a Config as New does;
+// every error wraps a sentinel from errors.go.
 //
 // # Names and metadata
 //
@@ -48,9 +55,9 @@
 // goroutines while it holds its node lock. The Node only records them (for
 // Members) and queues them; one goroutine owned by the Node drains the queue
 // and calls the Handler, one call at a time, in order. A slow Handler delays
-// later events but never gossip or failure detection. Shutdown waits for that
+// later events but never gossip or failure detection. Close waits for that
 // goroutine, and for a join attempt in progress; no Handler call happens
-// after Shutdown returns.
+// after Close returns.
 //
 // NodeGone's Reason tells a crash (ReasonDead) from a graceful Leave
 // (ReasonLeft). memberlist does not pass that difference to its event

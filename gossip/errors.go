@@ -6,7 +6,8 @@ import "errors"
 // oversized or invalid Meta in a Config, two) of them with details; test with
 // errors.Is.
 var (
-	// ErrInvalidConfig reports a Config that Start refuses: a BindAddr or
+	// ErrInvalidConfig reports a Config that New refuses (or, for a host
+	// name that does not resolve, Start): a BindAddr or
 	// AdvertiseAddr that is not "host:port", a SecretKey that is not 16, 24
 	// or 32 bytes, a Label over 255 bytes, an unknown Profile, a negative or
 	// inverted JoinRetry, an empty Join entry, a NodeName over MaxNodeNameLength
@@ -23,15 +24,17 @@ var (
 	// MaxMetaSize (memberlist's MetaMaxSize, 512 bytes).
 	ErrMetaTooLarge = errors.New("gossip: meta too large")
 
-	// ErrStopped reports a call on a Node that has been shut down, or a
-	// WaitJoined that was cut short by Leave or Shutdown.
-	ErrStopped = errors.New("gossip: node stopped")
+	// ErrClosed reports a call on a Node that has been closed (or, for
+	// Start and UpdateMeta, that left), or a WaitJoined that was cut short by
+	// Leave or Close.
+	ErrClosed = errors.New("gossip: node closed")
 
 	// ErrTimeout reports that Leave or UpdateMeta gave up waiting for its
 	// broadcast to be sent; the message may still spread later.
 	ErrTimeout = errors.New("gossip: timeout")
 
-	// ErrStart reports that memberlist could not be created: the address
-	// could not be bound, or no address to advertise was found.
+	// ErrStart reports that Start failed: memberlist could not be created
+	// (the address could not be bound, or no address to advertise was
+	// found), or the node was already started.
 	ErrStart = errors.New("gossip: start failed")
 )

@@ -33,8 +33,8 @@ const (
 // reports them while holding its own locks; the Node only queues them
 // (without bound, so a burst never blocks memberlist) and a slow Handler
 // delays later calls, never gossip or failure detection. A Handler may call
-// the Node's methods, except Shutdown, which waits for the Handler to
-// return. After Shutdown returns, no method is called again; events still
+// the Node's methods, except Close, which waits for the Handler to
+// return. After Close returns, no method is called again; events still
 // queued then are dropped.
 //
 // Only nodes whose Meta decodes and validates are reported; others are

@@ -108,14 +108,31 @@ func goneNamed(name string) func(record) bool {
 	return func(r record) bool { return r.gone && r.member.Name == name }
 }
 
-// startNode starts a node that the test shuts down at its end.
+// start builds and starts a node; on failure it closes what it built.
+func start(ctx context.Context, cfg Config, h Handler) (*Node, error) {
+	n, err := New(cfg, h)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.Start(ctx); err != nil {
+		n.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// startNode starts a node that the test closes at its end.
 func startNode(t testing.TB, cfg Config, h Handler) *Node {
 	t.Helper()
-	n, err := Start(context.Background(), cfg, h)
+	n, err := start(context.Background(), cfg, h)
 	if err != nil {
-		t.Fatalf("Start(%s): %v", cfg.Meta.Role, err)
+		t.Fatalf("start(%s): %v", cfg.Meta.Role, err)
 	}
-	t.Cleanup(n.Shutdown)
+	t.Cleanup(func() {
+		if err := n.Close(); err != nil {
+			t.Errorf("Close(%s): %v", cfg.Meta.Role, err)
+		}
+	})
 	return n
 }
 

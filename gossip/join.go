@@ -9,7 +9,7 @@ import (
 // exponential backoff while no peer answers. Once the node has company it
 // waits until a peer dies or leaves, and if that leaves the node alone it
 // starts over, so an instance whose gateways all restarted finds them again.
-// It ends on Leave or Shutdown.
+// It ends on Leave or Close.
 func (n *Node) joinLoop() {
 	defer n.wg.Done()
 	backoff := n.retry.Initial
@@ -40,7 +40,7 @@ func (n *Node) joinLoop() {
 }
 
 // joinOnce tries each peer in turn, checking for a stop between peers so
-// that Shutdown waits for one attempt at most. It reports whether one peer
+// that Close waits for one attempt at most. It reports whether one peer
 // answered.
 func (n *Node) joinOnce() bool {
 	for _, peer := range n.peers {
@@ -56,6 +56,7 @@ func (n *Node) joinOnce() bool {
 		}
 		n.log.Debug().Err(err).Str("peer", peer).Msg("gossip join failed")
 	}
+	n.joinFailures.Add(1)
 	return false
 }
 

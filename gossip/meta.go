@@ -17,7 +17,7 @@ import (
 // It is memberlist's own limit on node metadata.
 const MaxMetaSize = memberlist.MetaMaxSize
 
-// MaxNodeNameLength is the longest node name, in bytes, that Start accepts
+// MaxNodeNameLength is the longest node name, in bytes, that New accepts
 // and that the default names are cut to. Every gossip message carries the
 // name, so it must stay small next to a 1400-byte UDP packet.
 const MaxNodeNameLength = 128
@@ -36,7 +36,7 @@ const (
 
 // Meta is what a node says about itself. It travels JSON-encoded in
 // memberlist's node metadata, so its encoding must fit in MaxMetaSize bytes;
-// Start and UpdateMeta check that.
+// New and UpdateMeta check that.
 //
 // For an instance, Service, InstanceID and Incarnation are the same values
 // its NATS announcements carry, so a gateway can map a dead node to the
@@ -80,7 +80,7 @@ type wireMeta struct {
 
 // encode validates m and returns its encoding, with the leaving flag when
 // leaving is set. The size is checked with the flag, so that Leave never
-// exceeds the limit that Start accepted.
+// exceeds the limit that New accepted.
 func (m Meta) encode(leaving bool) ([]byte, error) {
 	switch m.Role {
 	case RoleInstance:
@@ -132,8 +132,8 @@ func decodeMeta(b []byte) (Meta, bool, error) {
 	return w.Meta, w.Leaving, nil
 }
 
-// DefaultNodeName returns the node name Start uses when Config.NodeName is
-// empty. Names must be unique in the cluster, and memberlist refuses a known
+// DefaultNodeName returns the node name New gives a node when
+// Config.NodeName is empty. Names must be unique in the cluster, and memberlist refuses a known
 // name from a new address, so every start of a process gets a new name:
 //
 //   - an instance is named "<service>/<instanceId>/<incarnation>", which is

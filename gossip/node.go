@@ -15,41 +15,48 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Node is one running member of a gossip cluster. Its methods are safe for
-// concurrent use. Call Shutdown when done; Leave first to let the others
-// know at once instead of detecting a failure.
+// Node is one member of a gossip cluster. Build it with New, start it with
+// Start, stop it with Close; Leave before Close lets the others know at once
+// instead of detecting a failure. Its methods are safe for concurrent use.
 type Node struct {
 	name    string
-	addr    string // advertised "host:port", fixed at Start
+	cfg     Config  // as given to New
+	checked checked // cfg, validated
 	log     zerolog.Logger
 	handler Handler
 	peers   []string
 	retry   JoinRetry
-	ml      *memberlist.Memberlist
 
 	meta atomic.Pointer[[]byte] // encoded wireMeta served to memberlist
 
-	// mu guards members and queue. It is taken inside memberlist's
+	// mu guards members, queue and addr. It is taken inside memberlist's
 	// callbacks, so nothing slow happens under it.
 	mu       sync.Mutex
+	addr     string            // advertised "host:port", set by Start
 	members  map[string]Member // alive (or suspect) nodes, the local one included
 	queue    []event
 	wake     chan struct{} // cap 1: the queue has events
 	peerGone chan struct{} // cap 1: a peer died or left; the join loop looks again
 
-	// lifeMu serializes Leave, UpdateMeta and Shutdown, which must not reach
-	// memberlist after its Shutdown (its Leave panics then).
+	// lifeMu serializes Start, Leave, UpdateMeta and Close, which must not
+	// reach memberlist after its Shutdown (its Leave panics then); they
+	// never wait on a Handler.
 	lifeMu    sync.Mutex
-	localMeta Meta // the Meta last set, without the leaving flag
+	ml        *memberlist.Memberlist // set by Start
+	localMeta Meta                   // the Meta last set, without the leaving flag
+	started   bool
 	left      bool
-	stopped   bool
+	closed    bool
 
-	quit       chan struct{} // closed by Leave or Shutdown: stop joining
+	quit       chan struct{} // closed by Leave or Close: stop joining
 	quitOnce   sync.Once
-	done       chan struct{} // closed by Shutdown: stop dispatching
+	done       chan struct{} // closed by Close: stop dispatching
 	joined     chan struct{} // closed when another node is first seen alive
 	joinedOnce sync.Once
 	wg         sync.WaitGroup
+
+	// joinFailures counts join attempts that reached no peer.
+	joinFailures atomic.Uint64
 }
 
 // event is a change queued for the Handler.
@@ -60,35 +67,19 @@ type event struct {
 	err    error // Meta did not decode; logged and dropped
 }
 
-// Start validates cfg, creates the memberlist node (binding UDP and TCP on
-// BindAddr), and starts joining cfg.Join in the background; it does not wait
-// for any peer (see WaitJoined). ctx bounds Start itself (resolving host
-// names); it does not affect the returned Node, which runs until Shutdown.
-// h may be nil when only Members is wanted.
-//
-// Errors wrap ErrInvalidConfig for a bad cfg and ErrStart when memberlist
-// cannot bind or find an address to advertise.
-func Start(ctx context.Context, cfg Config, h Handler) (*Node, error) {
+// New validates cfg and builds a Node. It binds nothing and starts no
+// goroutine: Start does. h may be nil when only Members is wanted. Errors
+// wrap ErrInvalidConfig (and ErrInvalidMeta or ErrMetaTooLarge for a bad
+// Meta).
+func New(cfg Config, h Handler) (*Node, error) {
 	c, err := cfg.check()
 	if err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	bindHost, err := resolveHost(ctx, c.bindHost)
-	if err != nil {
-		return nil, invalid("BindAddr %q: %v", cfg.BindAddr, err)
-	}
-	advertiseHost := ""
-	if c.advertiseHost != "" {
-		if advertiseHost, err = resolveHost(ctx, c.advertiseHost); err != nil {
-			return nil, invalid("AdvertiseAddr %q: %v", cfg.AdvertiseAddr, err)
-		}
-	}
-
 	n := &Node{
 		name:     c.name,
+		cfg:      cfg,
+		checked:  c,
 		log:      cfg.Logger.With().Str("component", "gossip").Str("node", c.name).Logger(),
 		handler:  h,
 		peers:    slices.Clone(cfg.Join),
@@ -102,6 +93,41 @@ func Start(ctx context.Context, cfg Config, h Handler) (*Node, error) {
 	}
 	n.meta.Store(&c.meta)
 	n.localMeta = cfg.Meta
+	return n, nil
+}
+
+// Start creates the memberlist node, binding UDP and TCP on BindAddr, and
+// starts joining Config.Join in the background; it does not wait for any
+// peer (see WaitJoined). ctx bounds Start itself (resolving host names); it
+// does not affect the running Node, which runs until Close.
+//
+// Errors wrap ErrInvalidConfig when a host name does not resolve, ErrStart
+// when memberlist cannot bind or find an address to advertise, or when the
+// node was already started, ErrClosed after Leave or Close, and ctx's error.
+// A node whose Start failed is closed with Close like any other.
+func (n *Node) Start(ctx context.Context) error {
+	n.lifeMu.Lock()
+	defer n.lifeMu.Unlock()
+	switch {
+	case n.closed || n.left:
+		return ErrClosed
+	case n.started:
+		return fmt.Errorf("%w: already started", ErrStart)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c, cfg := n.checked, n.cfg
+	bindHost, err := resolveHost(ctx, c.bindHost)
+	if err != nil {
+		return invalid("BindAddr %q: %v", cfg.BindAddr, err)
+	}
+	advertiseHost := ""
+	if c.advertiseHost != "" {
+		if advertiseHost, err = resolveHost(ctx, c.advertiseHost); err != nil {
+			return invalid("AdvertiseAddr %q: %v", cfg.AdvertiseAddr, err)
+		}
+	}
 
 	mc := c.profile.memberlistConfig()
 	mc.Name = c.name
@@ -121,16 +147,18 @@ func Start(ctx context.Context, cfg Config, h Handler) (*Node, error) {
 
 	ml, err := memberlist.Create(mc)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrStart, err)
+		return fmt.Errorf("%w: %v", ErrStart, err)
 	}
 	n.ml = ml
+	n.started = true
 
 	// Create reported the local node to eventDelegate synchronously.
 	n.mu.Lock()
 	n.addr = n.members[n.name].Addr
+	addr := n.addr
 	n.mu.Unlock()
 
-	n.log.Info().Str("addr", n.addr).Str("profile", string(c.profile)).
+	n.log.Info().Str("addr", addr).Str("profile", string(c.profile)).
 		Strs("join", n.peers).Msg("gossip node started")
 
 	n.wg.Add(1)
@@ -139,15 +167,19 @@ func Start(ctx context.Context, cfg Config, h Handler) (*Node, error) {
 		n.wg.Add(1)
 		go n.joinLoop()
 	}
-	return n, nil
+	return nil
 }
 
 // Name returns the local node's name.
 func (n *Node) Name() string { return n.name }
 
 // LocalAddr returns the address other nodes reach this one at, "host:port",
-// with the actual port when BindAddr asked for port 0.
-func (n *Node) LocalAddr() string { return n.addr }
+// with the actual port when BindAddr asked for port 0; "" before Start.
+func (n *Node) LocalAddr() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.addr
+}
 
 // Members returns the nodes currently alive or suspect, sorted by name: the
 // local one (until Leave) and every other whose Meta is valid. The slice is
@@ -173,8 +205,8 @@ func (n *Node) NumMembers() int {
 
 // WaitJoined waits until this node has seen at least one other node alive,
 // whether it joined a peer or a peer joined it. It returns nil then, ctx's
-// error when ctx ends first, and ErrStopped when the node leaves or shuts
-// down first.
+// error when ctx ends first, and ErrClosed when the node leaves or is closed
+// first.
 func (n *Node) WaitJoined(ctx context.Context) error {
 	select {
 	case <-n.joined:
@@ -187,16 +219,17 @@ func (n *Node) WaitJoined(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-n.quit:
-		return ErrStopped
+		return ErrClosed
 	}
 }
 
 // UpdateMeta replaces the local node's Meta and gossips it; the others get
 // NodeAlive with the new Meta. It waits up to timeout (zero or less means
 // DefaultBroadcastTimeout) for the update to be sent to a peer. Errors wrap
-// ErrInvalidMeta or ErrMetaTooLarge for a bad meta, ErrStopped after Leave
-// or Shutdown, and ErrTimeout when the broadcast did not go out in time (the
-// update still spreads later).
+// ErrInvalidMeta or ErrMetaTooLarge for a bad meta, ErrClosed after Leave
+// or Close, and ErrTimeout when the broadcast did not go out in time (the
+// update still spreads later). Before Start it only replaces the Meta that
+// Start will gossip (the node's name stays the one New derived).
 func (n *Node) UpdateMeta(m Meta, timeout time.Duration) error {
 	b, err := m.encode(false)
 	if err != nil {
@@ -204,11 +237,14 @@ func (n *Node) UpdateMeta(m Meta, timeout time.Duration) error {
 	}
 	n.lifeMu.Lock()
 	defer n.lifeMu.Unlock()
-	if n.stopped || n.left {
-		return ErrStopped
+	if n.closed || n.left {
+		return ErrClosed
 	}
 	n.localMeta = m
 	n.meta.Store(&b)
+	if !n.started {
+		return nil
+	}
 	if err := n.ml.UpdateNode(orDefault(timeout)); err != nil {
 		return fmt.Errorf("%w: update meta: %v", ErrTimeout, err)
 	}
@@ -221,20 +257,26 @@ func (n *Node) UpdateMeta(m Meta, timeout time.Duration) error {
 // memberlist's leave message, waiting up to timeout in all (zero or less
 // means DefaultBroadcastTimeout) for both to go out; about two gossip rounds
 // with peers, nothing when alone. A peer that missed the flag (packet loss)
-// reports ReasonDead instead. The node keeps running until Shutdown, which
-// should follow. Calling Leave again does nothing. Errors wrap ErrStopped
-// after Shutdown and ErrTimeout when a broadcast did not go out in time.
+// reports ReasonDead instead. The node keeps running until Close, which
+// should follow. Leave is separate from Close because it waits on the
+// network, bounded by its own timeout; Close alone is a crash to the others.
+// Calling Leave again, or before Start, does nothing (a node that left
+// cannot Start). Errors wrap ErrClosed after Close and ErrTimeout when a
+// broadcast did not go out in time.
 func (n *Node) Leave(timeout time.Duration) error {
 	n.lifeMu.Lock()
 	defer n.lifeMu.Unlock()
-	if n.stopped {
-		return ErrStopped
+	if n.closed {
+		return ErrClosed
 	}
 	if n.left {
 		return nil
 	}
 	n.left = true
 	n.stopJoining()
+	if !n.started {
+		return nil
+	}
 	deadline := time.Now().Add(orDefault(timeout))
 
 	b, err := n.localMeta.encode(true) // validated at Start or UpdateMeta
@@ -263,28 +305,37 @@ func orDefault(timeout time.Duration) time.Duration {
 	return timeout
 }
 
-// Shutdown stops the node without telling anyone: the others detect a
+// Close stops the node without telling anyone: the others detect a
 // failure, as for a crash, unless Leave came first. It closes the sockets,
 // stops the node's goroutines and waits for them: for a Handler call in
 // progress, and for a join attempt in progress, which gives up after the
 // profile's TCP timeout (10 s for lan, 2 s for fast) when a peer does not
-// answer. Queued events are dropped. Shutdown is idempotent and must not be
-// called from a Handler.
-func (n *Node) Shutdown() {
+// answer. Queued events are dropped; no Handler call happens after Close
+// returns. Close is idempotent, may be called before Start, and must not be
+// called from a Handler. It returns the error of memberlist's shutdown, if
+// any (the node is closed all the same).
+func (n *Node) Close() error {
 	n.lifeMu.Lock()
-	if n.stopped {
+	if n.closed {
 		n.lifeMu.Unlock()
-		return
+		return nil
 	}
-	n.stopped = true
+	n.closed = true
 	n.stopJoining()
 	close(n.done)
-	if err := n.ml.Shutdown(); err != nil {
-		n.log.Warn().Err(err).Msg("memberlist shutdown")
+	var err error
+	if n.ml != nil {
+		if e := n.ml.Shutdown(); e != nil {
+			err = fmt.Errorf("gossip: close: %w", e)
+		}
 	}
+	started := n.started
 	n.lifeMu.Unlock()
 	n.wg.Wait()
-	n.log.Info().Msg("gossip node stopped")
+	if started {
+		n.log.Info().Msg("gossip node stopped")
+	}
+	return err
 }
 
 func (n *Node) stopJoining() {
@@ -292,7 +343,7 @@ func (n *Node) stopJoining() {
 }
 
 // dispatch hands queued events to the Handler, one at a time, in order,
-// until Shutdown.
+// until Close.
 func (n *Node) dispatch() {
 	defer n.wg.Done()
 	announced := make(map[string]Member) // what the Handler was told is alive

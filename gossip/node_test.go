@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pushlb/pushlb/internal/testutil"
 )
 
 func TestThreeNodesJoinAndSeeMeta(t *testing.T) {
@@ -86,11 +90,11 @@ func TestCrashIsReportedDead(t *testing.T) {
 	gwRec := newRecorder()
 	gw := startNode(t, fastConfig(gatewayMeta()), gwRec)
 	a := startNode(t, fastConfig(instanceMeta("orders", "a", 1), gw.LocalAddr()), nil)
-	b, err := Start(ctx, fastConfig(instanceMeta("orders", "b", 1), gw.LocalAddr()), nil)
+	b, err := start(ctx, fastConfig(instanceMeta("orders", "b", 1), gw.LocalAddr()), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Shutdown()
+	defer b.Close()
 	if err := waitMembers(ctx, 3, gw, a, b); err != nil {
 		t.Fatal(err)
 	}
@@ -100,8 +104,8 @@ func TestCrashIsReportedDead(t *testing.T) {
 
 	_, bound := ProfileFast.DetectionTime(3)
 	crashed := time.Now()
-	b.Shutdown() // no Leave: to the others this is a crash
-	b.Shutdown() // idempotent
+	b.Close() // no Leave: to the others this is a crash
+	b.Close() // idempotent
 
 	rec, err := gwRec.wait(ctx, goneNamed(b.Name()))
 	if err != nil {
@@ -122,11 +126,11 @@ func TestCrashIsReportedDead(t *testing.T) {
 	if err := waitMembers(ctx, 2, gw, a); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Leave(time.Second); !errors.Is(err, ErrStopped) {
-		t.Fatalf("Leave after Shutdown = %v, want ErrStopped", err)
+	if err := b.Leave(time.Second); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Leave after Close = %v, want ErrClosed", err)
 	}
-	if err := b.UpdateMeta(instanceMeta("orders", "b", 2), time.Second); !errors.Is(err, ErrStopped) {
-		t.Fatalf("UpdateMeta after Shutdown = %v, want ErrStopped", err)
+	if err := b.UpdateMeta(instanceMeta("orders", "b", 2), time.Second); !errors.Is(err, ErrClosed) {
+		t.Fatalf("UpdateMeta after Close = %v, want ErrClosed", err)
 	}
 }
 
@@ -152,7 +156,7 @@ func TestLeaveIsReportedLeft(t *testing.T) {
 	if err := b.Leave(time.Second); err != nil {
 		t.Fatalf("second Leave: %v", err)
 	}
-	b.Shutdown()
+	b.Close()
 	rec, err := gwRec.wait(ctx, goneNamed(b.Name()))
 	if err != nil {
 		t.Fatalf("leave never reported: %v", err)
@@ -209,6 +213,9 @@ func TestStartAloneThenJoinWhenPeerAppears(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("WaitJoined with no peer = %v, want deadline exceeded", err)
 	}
+	// The peer appears only after a join attempt has failed: the node must
+	// retry on its own.
+	testutil.Eventually(t, "a failed join attempt", func() bool { return a.joinFailures.Load() >= 1 })
 
 	gwRec := newRecorder()
 	cfg := fastConfig(gatewayMeta())
@@ -222,7 +229,7 @@ func TestStartAloneThenJoinWhenPeerAppears(t *testing.T) {
 	}
 
 	// The peer restarts under a new name; a, alone again, joins it again.
-	gw.Shutdown()
+	gw.Close()
 	if err := waitMembers(ctx, 1, a); err != nil {
 		t.Fatal(err)
 	}
@@ -245,22 +252,88 @@ func TestStartAloneThenJoinWhenPeerAppears(t *testing.T) {
 	}
 }
 
-func TestWaitJoinedStopped(t *testing.T) {
+func TestWaitJoinedCutShortByClose(t *testing.T) {
 	peerAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
-	a, err := Start(context.Background(), fastConfig(instanceMeta("orders", "a", 1), peerAddr), nil)
+	a, err := start(context.Background(), fastConfig(instanceMeta("orders", "a", 1), peerAddr), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		time.Sleep(50 * time.Millisecond)
-		a.Shutdown()
-	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := a.WaitJoined(ctx); !errors.Is(err, ErrStopped) {
-		t.Fatalf("WaitJoined on a stopped node = %v, want ErrStopped", err)
+	// Whether WaitJoined starts waiting before Close or after, it must
+	// return ErrClosed: no ordering between the two is needed.
+	waited := make(chan error, 1)
+	go func() { waited <- a.WaitJoined(ctx) }()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
 	}
-	a.Shutdown()
+	if err := <-waited; !errors.Is(err, ErrClosed) {
+		t.Fatalf("WaitJoined on a closed node = %v, want ErrClosed", err)
+	}
+	if err := a.WaitJoined(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("WaitJoined after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	// New binds nothing and starts nothing.
+	n, err := New(fastConfig(instanceMeta("orders", "a", 1)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.LocalAddr() != "" || n.NumMembers() != 0 || n.Name() != "orders/a/1" {
+		t.Fatalf("before Start: addr %q, %d members, name %q", n.LocalAddr(), n.NumMembers(), n.Name())
+	}
+	// UpdateMeta before Start sets what Start gossips.
+	if err := n.UpdateMeta(instanceMeta("orders", "a", 2), time.Second); err != nil {
+		t.Fatalf("UpdateMeta before Start = %v", err)
+	}
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(ctx); !errors.Is(err, ErrStart) {
+		t.Fatalf("second Start = %v, want ErrStart", err)
+	}
+	if m := n.Members(); len(m) != 1 || m[0].Meta != instanceMeta("orders", "a", 2) || m[0].Addr != n.LocalAddr() || n.LocalAddr() == "" {
+		t.Fatalf("after Start: %+v at %q", m, n.LocalAddr())
+	}
+	for range 2 {
+		if err := n.Close(); err != nil {
+			t.Fatalf("Close = %v", err)
+		}
+	}
+	if err := n.Start(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start after Close = %v, want ErrClosed", err)
+	}
+
+	// Close before Start; Leave before Start does nothing, but a node that
+	// left does not start.
+	n, err = New(fastConfig(gatewayMeta()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatalf("Close before Start = %v", err)
+	}
+	if err := n.Start(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start after Close = %v, want ErrClosed", err)
+	}
+	n, err = New(fastConfig(gatewayMeta()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Leave(time.Second); err != nil {
+		t.Fatalf("Leave before Start = %v", err)
+	}
+	if err := n.Start(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start after Leave = %v, want ErrClosed", err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestSecretKeyAndLabelKeepClustersApart(t *testing.T) {
@@ -297,21 +370,20 @@ func TestSecretKeyAndLabelKeepClustersApart(t *testing.T) {
 			tt.joiner(&joinCfg)
 			joiner := startNode(t, joinCfg, nil)
 
-			wait := 2 * time.Second
-			if !tt.wantTogether {
-				wait = 700 * time.Millisecond // several join rounds
+			if tt.wantTogether {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := waitMembers(ctx, 2, seed, joiner); err != nil {
+					t.Fatalf("nodes did not join: %v", err)
+				}
+				return
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), wait)
-			defer cancel()
-			err := waitMembers(ctx, 2, seed, joiner)
-			if tt.wantTogether && err != nil {
-				t.Fatalf("nodes did not join: %v", err)
-			}
-			if !tt.wantTogether && err == nil {
-				t.Fatalf("nodes joined across %s", tt.name)
-			}
-			if !tt.wantTogether && (seed.NumMembers() != 1 || joiner.NumMembers() != 1) {
-				t.Fatalf("members %d and %d, want 1 and 1", seed.NumMembers(), joiner.NumMembers())
+			// A join attempt is a push/pull over TCP that the seed refuses
+			// before merging anything, so once the joiner has counted
+			// failed attempts, neither side may list the other.
+			testutil.Eventually(t, "two refused join attempts", func() bool { return joiner.joinFailures.Load() >= 2 })
+			if seed.NumMembers() != 1 || joiner.NumMembers() != 1 {
+				t.Fatalf("nodes joined across %s: members %d and %d, want 1 and 1", tt.name, seed.NumMembers(), joiner.NumMembers())
 			}
 		})
 	}
@@ -322,15 +394,19 @@ func TestStartBindError(t *testing.T) {
 	// once without sending anything.
 	cfg := fastConfig(gatewayMeta())
 	cfg.BindAddr = "192.0.2.1:0"
-	if n, err := Start(context.Background(), cfg, nil); !errors.Is(err, ErrStart) {
-		if n != nil {
-			n.Shutdown()
-		}
+	n, err := New(cfg, nil)
+	if err != nil {
+		t.Fatalf("New validates without binding: %v", err)
+	}
+	if err := n.Start(context.Background()); !errors.Is(err, ErrStart) {
 		t.Fatalf("Start on a foreign address = %v, want ErrStart", err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatalf("Close after a failed Start = %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := Start(ctx, fastConfig(gatewayMeta()), nil); !errors.Is(err, context.Canceled) {
+	if _, err := start(ctx, fastConfig(gatewayMeta()), nil); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Start with a canceled ctx = %v", err)
 	}
 }
@@ -340,7 +416,7 @@ func TestBlockedHandlerDoesNotBlockGossip(t *testing.T) {
 	defer cancel()
 
 	// A Handler that blocks must not stop gossip: the others still join and
-	// the blocked node still lists them. Calls never overlap, and Shutdown
+	// the blocked node still lists them. Calls never overlap, and Close
 	// waits for the call in progress, then drops the queue.
 	release := make(chan struct{})
 	var inFlight, maxInFlight, calls atomic.Int32
@@ -353,7 +429,7 @@ func TestBlockedHandlerDoesNotBlockGossip(t *testing.T) {
 		<-release
 		inFlight.Add(-1)
 	}}
-	gw, err := Start(ctx, fastConfig(gatewayMeta()), h)
+	gw, err := start(ctx, fastConfig(gatewayMeta()), h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,22 +443,39 @@ func TestBlockedHandlerDoesNotBlockGossip(t *testing.T) {
 	if got := calls.Load(); got != 1 {
 		t.Fatalf("%d Handler calls while the first is blocked, want 1", got)
 	}
-	shutdownDone := make(chan struct{})
+	closeDone := make(chan struct{})
 	go func() {
-		gw.Shutdown()
-		close(shutdownDone)
+		gw.Close()
+		close(closeDone)
 	}()
+	// Close must wait for the call in progress: wait until its goroutine
+	// is seen blocked on the node's WaitGroup (proof that it got there
+	// while the Handler is held), not for time to pass.
+	testutil.Eventually(t, "Close to wait for the Handler", func() bool { return closeWaiting() })
 	select {
-	case <-shutdownDone:
-		t.Fatal("Shutdown returned while a Handler call was in progress")
-	case <-time.After(100 * time.Millisecond):
+	case <-closeDone:
+		t.Fatal("Close returned while a Handler call was in progress")
+	default:
 	}
 	close(release)
-	<-shutdownDone
+	<-closeDone
 	if maxInFlight.Load() != 1 {
 		t.Fatalf("max concurrent Handler calls = %d", maxInFlight.Load())
 	}
 	if got := calls.Load(); got != 1 {
-		t.Fatalf("%d Handler calls after Shutdown began, want the queue dropped", got-1)
+		t.Fatalf("%d Handler calls after Close began, want the queue dropped", got-1)
 	}
+}
+
+// closeWaiting reports whether a goroutine is inside Node.Close, blocked on
+// the WaitGroup of the node's goroutines.
+func closeWaiting() bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "gossip.(*Node).Close(") && strings.Contains(g, "sync.(*WaitGroup).Wait(") {
+			return true
+		}
+	}
+	return false
 }
