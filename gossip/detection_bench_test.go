@@ -3,11 +3,11 @@ package gossip
 import (
 	"context"
 	"fmt"
-	"math"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/pushlb/pushlb/internal/testutil"
 )
 
 // BenchmarkDetection measures how long a crash takes to reach the Handler:
@@ -129,27 +129,16 @@ func benchDetection(b *testing.B, profile Profile, size int) {
 		}
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	b.ReportMetric(ms(percentile(toObserver, 0.50)), "p50-ms")
-	b.ReportMetric(ms(percentile(toObserver, 0.99)), "p99-ms")
-	b.ReportMetric(ms(percentile(toAll, 0.50)), "all-p50-ms")
-	b.ReportMetric(ms(percentile(toAll, 0.99)), "all-p99-ms")
+	b.ReportMetric(ms(testutil.Percentile(toObserver, 0.50)), "p50-ms")
+	b.ReportMetric(ms(testutil.Percentile(toObserver, 0.99)), "p99-ms")
+	b.ReportMetric(ms(testutil.Percentile(toAll, 0.50)), "all-p50-ms")
+	b.ReportMetric(ms(testutil.Percentile(toAll, 0.99)), "all-p99-ms")
 	b.ReportMetric(ms(expected), "expected-ms")
 	b.ReportMetric(ms(bound), "bound-ms")
 	b.ReportMetric(float64(falseGone), "false-gone")
 	b.Logf("%s N=%d: %d crashes; observer p50 %v p99 %v; all survivors p50 %v p99 %v; expected %v, bound %v; false NodeGone %d",
 		profile, size, len(toObserver),
-		percentile(toObserver, 0.50).Round(time.Millisecond), percentile(toObserver, 0.99).Round(time.Millisecond),
-		percentile(toAll, 0.50).Round(time.Millisecond), percentile(toAll, 0.99).Round(time.Millisecond),
+		testutil.Percentile(toObserver, 0.50).Round(time.Millisecond), testutil.Percentile(toObserver, 0.99).Round(time.Millisecond),
+		testutil.Percentile(toAll, 0.50).Round(time.Millisecond), testutil.Percentile(toAll, 0.99).Round(time.Millisecond),
 		expected, bound, falseGone)
-}
-
-// percentile returns the q-quantile of ds by the nearest-rank method.
-func percentile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[max(0, min(i, len(s)-1))]
 }

@@ -177,32 +177,11 @@ func TestLeaveIsReportedLeft(t *testing.T) {
 	}
 }
 
-// freePort returns a port that was free on 127.0.0.1 for TCP and UDP a
-// moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	for range 10 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port
-		}
-	}
-	t.Fatal("no free port")
-	return 0
-}
-
 func TestStartAloneThenJoinWhenPeerAppears(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 
-	peerAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	peerAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(testutil.FreePort(t)))
 	a := startNode(t, fastConfig(instanceMeta("orders", "a", 1), peerAddr), nil)
 	if n := a.NumMembers(); n != 1 {
 		t.Fatalf("NumMembers alone = %d", n)
@@ -253,7 +232,7 @@ func TestStartAloneThenJoinWhenPeerAppears(t *testing.T) {
 }
 
 func TestWaitJoinedCutShortByClose(t *testing.T) {
-	peerAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	peerAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(testutil.FreePort(t)))
 	a, err := start(context.Background(), fastConfig(instanceMeta("orders", "a", 1), peerAddr), nil)
 	if err != nil {
 		t.Fatal(err)

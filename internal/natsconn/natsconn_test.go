@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,17 +33,6 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// freePort returns a loopback port that nothing listens on right now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func TestRegisterFlags(t *testing.T) {
@@ -156,7 +144,7 @@ func TestConnectAndReconnect(t *testing.T) {
 
 func TestConnectWaitsForALateServer(t *testing.T) {
 	t.Parallel()
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	url := "nats://127.0.0.1:" + itoa(port)
 	started := make(chan *natstest.Server, 1)
 	go func() {
@@ -177,7 +165,7 @@ func TestConnectWaitsForALateServer(t *testing.T) {
 
 func TestConnectGivesUpWithAClearError(t *testing.T) {
 	t.Parallel()
-	url := "nats://user:secret@127.0.0.1:" + itoa(freePort(t))
+	url := "nats://user:secret@127.0.0.1:" + itoa(testutil.FreePort(t))
 	start := time.Now()
 	_, err := natsconn.Connect(t.Context(), natsconn.Config{URL: url, ConnectTimeout: 300 * time.Millisecond}, zerolog.Nop())
 	elapsed := time.Since(start)
@@ -201,7 +189,7 @@ func TestConnectStopsWithContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := natsconn.Connect(ctx, natsconn.Config{URL: "nats://127.0.0.1:" + itoa(freePort(t)), ConnectTimeout: time.Minute}, zerolog.Nop())
+	_, err := natsconn.Connect(ctx, natsconn.Config{URL: "nats://127.0.0.1:" + itoa(testutil.FreePort(t)), ConnectTimeout: time.Minute}, zerolog.Nop())
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("error %v, want the context's", err)
 	}
