@@ -16,6 +16,17 @@
 // a crash within the gossip profile's detection time (about a second with
 // the fast profile) rather than the lease's.
 //
+// # Lifecycle
+//
+// New builds a Publisher without publishing anything or starting a
+// goroutine. Announce is its start: it registers, publishes and starts the
+// lease loop (and the gossip node). Withdraw is the graceful stop of the
+// announcement: offline event, deregistration, gossip leave. Close stops
+// the lease loop and the gossip node and waits for them, without
+// withdrawing (to the gateways it looks like a crash: the lease expires,
+// gossip declares the node dead); it is idempotent and ends the Publisher.
+// A service calls Withdraw, then Close.
+//
 // The incarnation orders events about one instance ID: it grows with every
 // start of the instance. Announce uses the instance's Incarnation when set,
 // else the current time in nanoseconds. Re-announcements (lease, reconnect)

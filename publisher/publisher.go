@@ -39,13 +39,15 @@ type Config struct {
 	// from its announcement to its withdrawal, so gateways that are members
 	// too notice a crash within the profile's detection time instead of the
 	// lease's. Announce fills in its Meta (and so the node name); Withdraw
-	// leaves the cluster gracefully; Close shuts the node down without
-	// leaving, which gateways see as a crash.
+	// leaves the cluster gracefully; Close closes the node without leaving,
+	// which gateways see as a crash.
 	Gossip *gossip.Config
 }
 
 // Publisher announces one instance. Its methods are safe for concurrent
-// use. Build with New; Close stops the lease loop without withdrawing.
+// use. New builds it without starting anything; Announce starts the lease
+// loop (and the gossip node); Withdraw announces the instance offline;
+// Close stops the lease loop and the gossip node without withdrawing.
 type Publisher struct {
 	nc  *nats.Conn
 	reg *serverlist.Registry
@@ -62,7 +64,8 @@ type Publisher struct {
 	nodeMeta  gossip.Meta
 }
 
-// New builds a Publisher.
+// New builds a Publisher. It publishes nothing and starts no goroutine
+// until Announce.
 func New(nc *nats.Conn, reg *serverlist.Registry, cfg Config) (*Publisher, error) {
 	if nc == nil || reg == nil {
 		return nil, fmt.Errorf("%w: nil connection or registry", ErrInvalidConfig)
@@ -135,7 +138,12 @@ func (p *Publisher) joinGossipLocked(ctx context.Context, in serverlist.Instance
 	}
 	cfg := *p.cfg.Gossip
 	cfg.Meta = meta
-	n, err := gossip.Start(ctx, cfg, gossip.HandlerFuncs{})
+	n, err := gossip.New(cfg, gossip.HandlerFuncs{})
+	if err == nil {
+		if err = n.Start(ctx); err != nil {
+			n.Close()
+		}
+	}
 	if err != nil {
 		p.log.Error().Err(err).Str("service", in.Service).Str("id", in.InstanceID).Msg("gossip did not start; crash detection falls back to the registry lease")
 		return
@@ -144,14 +152,22 @@ func (p *Publisher) joinGossipLocked(ctx context.Context, in serverlist.Instance
 	p.log.Info().Str("gossip", n.LocalAddr()).Strs("join", cfg.Join).Str("profile", string(cfg.Profile)).Msg("gossip member")
 }
 
+// gossipLeaveTimeout bounds a graceful gossip leave.
+const gossipLeaveTimeout = time.Second
+
 // leaveGossipLocked leaves the cluster gracefully: gateways see the node
-// leave at once instead of suspecting it.
+// leave at once instead of suspecting it. Failures are logged: the offline
+// event and the deregistration already told the gateways.
 func (p *Publisher) leaveGossipLocked() {
 	if p.node == nil {
 		return
 	}
-	p.node.Leave(time.Second)
-	p.node.Shutdown()
+	if err := p.node.Leave(gossipLeaveTimeout); err != nil {
+		p.log.Warn().Err(err).Msg("gossip leave")
+	}
+	if err := p.node.Close(); err != nil {
+		p.log.Warn().Err(err).Msg("gossip close")
+	}
 	p.node = nil
 }
 
@@ -222,17 +238,25 @@ func (p *Publisher) Withdraw(ctx context.Context, reason string) error {
 	return nil
 }
 
-// Close stops the lease loop without withdrawing: the entry expires after
-// the registry's TTL unless another process refreshes it. Idempotent.
-func (p *Publisher) Close() {
+// Close stops the lease loop and closes the gossip node, without
+// withdrawing: the entry expires after the registry's TTL unless another
+// process refreshes it, and gossip members see a crash. It waits for the
+// publisher's goroutines and is idempotent; Announce after Close returns
+// ErrClosed. The error is the gossip node's, if closing it failed.
+func (p *Publisher) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
 	p.stopLeaseLocked()
-	if p.node != nil {
-		p.node.Shutdown()
-		p.node = nil
+	if p.node == nil {
+		return nil
 	}
+	err := p.node.Close()
+	p.node = nil
+	if err != nil {
+		return fmt.Errorf("publisher: %w", err)
+	}
+	return nil
 }
 
 func (p *Publisher) startLeaseLocked() {

@@ -115,7 +115,35 @@ func TestAnnounceThenWithdraw(t *testing.T) {
 }
 
 func TestLeaseKeepsEntryAliveAndCloseLetsItExpire(t *testing.T) {
-	r := newRig(t, time.Second)
+	const ttl = time.Second
+	r := newRig(t, ttl)
+	key, err := serverlist.EncodeKey(orders.Service, orders.InstanceID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The watch sees every put and the expiry, in order: no change of the
+	// entry can go unseen, so no sleep is needed to prove anything.
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	w, err := r.reg.KeyValue().Watch(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	next := func() jetstream.KeyValueEntry {
+		t.Helper()
+		for {
+			select {
+			case e := <-w.Updates():
+				if e != nil { // nil marks the end of the (empty) initial values
+					return e
+				}
+			case <-ctx.Done():
+				t.Fatal("no change of the registry entry")
+			}
+		}
+	}
+
 	p, err := publisher.New(r.nc, r.reg, publisher.Config{LeaseInterval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -123,17 +151,37 @@ func TestLeaseKeepsEntryAliveAndCloseLetsItExpire(t *testing.T) {
 	if err := p.Announce(t.Context(), orders); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // longer than the 1 s TTL
-	if !r.registered(t, orders.InstanceID) {
-		t.Fatal("the lease was not refreshed")
+	first := next()
+	if first.Operation() != jetstream.KeyValuePut {
+		t.Fatalf("first change %v, want a put", first.Operation())
 	}
-	p.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for r.registered(t, orders.InstanceID) {
-		if time.Now().After(deadline) {
-			t.Fatal("the entry did not expire after Close")
+	// Refreshes follow one another without an expiry in between until the
+	// entry has lived longer than its TTL (server timestamps).
+	refreshes := 0
+	for {
+		e := next()
+		if e.Operation() != jetstream.KeyValuePut {
+			t.Fatalf("the entry went (%v) after %d refreshes: the lease was not kept", e.Operation(), refreshes)
 		}
-		time.Sleep(50 * time.Millisecond)
+		refreshes++
+		if e.Created().Sub(first.Created()) > ttl {
+			break
+		}
+	}
+	t.Logf("%d refreshes kept the entry alive past its %v TTL", refreshes, ttl)
+
+	// After Close no refresh comes: the next change is the expiry.
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if e := next(); e.Operation() != jetstream.KeyValuePurge {
+		t.Fatalf("after Close the next change is %v, want the expiry (purge)", e.Operation())
+	}
+	if r.registered(t, orders.InstanceID) {
+		t.Fatal("registered after the expiry")
+	}
+	if err := p.Announce(t.Context(), orders); !errors.Is(err, publisher.ErrClosed) {
+		t.Fatalf("Announce after Close = %v, want ErrClosed", err)
 	}
 }
 
@@ -177,7 +225,7 @@ func TestGossipMembership(t *testing.T) {
 		reason gossip.Reason
 	}
 	got := make(chan seen, 16)
-	gw, err := gossip.Start(t.Context(), gossip.Config{BindAddr: "127.0.0.1:0", Profile: gossip.ProfileFast, Meta: gossip.Meta{Role: gossip.RoleGateway}},
+	gw, err := gossip.New(gossip.Config{BindAddr: "127.0.0.1:0", Profile: gossip.ProfileFast, Meta: gossip.Meta{Role: gossip.RoleGateway}},
 		gossip.HandlerFuncs{
 			Alive: func(m gossip.Member) { got <- seen{meta: m.Meta, alive: true} },
 			Gone:  func(m gossip.Member, reason gossip.Reason) { got <- seen{meta: m.Meta, reason: reason} },
@@ -185,7 +233,10 @@ func TestGossipMembership(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer gw.Shutdown()
+	defer gw.Close()
+	if err := gw.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	next := func() seen {
 		t.Helper()
 		select {
@@ -223,7 +274,9 @@ func TestGossipMembership(t *testing.T) {
 	if s := next(); s.alive || s.meta.Incarnation != 41 {
 		t.Fatalf("withdraw: want the node gone, got %+v", s)
 	}
-	p.Close()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
 
 	// Close without Withdraw is a crash for gossip: the node is declared dead.
 	p2 := newPub()
@@ -234,7 +287,9 @@ func TestGossipMembership(t *testing.T) {
 	if s := next(); !s.alive || s.meta.Incarnation != 42 {
 		t.Fatalf("got %+v", s)
 	}
-	p2.Close()
+	if err := p2.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if s := next(); s.alive || s.reason != gossip.ReasonDead || s.meta.Incarnation != 42 {
 		t.Fatalf("close: want dead, got %+v", s)
 	}
