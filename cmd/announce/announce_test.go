@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/internal/testutil"
 	"github.com/pushlb/pushlb/serverlist"
 )
 
 func TestHoldMode(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	id := "127.0.0.1:orders:" + strconv.Itoa(portOf(t, addr))
 	before := time.Now().UnixNano()
 	a := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr,
@@ -67,7 +68,7 @@ func TestHoldMode(t *testing.T) {
 func TestHoldModeHealthURLAndCustomID(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	start(t, backendBin, "-addr", addr).WaitFor(t, "listening on", lineTimeout)
 	a := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr, "-id", "pod/orders-7 blue",
 		"-health", "http://"+addr+"/health")
@@ -82,7 +83,7 @@ func TestHoldModeHealthURLAndCustomID(t *testing.T) {
 func TestSuperviseModeWithdrawsBeforeSignallingTheChild(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	id := "127.0.0.1:orders:" + strconv.Itoa(portOf(t, addr))
 	const drain = 500 * time.Millisecond
 	a := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr, "-drain", drain.String(),
@@ -123,7 +124,7 @@ func TestSuperviseModeWithdrawsBeforeSignallingTheChild(t *testing.T) {
 func TestSuperviseModeCommandExitsOnItsOwn(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	id := "127.0.0.1:orders:" + strconv.Itoa(portOf(t, addr))
 	a := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr,
 		"--", backendBin, "-addr", addr, "-exit-after", "500ms", "-exit-code", "3")
@@ -154,7 +155,7 @@ func TestSuperviseModeCommandFailsBeforeReady(t *testing.T) {
 		{"killed by SIGKILL", []string{"/bin/sh", "-c", "kill -KILL $$"}, 128 + 9},
 		{"not found", []string{"/nonexistent/command"}, 127},
 	} {
-		args := append([]string{"-nats", w.srv.URL(), "-service", "orders", "-addr", freeAddr(t), "--"}, tc.command...)
+		args := append([]string{"-nats", w.srv.URL(), "-service", "orders", "-addr", testutil.FreeAddr(t), "--"}, tc.command...)
 		if code := announce(t, args...).Wait(t, exitTimeout); code != tc.status {
 			t.Errorf("%s: exit status %d, want %d", tc.name, code, tc.status)
 		}
@@ -165,7 +166,7 @@ func TestSuperviseModeCommandFailsBeforeReady(t *testing.T) {
 func TestSuperviseModeNotReadyStopsTheCommand(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	a := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr, "-ready-timeout", "300ms",
 		"--", backendBin, "-addr", addr, "-name", "slow", "-delay", "10s")
 	if code := a.Wait(t, exitTimeout); code != 1 {
@@ -268,7 +269,7 @@ func TestHelp(t *testing.T) {
 
 func TestNATSUnreachable(t *testing.T) {
 	t.Parallel()
-	url := "nats://" + freeAddr(t)
+	url := "nats://" + testutil.FreeAddr(t)
 	start := time.Now()
 	a := announce(t, "-nats", url, "-nats-timeout", "300ms", "-service", "orders", "-addr", "127.0.0.1:9001")
 	if code := a.Wait(t, exitTimeout); code != 1 {
@@ -292,7 +293,7 @@ func TestNATSUnreachable(t *testing.T) {
 func TestHoldModeNotReady(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	a := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr, "-ready-timeout", "300ms")
 	if code := a.Wait(t, exitTimeout); code != 1 {
 		t.Fatalf("exit status %d, want 1", code)
@@ -309,9 +310,9 @@ func TestHoldModeNotReady(t *testing.T) {
 
 func TestHoldModeStartedBeforeNATS(t *testing.T) {
 	t.Parallel()
-	backend := freeAddr(t)
+	backend := testutil.FreeAddr(t)
 	start(t, backendBin, "-addr", backend).WaitFor(t, "listening on", lineTimeout)
-	natsAddr := freeAddr(t)
+	natsAddr := testutil.FreeAddr(t)
 	a := announce(t, "-nats", "nats://"+natsAddr, "-service", "orders", "-addr", backend, "-log-level", "debug")
 	a.WaitFor(t, "NATS not reachable yet", lineTimeout) // it tried, and retries
 	w := newWorldOn(t, portOf(t, natsAddr))
@@ -354,7 +355,7 @@ func TestDefaultInstance(t *testing.T) {
 func TestSuperviseModeSecondSignalCutsTheDrain(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	a := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr, "-drain", "1m",
 		"--", backendBin, "-addr", addr, "-name", "s2")
 	expectKind(t, w.next(t), events.Online, "127.0.0.1:orders:"+strconv.Itoa(portOf(t, addr)))
@@ -370,7 +371,7 @@ func TestSuperviseModeSecondSignalCutsTheDrain(t *testing.T) {
 func TestSuperviseModeForwardsSIGHUP(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	a := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr,
 		"--", backendBin, "-addr", addr)
 	expectKind(t, w.next(t), events.Online, "127.0.0.1:orders:"+strconv.Itoa(portOf(t, addr)))
@@ -388,7 +389,7 @@ func TestSuperviseModeForwardsSIGHUP(t *testing.T) {
 func TestStopSignalBeforeReady(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	// Supervise: the signal goes straight to the command, whose status
 	// announce returns; nothing is announced.
 	a := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr,

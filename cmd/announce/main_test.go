@@ -183,9 +183,6 @@ func noLine(t *testing.T, p *testutil.Proc, want string) {
 	}
 }
 
-// freeAddr returns 127.0.0.1:PORT with nothing listening on PORT.
-func freeAddr(t *testing.T) string { return testutil.FreeAddr(t) }
-
 func portOf(t *testing.T, addr string) int {
 	t.Helper()
 	_, p, err := net.SplitHostPort(addr)
