@@ -84,7 +84,9 @@ func BenchmarkPropagation(b *testing.B) {
 	inc := int64(1)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		time.Sleep(12 * time.Millisecond) // beyond the 10 ms coalescing window
+		// Pacing the load, not ordering: independent changes arrive beyond
+		// the 10 ms coalescing window, so each one is delivered at once.
+		time.Sleep(12 * time.Millisecond)
 
 		start := time.Now()
 		pubc.Publish("raw.hop", []byte(`{"service":"orders"}`))
@@ -152,6 +154,8 @@ func BenchmarkStorm(b *testing.B) {
 		}
 		pubc.Flush()
 	}
+	// waitFor polls finely: its interval bounds the resolution of the
+	// measurement.
 	waitFor := func(cond func() bool) {
 		deadline := time.Now().Add(30 * time.Second)
 		for !cond() {
@@ -198,7 +202,7 @@ func BenchmarkRebuild10k(b *testing.B) {
 	if err := mirror.Start(b.Context()); err != nil {
 		b.Fatal(err)
 	}
-	defer mirror.Stop()
+	defer mirror.Close()
 	if err := mirror.WaitSynced(b.Context()); err != nil {
 		b.Fatal(err)
 	}

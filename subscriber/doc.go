@@ -33,10 +33,26 @@
 // so a slow or failing handler for one service never delays another; calls
 // for one service never overlap and carry growing revisions.
 //
+// # Lifecycle
+//
+// New builds a Subscriber (and its registry mirror) without subscribing or
+// starting a goroutine; Start subscribes, loads the registry and starts the
+// deliveries; Close unsubscribes, closes the mirror and waits for every
+// goroutine and Handler call, and is idempotent.
+//
 // # Bad input
 //
 // Malformed, oversized or invalid events, subjects of the wrong shape,
-// stale events and duplicates are dropped, counted by reason (Stats), and
-// logged with zerolog at a bounded rate. The subscriber never panics on
-// input and never blocks the NATS delivery goroutine on a handler.
+// stale events and duplicates are dropped, counted by reason
+// (Stats.Dropped, indexed by a DropReason; AllDropReasons lists them for
+// metrics), and logged with zerolog at a bounded rate. The subscriber never
+// panics on input and never blocks the NATS delivery goroutine on a
+// handler.
+//
+// # Counters as proof
+//
+// Stats.Received counts a message once it has been handled (applied or
+// dropped), and Stats.Delivered a Handler call once it has returned, so a
+// caller, or a test, waits for a counter to reach a value instead of for
+// time to pass.
 package subscriber

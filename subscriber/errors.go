@@ -5,6 +5,6 @@ import "errors"
 var (
 	// ErrInvalidConfig wraps configuration errors.
 	ErrInvalidConfig = errors.New("subscriber: invalid config")
-	// ErrStopped is returned by Start after Stop.
-	ErrStopped = errors.New("subscriber: stopped")
+	// ErrClosed is returned by Start after Close.
+	ErrClosed = errors.New("subscriber: closed")
 )

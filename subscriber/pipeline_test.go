@@ -27,11 +27,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		// nats-server and nats.go keep a few process-wide goroutines.
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
-		goleak.IgnoreTopFunction("time.Sleep"),
 	)
 }
 
-// balancers is a minimal lbvisitor.Balancers for tests: one balancer per
+// balancers is a minimal balancer.Balancers for tests: one balancer per
 // service with the default config.
 type balancers struct {
 	mu sync.Mutex
@@ -69,6 +68,8 @@ func (b *balancers) close() {
 	}
 }
 
+var _ balancer.Balancers = (*balancers)(nil)
+
 // gateway is the gateway side of the push path, wired as cmd/gateway does.
 type gateway struct {
 	nc   *nats.Conn
@@ -76,6 +77,32 @@ type gateway struct {
 	bals *balancers
 	vis  *lbvisitor.Registry
 	sub  *subscriber.Subscriber
+
+	mu      sync.Mutex
+	handled []events.ListChanged // lists the visitors finished applying
+}
+
+// handle is the subscriber's Handler: it applies lc and then records it, so
+// a test can wait for a list to have been applied.
+func (g *gateway) handle(ctx context.Context, lc events.ListChanged) error {
+	err := g.vis.Handle(ctx, lc)
+	g.mu.Lock()
+	g.handled = append(g.handled, lc)
+	g.mu.Unlock()
+	return err
+}
+
+// appliedWith reports whether a list of service holding id has been
+// applied to its balancer (lookups done, SetServers returned).
+func (g *gateway) appliedWith(service, id string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, lc := range g.handled {
+		if lc.Service == service && slices.Contains(lc.InstanceIDs, id) {
+			return true
+		}
+	}
+	return false
 }
 
 func openRegistry(t testing.TB, nc *nats.Conn) *serverlist.Registry {
@@ -101,8 +128,7 @@ func startGateway(t testing.TB, srv *natstest.Server, cfg subscriber.Config) *ga
 	g := &gateway{nc: srv.Connect(t, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond)), bals: &balancers{}}
 	g.reg = openRegistry(t, g.nc)
 	var lookup *serverlist.Lookup
-	handler := func(ctx context.Context, lc events.ListChanged) error { return g.vis.Handle(ctx, lc) }
-	sub, err := subscriber.New(g.nc, g.reg, handler, cfg)
+	sub, err := subscriber.New(g.nc, g.reg, g.handle, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +143,12 @@ func startGateway(t testing.TB, srv *natstest.Server, cfg subscriber.Config) *ga
 	if err := sub.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { sub.Stop(); g.bals.close() })
+	t.Cleanup(func() {
+		if err := sub.Close(); err != nil {
+			t.Errorf("subscriber Close: %v", err)
+		}
+		g.bals.close()
+	})
 	return g
 }
 
@@ -162,7 +193,11 @@ func newPublisher(t testing.TB, srv *natstest.Server) *publisher.Publisher {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.Close)
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("publisher Close: %v", err)
+		}
+	})
 	return p
 }
 
@@ -253,10 +288,18 @@ func TestOnlineEventWithoutRegistryEntryRoutesNothing(t *testing.T) {
 	testutil.Eventually(t, "the registered instance", func() bool { return len(g.ids("cart")) == 1 })
 	publishEvent(t, g.nc, events.Event{Kind: events.Online, Service: "cart", InstanceID: "ghost:cart:1", Incarnation: 1, At: time.Now()})
 	testutil.Eventually(t, "the ghost to reach the membership", func() bool { return len(g.sub.Live()["cart"]) == 2 })
-	// The visitor's lookup retries with backoff, then leaves the ghost out.
-	time.Sleep(300 * time.Millisecond)
+	// The visitor's lookup retries with backoff, then leaves the ghost out:
+	// wait until a list holding the ghost has been applied.
+	testutil.Eventually(t, "a list with the ghost to be applied", func() bool { return g.appliedWith("cart", "ghost:cart:1") })
 	if got := g.ids("cart"); len(got) != 1 || got[0] != "10.0.0.1:cart:8080" {
 		t.Fatalf("an unregistered ID was routed: %v", got)
+	}
+	v, err := g.vis.Visitor("cart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Stats().NotFound == 0 {
+		t.Fatalf("the ghost's lookup should count as not found: %+v", v.Stats())
 	}
 }
 
@@ -308,25 +351,25 @@ func TestNATSRestartConverges(t *testing.T) {
 
 	srv.Restart(t)
 	// While everyone reconnects, one instance withdraws and another arrives.
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	for {
-		if err := p1.Withdraw(wctx, "shutdown"); err == nil {
-			break
-		} else if wctx.Err() != nil {
-			t.Fatal(err)
-		}
-		p1.Announce(wctx, instance("orders", 1, 1)) // the withdraw failed half-way: restore, try again
-		time.Sleep(20 * time.Millisecond)
+	// Each attempt is bounded; Eventually bounds the retries while the
+	// clients reconnect.
+	attempt := func(op func(context.Context) error) bool {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return op(actx) == nil
 	}
-	for {
-		if err := p3.Announce(wctx, instance("orders", 3, 1)); err == nil {
-			break
-		} else if wctx.Err() != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, "p1 to withdraw after the restart", func() bool {
+		return attempt(func(ctx context.Context) error {
+			err := p1.Withdraw(ctx, "shutdown")
+			if err != nil {
+				p1.Announce(ctx, instance("orders", 1, 1)) // the withdraw failed half-way: restore, try again
+			}
+			return err
+		})
+	})
+	testutil.Eventually(t, "p3 to announce after the restart", func() bool {
+		return attempt(func(ctx context.Context) error { return p3.Announce(ctx, instance("orders", 3, 1)) })
+	})
 	truth := func() []string {
 		ins, err := g.reg.List(ctx, "orders")
 		if err != nil {
@@ -367,7 +410,7 @@ func TestSlowHandlerDoesNotDelayOtherServices(t *testing.T) {
 	if err := sub.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Stop()
+	defer sub.Close()
 	defer close(release)
 	p := newPublisher(t, srv)
 	if err := p.Announce(t.Context(), instance("slow", 1, 1)); err != nil {
@@ -390,14 +433,27 @@ func TestBurstIsCoalesced(t *testing.T) {
 	srv := natstest.Start(t)
 	nc := srv.Connect(t)
 	reg := openRegistry(t, nc)
+	const sentinel = "i-last"
 	var mu sync.Mutex
-	calls, last := 0, 0
+	calls := 0
+	final := make(chan int, 1) // the number of calls up to the sentinel's list
 	sub, err := subscriber.New(nc, reg, func(ctx context.Context, lc events.ListChanged) error {
 		mu.Lock()
 		calls++
-		last = len(lc.InstanceIDs)
+		n := calls
 		mu.Unlock()
-		time.Sleep(time.Millisecond) // a rebuild takes a moment
+		if slices.Contains(lc.InstanceIDs, sentinel) {
+			if len(lc.InstanceIDs) != 101 {
+				t.Errorf("the list after the burst has %d IDs, want 101", len(lc.InstanceIDs))
+			}
+			select {
+			case final <- n:
+			default:
+			}
+		}
+		// Simulated work, not an ordering: a rebuild takes a moment, so
+		// changes pile up while the handler runs.
+		time.Sleep(time.Millisecond)
 		return nil
 	}, subscriber.Config{Coalesce: 20 * time.Millisecond, Services: []string{"orders"}})
 	if err != nil {
@@ -406,10 +462,12 @@ func TestBurstIsCoalesced(t *testing.T) {
 	if err := sub.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Stop()
+	defer sub.Close()
 	// A rolling restart of 100 instances: offline then online with a new
 	// incarnation, published as fast as possible (events only: the
-	// membership does not need the registry for this).
+	// membership does not need the registry for this). Then one more
+	// instance: one subscription delivers in order, so the first list that
+	// holds it was built after all 300 events were applied.
 	pubc := srv.Connect(t)
 	for i := range 100 {
 		id := fmt.Sprintf("i-%d", i)
@@ -420,13 +478,16 @@ func TestBurstIsCoalesced(t *testing.T) {
 		publishEvent(t, pubc, events.Event{Kind: events.Offline, Service: "orders", InstanceID: id, Incarnation: 1, At: time.Now()})
 		publishEvent(t, pubc, events.Event{Kind: events.Online, Service: "orders", InstanceID: id, Incarnation: 2, At: time.Now()})
 	}
-	testutil.Eventually(t, "the final list", func() bool { mu.Lock(); defer mu.Unlock(); return last == 100 })
-	time.Sleep(50 * time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
-	t.Logf("300 events, %d deliveries", calls)
-	if calls > 30 {
-		t.Fatalf("300 events gave %d deliveries; want a handful", calls)
+	publishEvent(t, pubc, events.Event{Kind: events.Online, Service: "orders", InstanceID: sentinel, Incarnation: 1, At: time.Now()})
+	var n int
+	select {
+	case n = <-final:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no delivery holds the last event")
+	}
+	t.Logf("301 events, %d deliveries", n)
+	if n > 30 {
+		t.Fatalf("301 events gave %d deliveries; want a handful", n)
 	}
 }
 

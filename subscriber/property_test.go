@@ -76,6 +76,7 @@ func TestPropertyListsConverge(t *testing.T) {
 			}
 		}
 		perm := rapid.Permutation(order).Draw(rt, "order")
+		received := g.sub.Stats().Received
 		for _, i := range perm {
 			subj, data, err := events.EncodeMessage(events.DefaultPrefix, evs[i])
 			if err != nil {
@@ -97,22 +98,45 @@ func TestPropertyListsConverge(t *testing.T) {
 			}
 			sort.Strings(want[s])
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			ok := true
+		// Every event has been processed once Received counts them all (one
+		// subscription: in order); only then can the lists be compared.
+		waitUntil(rt, "the events to be processed", func() bool { return g.sub.Stats().Received >= received+uint64(len(perm)) })
+		var diff string
+		converged := func() bool {
 			for _, s := range services {
 				live := g.sub.Live()[s]
 				if got := g.ids(s); !slices.Equal(got, want[s]) || !slices.Equal(live, want[s]) {
-					ok = false
-					if time.Now().After(deadline) {
-						rt.Fatalf("service %s: gateway has %v, model %v (membership %v)", s, got, want[s], g.sub.Live()[s])
-					}
+					diff = fmt.Sprintf("service %s: gateway has %v, model %v (membership %v)", s, got, want[s], live)
+					return false
 				}
 			}
-			if ok {
-				return
-			}
-			time.Sleep(2 * time.Millisecond)
+			return true
+		}
+		if !poll(converged) {
+			rt.Fatal(diff)
 		}
 	})
+}
+
+// waitUntil polls cond until it holds, and fails the test after 20 s (as
+// testutil.Eventually does, for a *rapid.T).
+func waitUntil(t interface{ Fatalf(string, ...any) }, what string, cond func() bool) {
+	if !poll(cond) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// poll checks cond every 2 ms for up to 20 s and reports whether it held.
+func poll(cond func() bool) bool {
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(20 * time.Second)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			return cond()
+		}
+	}
+	return true
 }

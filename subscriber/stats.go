@@ -1,39 +1,102 @@
 package subscriber
 
 import (
+	"encoding/json"
 	"errors"
 	"sync/atomic"
 
 	"github.com/pushlb/pushlb/events"
 )
 
-// Drop reasons, as counted in Stats.Dropped and exported as metric labels.
+// DropReason is why the subscriber dropped a message. Its String is the
+// metric label.
+type DropReason uint8
+
+// The drop reasons, as counted in Stats.Dropped.
 const (
-	DropMalformed    = "malformed"    // not a valid JSON object, wrong types
-	DropTooLarge     = "too_large"    // above events.MaxPayloadSize
-	DropBadSubject   = "bad_subject"  // subject not <prefix>.svc.<service>.online|offline
-	DropInvalid      = "invalid"      // missing or invalid field, bad service name or ID
-	DropMismatch     = "mismatch"     // payload disagrees with its subject
-	DropVersion      = "version"      // unsupported format version
-	DropStale        = "stale"        // lower incarnation than known, or online after offline
-	DropDuplicate    = "duplicate"    // already known
-	DropUnsubscribed = "unsubscribed" // a service this subscriber does not follow
+	DropMalformed    DropReason = iota // not a valid JSON object, wrong types
+	DropTooLarge                       // above events.MaxPayloadSize
+	DropBadSubject                     // subject not <prefix>.svc.<service>.online|offline
+	DropInvalid                        // missing or invalid field, bad service name or ID
+	DropMismatch                       // payload disagrees with its subject
+	DropVersion                        // unsupported format version
+	DropStale                          // lower incarnation than known, or online after offline
+	DropDuplicate                      // already known
+	DropUnsubscribed                   // a service this subscriber does not follow
+
+	numDropReasons // the number of reasons; not a reason
 )
 
-// DropReasons lists every reason, for metrics that pre-declare labels.
-var DropReasons = []string{DropMalformed, DropTooLarge, DropBadSubject, DropInvalid,
-	DropMismatch, DropVersion, DropStale, DropDuplicate, DropUnsubscribed}
+var dropReasonNames = [numDropReasons]string{
+	DropMalformed:    "malformed",
+	DropTooLarge:     "too_large",
+	DropBadSubject:   "bad_subject",
+	DropInvalid:      "invalid",
+	DropMismatch:     "mismatch",
+	DropVersion:      "version",
+	DropStale:        "stale",
+	DropDuplicate:    "duplicate",
+	DropUnsubscribed: "unsubscribed",
+}
+
+// String returns the reason's metric label ("malformed", "too_large",
+// "bad_subject", "invalid", "mismatch", "version", "stale", "duplicate",
+// "unsubscribed"), or "unknown" for a value that is not a reason.
+func (r DropReason) String() string {
+	if r >= numDropReasons {
+		return "unknown"
+	}
+	return dropReasonNames[r]
+}
+
+// AllDropReasons returns every reason, in order, for metrics that
+// pre-declare their labels. The slice is the caller's.
+func AllDropReasons() []DropReason {
+	out := make([]DropReason, numDropReasons)
+	for i := range out {
+		out[i] = DropReason(i)
+	}
+	return out
+}
+
+// DropCounts counts dropped messages per reason: d[DropStale] is the number
+// of stale events. It is a copy taken by Stats; changing it changes nothing
+// in the subscriber. It encodes to JSON as an object keyed by the reasons'
+// labels, {"malformed": 0, "too_large": 0, ...}.
+type DropCounts [numDropReasons]uint64
+
+// Total returns the number of dropped messages, whatever the reason.
+func (d DropCounts) Total() uint64 {
+	var n uint64
+	for _, c := range d {
+		n += c
+	}
+	return n
+}
+
+// MarshalJSON implements json.Marshaler.
+func (d DropCounts) MarshalJSON() ([]byte, error) {
+	m := make(map[string]uint64, len(d))
+	for r, c := range d {
+		m[DropReason(r).String()] = c
+	}
+	return json.Marshal(m)
+}
 
 // Stats are counters since the subscriber was built.
 type Stats struct {
-	// Received counts messages received on the change subjects.
+	// Received counts messages received on the change subjects. A message
+	// is counted once it has been handled (applied to the membership, or
+	// dropped and counted in Dropped), so Received reaching n proves that
+	// the first n messages were processed.
 	Received uint64
 	// Applied counts events that changed a live set.
 	Applied uint64
-	// Dropped counts dropped messages by reason (the Drop constants).
-	Dropped map[string]uint64
-	// Delivered counts ListChanged calls made to the handler; HandlerErrors
-	// those that returned an error (and were retried).
+	// Dropped counts dropped messages by reason.
+	Dropped DropCounts
+	// Delivered counts ListChanged calls made to the handler, each counted
+	// once the call has returned; HandlerErrors those that returned an
+	// error (and were retried).
 	Delivered, HandlerErrors uint64
 	// Reconciles counts reconciliations of a service with the registry;
 	// RegistryRemovals the instances they took offline (deleted or expired
@@ -48,17 +111,10 @@ type counters struct {
 	received, applied, delivered, handlerErrors atomic.Uint64
 	reconciles, registryRemovals                atomic.Uint64
 	gossipRemovals, gossipRevivals              atomic.Uint64
-	dropped                                     [9]atomic.Uint64 // indexed like DropReasons
+	dropped                                     [numDropReasons]atomic.Uint64
 }
 
-func (c *counters) drop(reason string) {
-	for i, r := range DropReasons {
-		if r == reason {
-			c.dropped[i].Add(1)
-			return
-		}
-	}
-}
+func (c *counters) drop(reason DropReason) { c.dropped[reason].Add(1) }
 
 func (c *counters) snapshot() Stats {
 	s := Stats{
@@ -70,16 +126,15 @@ func (c *counters) snapshot() Stats {
 		RegistryRemovals: c.registryRemovals.Load(),
 		GossipRemovals:   c.gossipRemovals.Load(),
 		GossipRevivals:   c.gossipRevivals.Load(),
-		Dropped:          make(map[string]uint64, len(DropReasons)),
 	}
-	for i, r := range DropReasons {
-		s.Dropped[r] = c.dropped[i].Load()
+	for i := range c.dropped {
+		s.Dropped[i] = c.dropped[i].Load()
 	}
 	return s
 }
 
 // dropReason classifies a decoding error.
-func dropReason(err error) string {
+func dropReason(err error) DropReason {
 	switch {
 	case errors.Is(err, events.ErrTooLarge):
 		return DropTooLarge

@@ -22,6 +22,20 @@ import (
 // first. The ListChanged's slice must not be modified.
 type Handler func(ctx context.Context, lc events.ListChanged) error
 
+// Defaults of Config.
+const (
+	// DefaultCoalesce is the least time between two deliveries for one
+	// service.
+	DefaultCoalesce = 10 * time.Millisecond
+	// DefaultAntiEntropy is the interval of full reconciliations with the
+	// registry.
+	DefaultAntiEntropy = 60 * time.Second
+	// DefaultTombstoneTTL is how long offline instances are remembered.
+	DefaultTombstoneTTL = 10 * time.Minute
+	// DefaultRegistryTimeout bounds each direct registry read.
+	DefaultRegistryTimeout = 2 * time.Second
+)
+
 // Config configures a Subscriber. Zero values take the defaults.
 type Config struct {
 	// Prefix is the subject prefix. Default events.DefaultPrefix ("lb").
@@ -30,16 +44,18 @@ type Config struct {
 	// every service (<prefix>.svc.>).
 	Services []string
 	// Coalesce is the minimum time between two deliveries for one service.
-	// The first change after a quiet period is delivered at once. Default
-	// 10ms; a negative value disables coalescing.
+	// The first change after a quiet period is delivered at once. Zero
+	// means DefaultCoalesce (10 ms); a negative value disables coalescing.
 	Coalesce time.Duration
 	// AntiEntropy is the interval of full reconciliations with the
-	// registry. Default 60s.
+	// registry. Zero means DefaultAntiEntropy (60 s).
 	AntiEntropy time.Duration
 	// TombstoneTTL is how long offline instances are remembered to reject
-	// late events of old incarnations. Default 10m.
+	// late events of old incarnations. Zero means DefaultTombstoneTTL
+	// (10 min).
 	TombstoneTTL time.Duration
-	// RegistryTimeout bounds each direct registry read. Default 2s.
+	// RegistryTimeout bounds each direct registry read. Zero means
+	// DefaultRegistryTimeout (2 s).
 	RegistryTimeout time.Duration
 	// Mirror configures the registry mirror the subscriber owns (its
 	// OnChange is the subscriber's).
@@ -66,16 +82,16 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	if c.Coalesce == 0 {
-		c.Coalesce = 10 * time.Millisecond
+		c.Coalesce = DefaultCoalesce
 	}
 	if c.AntiEntropy == 0 {
-		c.AntiEntropy = 60 * time.Second
+		c.AntiEntropy = DefaultAntiEntropy
 	}
 	if c.TombstoneTTL == 0 {
-		c.TombstoneTTL = 10 * time.Minute
+		c.TombstoneTTL = DefaultTombstoneTTL
 	}
 	if c.RegistryTimeout == 0 {
-		c.RegistryTimeout = 2 * time.Second
+		c.RegistryTimeout = DefaultRegistryTimeout
 	}
 	if c.AntiEntropy < 0 || c.TombstoneTTL < 0 || c.RegistryTimeout < 0 {
 		return c, fmt.Errorf("%w: negative interval", ErrInvalidConfig)
@@ -85,7 +101,7 @@ func (c Config) withDefaults() (Config, error) {
 
 // Subscriber follows the change topics and the registry and delivers
 // ListChanged to its Handler. Build it with New, run it with Start, end it
-// with Stop. Its methods are safe for concurrent use.
+// with Close. Its methods are safe for concurrent use.
 type Subscriber struct {
 	nc      *nats.Conn
 	reg     *serverlist.Registry
@@ -97,7 +113,7 @@ type Subscriber struct {
 	dropLog zerolog.Logger
 	stats   counters
 
-	ctx    context.Context // ends at Stop
+	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // worker and deliveries
 
@@ -124,7 +140,7 @@ type svcState struct {
 }
 
 // New builds a Subscriber over a NATS connection and the registry. It
-// subscribes to nothing until Start.
+// subscribes to nothing and starts no goroutine until Start.
 func New(nc *nats.Conn, reg *serverlist.Registry, h Handler, cfg Config) (*Subscriber, error) {
 	if nc == nil || reg == nil || h == nil {
 		return nil, fmt.Errorf("%w: nil connection, registry or handler", ErrInvalidConfig)
@@ -162,12 +178,14 @@ func (s *Subscriber) Mirror() *serverlist.Mirror { return s.mirror }
 
 // Start subscribes, loads the registry's state, applies what arrived
 // meanwhile and delivers every known service once; then it returns, and
-// changes are delivered as they come. ctx bounds the initial load only.
+// changes are delivered as they come until Close. ctx bounds the initial
+// load only. Start after Close returns ErrClosed; a second Start does
+// nothing. When Start fails, call Close to release what it set up.
 func (s *Subscriber) Start(ctx context.Context) error {
 	s.dmu.Lock()
 	if s.stopped {
 		s.dmu.Unlock()
-		return ErrStopped
+		return ErrClosed
 	}
 	if s.started {
 		s.dmu.Unlock()
@@ -243,13 +261,15 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop unsubscribes, stops the mirror and the background work, and waits
-// for deliveries in progress. It is idempotent.
-func (s *Subscriber) Stop() {
+// Close unsubscribes, stops the mirror and the background work, and waits
+// for deliveries in progress: no Handler call happens after it returns. It
+// is idempotent, may be called before Start, must not be called from the
+// Handler, and returns the first error met while unsubscribing.
+func (s *Subscriber) Close() error {
 	s.dmu.Lock()
 	if s.stopped {
 		s.dmu.Unlock()
-		return
+		return nil
 	}
 	s.stopped = true
 	subs := s.subs
@@ -260,12 +280,18 @@ func (s *Subscriber) Stop() {
 		}
 	}
 	s.dmu.Unlock()
+	var errs []error
 	for _, sub := range subs {
-		sub.Unsubscribe()
+		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			errs = append(errs, fmt.Errorf("subscriber: unsubscribe %s: %w", sub.Subject, err))
+		}
 	}
 	s.cancel()
-	s.mirror.Stop()
+	if err := s.mirror.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("subscriber: mirror: %w", err))
+	}
 	s.wg.Wait()
+	return errors.Join(errs...)
 }
 
 // Stats returns the counters.
@@ -319,13 +345,14 @@ func (s *Subscriber) gossip(service, id string, incarnation int64, alive bool) {
 // onMsg runs on the NATS delivery goroutine: it must be quick and never
 // wait on a handler.
 func (s *Subscriber) onMsg(msg *nats.Msg) {
-	s.stats.received.Add(1)
+	// Counted once handled, so that Received proves processing.
+	defer s.stats.received.Add(1)
 	ev, err := events.DecodeMessage(s.cfg.Prefix, msg.Subject, msg.Data)
 	if err != nil {
 		reason := dropReason(err)
 		s.stats.drop(reason)
 		s.dropLog.Warn().Err(err).Str("subject", truncate(msg.Subject, 200)).Int("bytes", len(msg.Data)).
-			Str("reason", reason).Msg("dropped event")
+			Stringer("reason", reason).Msg("dropped event")
 		return
 	}
 	if s.follow != nil && !s.follow[ev.Service] {
