@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -105,7 +104,7 @@ func (a *app) lookupEntry(ctx context.Context, nc *nats.Conn, key string) (jetst
 	if err != nil {
 		return nil, nil, fmt.Errorf("jetstream: %w", err)
 	}
-	bucket := bucketName(a.cfg.prefix)
+	bucket := serverlist.BucketName(a.cfg.prefix)
 	kv, err := js.KeyValue(ctx, bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		a.log.Debug().Str("bucket", bucket).Msg("registry bucket does not exist")
@@ -127,10 +126,4 @@ func (a *app) lookupEntry(ctx context.Context, nc *nats.Conn, key string) (jetst
 		return kv, &serverlist.Instance{Incarnation: time.Now().UnixNano()}, nil
 	}
 	return kv, &in, nil
-}
-
-// bucketName is the registry bucket of a prefix (wire protocol section 4):
-// "pushlb_" followed by the prefix with every '.' replaced by '_'.
-func bucketName(prefix string) string {
-	return "pushlb_" + strings.ReplaceAll(prefix, ".", "_")
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/pushlb/pushlb/internal/natsconn"
 	"github.com/pushlb/pushlb/lbhttp"
 	"github.com/pushlb/pushlb/serverlist"
+	"github.com/pushlb/pushlb/subscriber"
 )
 
 // ErrConfig wraps every configuration error; cmd/gateway exits 2 on it.
@@ -101,7 +102,7 @@ func DefaultConfig() Config {
 		Lease:           serverlist.DefaultTTL,
 		EmbeddedNATS:    "127.0.0.1:4222",
 		ShutdownTimeout: 10 * time.Second,
-		Subscriber:      SubscriberConfig{Coalesce: 10 * time.Millisecond, AntiEntropy: 60 * time.Second},
+		Subscriber:      SubscriberConfig{Coalesce: subscriber.DefaultCoalesce, AntiEntropy: subscriber.DefaultAntiEntropy},
 	}
 }
 

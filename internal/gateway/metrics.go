@@ -148,8 +148,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ev := st.Events
 	counter(descReceived, ev.Received)
 	counter(descApplied, ev.Applied)
-	for _, r := range subscriber.DropReasons {
-		counter(descDropped, ev.Dropped[r], r)
+	for _, r := range subscriber.AllDropReasons() {
+		counter(descDropped, ev.Dropped[r], r.String())
 	}
 	counter(descDelivered, ev.Delivered)
 	counter(descHandlerErr, ev.HandlerErrors)
