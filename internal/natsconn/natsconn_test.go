@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,23 +24,12 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// waitFor polls cond every 10 ms until it holds or d has passed.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestRegisterFlags(t *testing.T) {
 	var c natsconn.Config
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	c.RegisterFlags(fs)
-	if c.URL != natsconn.DefaultURL || c.ConnectTimeout != natsconn.DefaultConnectTimeout {
+	// An empty URL stays empty: each binary says what it means.
+	if c.URL != "" || c.ConnectTimeout != natsconn.DefaultConnectTimeout {
 		t.Fatalf("defaults: %+v", c)
 	}
 	for _, name := range []string{"nats", "creds", "user", "password", "token", "tls-ca", "tls-cert", "tls-key", "nats-timeout"} {
@@ -126,8 +116,8 @@ func TestConnectAndReconnect(t *testing.T) {
 		t.Fatalf("connected %v, name %q, max reconnects %d", nc.IsConnected(), nc.Opts.Name, nc.Opts.MaxReconnect)
 	}
 	srv.Restart(t)
-	waitFor(t, 5*time.Second, "reconnect", func() bool { return nc.Stats().Reconnects > 0 && nc.IsConnected() })
-	waitFor(t, time.Second, "reconnect logs", func() bool {
+	testutil.Eventually(t, "reconnect", func() bool { return nc.Stats().Reconnects > 0 && nc.IsConnected() })
+	testutil.Eventually(t, "reconnect logs", func() bool {
 		out := logs.String()
 		return strings.Contains(out, "disconnected from NATS") && strings.Contains(out, "reconnected to NATS")
 	})
@@ -136,7 +126,10 @@ func TestConnectAndReconnect(t *testing.T) {
 	}
 	before := strings.Count(logs.String(), "disconnected from NATS")
 	nc.Close()
-	time.Sleep(50 * time.Millisecond) // callbacks run on the client's goroutine
+	// The client runs its callbacks in order on one goroutine, and Close
+	// queues the disconnect callback before the closed one: once the closed
+	// callback has logged, the disconnect callback has run too.
+	testutil.Eventually(t, "the closed callback", func() bool { return strings.Contains(logs.String(), "NATS connection closed") })
 	if strings.Count(logs.String(), "disconnected from NATS") != before {
 		t.Fatalf("a deliberate Close was logged as a disconnect:\n%s", logs.String())
 	}
@@ -146,20 +139,30 @@ func TestConnectWaitsForALateServer(t *testing.T) {
 	t.Parallel()
 	port := testutil.FreePort(t)
 	url := "nats://127.0.0.1:" + itoa(port)
-	started := make(chan *natstest.Server, 1)
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		started <- natstest.Start(t, func(o *server.Options) { o.Port = port })
-	}()
-	defer func() { (<-started).Shutdown() }()
-	start := time.Now()
-	nc, err := natsconn.Connect(t.Context(), natsconn.Config{URL: url, ConnectTimeout: 5 * time.Second}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
+	var logs testutil.SyncBuffer
+	type result struct {
+		nc  *nats.Conn
+		err error
 	}
-	defer nc.Close()
-	if d := time.Since(start); d < 250*time.Millisecond {
-		t.Fatalf("connected after %v, before the server started", d)
+	done := make(chan result, 1)
+	go func() {
+		nc, err := natsconn.Connect(t.Context(), natsconn.Config{URL: url, ConnectTimeout: 15 * time.Second}, zerolog.New(&logs))
+		done <- result{nc, err}
+	}()
+	// The server starts only once an attempt has failed: Connect must retry.
+	testutil.Eventually(t, "a failed connection attempt", func() bool { return strings.Contains(logs.String(), "NATS not reachable yet") })
+	natstest.Start(t, func(o *server.Options) { o.Port = port })
+	r := testutil.Receive(t, done, 20*time.Second, "Connect to return")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.nc.Close()
+	m := regexp.MustCompile(`"attempts":(\d+)`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("no connection log:\n%s", logs.String())
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 2 {
+		t.Fatalf("connected after %d attempts, want a retry after the failure:\n%s", n, logs.String())
 	}
 }
 
