@@ -35,6 +35,11 @@
 // hands to balancer visitors: the full list of live instance IDs of one
 // service, never a delta.
 //
+// events is the lowest package of pushlb and the one home of the protocol's
+// facts: [DefaultPrefix], [MaxServiceLength], [MaxInstanceIDLength] and
+// [MaxPayloadSize] are defined here once, and the registry, publisher and
+// subscriber refer to them rather than restating them.
+//
 // Everything in this package is a pure function of its arguments and safe
 // for concurrent use.
 package events
