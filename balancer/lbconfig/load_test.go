@@ -37,7 +37,7 @@ func loadYAML(t *testing.T, src string) *balancer.ClientsConfig {
 	return cfg
 }
 
-func TestLoadConfigYAMLMergesFieldByField(t *testing.T) {
+func TestLoadYAMLMergesFieldByField(t *testing.T) {
 	cfg := loadYAML(t, loadExampleYAML)
 
 	wantDefaults := balancer.DefaultConfig()
@@ -75,7 +75,7 @@ func TestLoadConfigYAMLMergesFieldByField(t *testing.T) {
 	}
 }
 
-func TestLoadConfigYAMLForReturnsACopy(t *testing.T) {
+func TestLoadYAMLForReturnsACopy(t *testing.T) {
 	cfg := loadYAML(t, loadExampleYAML)
 	c := cfg.For("orders")
 	c.ListOfServers[0] = "changed:1"
@@ -89,7 +89,7 @@ func TestLoadConfigYAMLForReturnsACopy(t *testing.T) {
 	}
 }
 
-func TestLoadConfigYAMLValues(t *testing.T) {
+func TestLoadYAMLValues(t *testing.T) {
 	cfg := loadYAML(t, `
 defaults:
   zoneStatsInterval: 0
@@ -131,7 +131,7 @@ clients:
 	}
 }
 
-func TestLoadConfigYAMLAnchorsAndMergeKeys(t *testing.T) {
+func TestLoadYAMLAnchorsAndMergeKeys(t *testing.T) {
 	cfg := loadYAML(t, `
 defaults:
   zone: a
@@ -153,7 +153,7 @@ clients:
 	}
 }
 
-func TestLoadConfigYAMLEmpty(t *testing.T) {
+func TestLoadYAMLEmpty(t *testing.T) {
 	for _, src := range []string{"", "# only a comment\n", "---\n", "defaults:\nclients:\n"} {
 		cfg := loadYAML(t, src)
 		if !reflect.DeepEqual(cfg.Defaults, balancer.DefaultConfig()) || len(cfg.Clients) != 0 {
@@ -162,7 +162,7 @@ func TestLoadConfigYAMLEmpty(t *testing.T) {
 	}
 }
 
-func TestLoadConfigYAMLErrors(t *testing.T) {
+func TestLoadYAMLErrors(t *testing.T) {
 	tests := []struct {
 		name string
 		src  string
@@ -215,7 +215,7 @@ func TestLoadConfigYAMLErrors(t *testing.T) {
 	}
 }
 
-func TestLoadConfigYAMLReportsEveryClient(t *testing.T) {
+func TestLoadYAMLReportsEveryClient(t *testing.T) {
 	_, err := lbconfig.LoadYAML(strings.NewReader(
 		"clients:\n  a:\n    rul: x\n  b:\n    zoneAware: maybe\n"))
 	if err == nil || !strings.Contains(err.Error(), `line 3: clients.a.rul`) || !strings.Contains(err.Error(), `line 5: clients.b.zoneAware`) {
@@ -224,7 +224,7 @@ func TestLoadConfigYAMLReportsEveryClient(t *testing.T) {
 }
 
 // Whatever a ClientsConfig marshals to must load back to the same thing.
-func TestLoadConfigYAMLRoundTrip(t *testing.T) {
+func TestLoadYAMLRoundTrip(t *testing.T) {
 	cfg := loadYAML(t, loadExampleYAML)
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
@@ -237,7 +237,7 @@ func TestLoadConfigYAMLRoundTrip(t *testing.T) {
 }
 
 // A ClientsConfig can be a field of a larger configuration.
-func TestLoadConfigYAMLEmbedded(t *testing.T) {
+func TestLoadYAMLEmbedded(t *testing.T) {
 	var gateway struct {
 		Listen   string           `yaml:"listen"`
 		Balancer lbconfig.Section `yaml:"balancer"`
@@ -255,7 +255,7 @@ func TestLoadConfigYAMLEmbedded(t *testing.T) {
 	}
 }
 
-func TestLoadConfigFile(t *testing.T) {
+func TestLoadFile(t *testing.T) {
 	cfg, err := lbconfig.LoadFile(filepath.Join("..", "..", "testdata", "config", "clients.yaml"))
 	if err != nil {
 		t.Fatal(err)

@@ -10,15 +10,19 @@
 // "field urll not found in type gateway.NATSConfig".
 //
 // yaml.v3 converts the values: decoding starts from what out holds and
-// overwrites only the keys present (nested structs included), anchors,
-// aliases and merge keys (<<) work as in YAML, and a type with its own
-// UnmarshalYAML decodes itself. yamlx adds, as yaml.v3's
-// Decoder.KnownFields(true) does, that a key without a field is an error;
-// yamlx checks keys itself because yaml.v3 offers KnownFields only on a
-// Decoder reading bytes, not on Node.Decode, which an UnmarshalYAML method
-// and a node tree need. It also changes three rules, for files decoded over
-// defaults:
+// overwrites only the keys present (nested structs included), anchors and
+// aliases work as in YAML, and a type with its own UnmarshalYAML decodes
+// itself. yamlx adds, as yaml.v3's Decoder.KnownFields(true) does, that a
+// key without a field is an error; yamlx checks keys itself because yaml.v3
+// offers KnownFields only on a Decoder reading bytes, not on Node.Decode,
+// which an UnmarshalYAML method and a node tree need. It also changes four
+// rules, for files decoded over defaults:
 //
+//   - A merge key (<<) in a mapping for a struct merges nested structs key
+//     by key, as decoding over defaults does: with <<: *base, an own
+//     breaker: {factor: 1s} keeps the threshold base sets (YAML's merge
+//     would drop base's whole breaker). Merges that expand too much are an
+//     error, as yaml.v3 bounds aliases.
 //   - A key set to null (or left empty) keeps the value out holds, for
 //     every type; yaml.v3 would reset a slice, map or pointer to nil. Write
 //     [] or {} to clear one.

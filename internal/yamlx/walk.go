@@ -22,7 +22,14 @@ type walker struct {
 	entries      []entry
 	unmarshalers []unmarshaler
 	errs         []*Error
+	merging      map[*yaml.Node]bool // merge sources being layered, against cycles
+	work         int                 // pairs layered, against merge bombs
 }
+
+// maxMergeWork bounds the key/value pairs merge keys may layer in one
+// decode: as yaml.v3 bounds alias expansion, so that a small document of
+// merges of merges cannot take forever.
+const maxMergeWork = 100_000
 
 // entry is a node of the copy with its key path and the type it decodes
 // into (pointers removed); for a mapping key, key is set and t is nil.
@@ -187,8 +194,11 @@ func (w *walker) layered(maps []*yaml.Node, fields *structFields, path string, d
 	var out []*yaml.Node
 	at := make(map[string]int)
 	for _, m := range maps {
-		if depth > 50 {
-			w.errs = append(w.errs, &Error{Line: m.Line, Path: path, Msg: "merge keys nested too deep"})
+		if w.work += len(m.Content); w.work > maxMergeWork || depth > 50 {
+			if w.work < 1<<60 {
+				w.errs = append(w.errs, &Error{Line: m.Line, Path: path, Msg: "merge keys (<<) expand too much"})
+				w.work = 1 << 60 // report once
+			}
 			return out
 		}
 		var sources []*yaml.Node
@@ -209,12 +219,21 @@ func (w *walker) layered(maps []*yaml.Node, fields *structFields, path string, d
 			}
 		}
 		for _, s := range sources {
-			if s.Kind != yaml.MappingNode {
+			switch {
+			case s.Kind != yaml.MappingNode:
 				w.errs = append(w.errs, &Error{Line: s.Line, Path: path, Msg: "a merge key (<<) takes a mapping or a list of them, not " + describe(s)})
-				continue
+			case w.merging[s]:
+				w.errs = append(w.errs, &Error{Line: s.Line, Path: path, Msg: "a merge key (<<) brings the mapping it is in"})
+			default:
+				if w.merging == nil {
+					w.merging = make(map[*yaml.Node]bool)
+				}
+				w.merging[m], w.merging[s] = true, true
+				out = w.setAll(out, at, w.layered([]*yaml.Node{s}, fields, path, depth+1), fields, path, depth)
+				delete(w.merging, s)
 			}
-			out = w.setAll(out, at, w.layered([]*yaml.Node{s}, fields, path, depth+1), fields, path, depth)
 		}
+		delete(w.merging, m)
 		var own []*yaml.Node
 		first := make(map[string]int)
 		for i := 0; i+1 < len(m.Content); i += 2 {

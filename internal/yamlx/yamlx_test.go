@@ -2,6 +2,7 @@ package yamlx_test
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -141,6 +142,30 @@ server:
 	if err := yamlx.DecodeFile("c.yaml", []byte("server: {<<: [a]}\n"), &got); err == nil ||
 		!strings.Contains(err.Error(), "merge key") {
 		t.Errorf("merging a scalar: %v", err)
+	}
+}
+
+// Merges of merges are bounded, as yaml.v3 bounds aliases, and a mapping
+// cannot merge itself.
+func TestDecodeFileMergeBombs(t *testing.T) {
+	var src strings.Builder
+	src.WriteString("extra:\n  r0: &r0 {prefix: /a}\n")
+	for i := 1; i <= 40; i++ {
+		fmt.Fprintf(&src, "  r%d: &r%d {<<: [*r%d, *r%d, *r%d]}\n", i, i, i-1, i-1, i-1)
+	}
+	src.WriteString("routes: [*r40]\n")
+	type doc struct {
+		Extra  map[string]route `yaml:"extra"`
+		Routes []route          `yaml:"routes"`
+	}
+	var got doc
+	err := yamlx.DecodeFile("c.yaml", []byte(src.String()), &got)
+	if err == nil || !strings.Contains(err.Error(), "expand too much") {
+		t.Errorf("merge bomb: %v", err)
+	}
+	err = yamlx.DecodeFile("c.yaml", []byte("routes:\n  - &a {prefix: /a, <<: [*a, *a]}\n"), &got)
+	if err == nil {
+		t.Error("a mapping merging itself: no error")
 	}
 }
 
