@@ -1,9 +1,9 @@
 package main
 
 import (
+	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,26 +14,47 @@ import (
 // servers counts the instances the gateway lists for all services.
 func (g *gw) servers(t testing.TB) int { return strings.Count(g.state(t), `"id"`) }
 
-// kill SIGKILLs a process: a crash, announcing nothing.
-func (p *proc) kill(t testing.TB) {
-	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
 func startGossipGateway(t testing.TB) (*gw, string) {
 	t.Helper()
-	gossipAddr := freePort(t)
-	g := &gw{proxy: freePort(t), admin: freePort(t), nats: freePort(t)}
-	g.proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-embedded-nats", g.nats, "-data-dir", t.TempDir(),
+	gossipAddr := testutil.FreeAddr(t)
+	g := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t), nats: testutil.FreeAddr(t)}
+	g.Proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-embedded-nats", g.nats, "-data-dir", t.TempDir(),
 		"-gossip-bind", gossipAddr, "-gossip-profile", "fast")
 	testutil.Eventually(t, "the gateway", func() bool { return g.servers(t) == 0 && g.state(t) != "" })
 	return g, gossipAddr
 }
 
-func announceGossip(t testing.TB, g *gw, gossipAddr, addr string) *proc {
-	return start(t, bin.announce, "-nats", "nats://"+g.nats, "-service", "orders", "-addr", addr,
+func announceGossip(t testing.TB, g *gw, gossipAddr, addr string) *testutil.Proc {
+	return announceGossipAs(t, g, gossipAddr, "orders", addr)
+}
+
+func announceGossipAs(t testing.TB, g *gw, gossipAddr, service, addr string) *testutil.Proc {
+	return start(t, bin.announce, "-nats", "nats://"+g.nats, "-service", service, "-addr", addr,
 		"-gossip", gossipAddr, "-gossip-bind", "127.0.0.1:0", "-gossip-profile", "fast")
+}
+
+var gossipField = regexp.MustCompile(`"gossip":"([^"]+)"`)
+
+// gossipMember waits until announce has joined gossip and returns its
+// gossip address.
+func gossipMember(t testing.TB, a *testutil.Proc) string {
+	t.Helper()
+	l := a.WaitFor(t, "gossip member", lineTimeout)
+	m := gossipField.FindStringSubmatch(l.Text)
+	if m == nil {
+		t.Fatalf("no gossip address in %q", l.Text)
+	}
+	return m[1]
+}
+
+// waitGone waits until the gateway logs that gossip saw the instance node
+// at gossipAddr go (dead or left). The gateway's gossip handler runs one
+// event at a time: by then it has finished with every earlier one.
+func (g *gw) waitGone(t testing.TB, gossipAddr string, timeout time.Duration) testutil.Line {
+	t.Helper()
+	re := regexp.MustCompile(`gossip: instance gone.*"` + regexp.QuoteMeta(gossipAddr) + `"|"` + regexp.QuoteMeta(gossipAddr) + `".*gossip: instance gone`)
+	l, _ := g.WaitForRegexp(t, re, timeout)
+	return l
 }
 
 // TestCrashDetectedByGossip: a SIGKILLed announce (the instance's
@@ -43,7 +64,7 @@ func announceGossip(t testing.TB, g *gw, gossipAddr, addr string) *proc {
 func TestCrashDetectedByGossip(t *testing.T) {
 	g, gossipAddr := startGossipGateway(t)
 	addrs := []string{named(t, "c1").Listener.Addr().String(), named(t, "c2").Listener.Addr().String(), named(t, "c3").Listener.Addr().String()}
-	anns := []*proc{announceGossip(t, g, gossipAddr, addrs[0]), announceGossip(t, g, gossipAddr, addrs[1]), announceGossip(t, g, gossipAddr, addrs[2])}
+	anns := []*testutil.Proc{announceGossip(t, g, gossipAddr, addrs[0]), announceGossip(t, g, gossipAddr, addrs[1]), announceGossip(t, g, gossipAddr, addrs[2])}
 	testutil.Eventually(t, "three instances", func() bool { return g.servers(t) == 3 })
 	_, bound := gossip.ProfileFast.DetectionTime(4) // three instances and the gateway
 	bound += time.Second                            // a loaded 2-core machine runs three processes per node here
@@ -51,8 +72,11 @@ func TestCrashDetectedByGossip(t *testing.T) {
 	const rounds = 5
 	var took []time.Duration
 	for i := range rounds {
-		time.Sleep(300 * time.Millisecond) // let the new member settle into the probe rotation
-		anns[0].kill(t)
+		// Every instance, the new incarnation too, is a member the gateway
+		// probes (itself and three instances): a crash is then detected by
+		// gossip within the bound.
+		testutil.Eventually(t, "four gossip members", func() bool { return g.metric("pushlb_gossip_members") == 4 })
+		anns[0].Kill(t)
 		began := time.Now()
 		testutil.Eventually(t, "the crashed instance to leave", func() bool { return g.servers(t) == 2 })
 		took = append(took, time.Since(began))
@@ -73,29 +97,45 @@ func TestLateDeadOfOldIncarnation(t *testing.T) {
 	g, gossipAddr := startGossipGateway(t)
 	addr := named(t, "r1").Listener.Addr().String()
 	a := announceGossip(t, g, gossipAddr, addr)
-	testutil.Eventually(t, "the instance", func() bool { return g.servers(t) == 1 })
-	a.kill(t)
+	old := gossipMember(t, a)
+	// A sentinel instance of another service, for the end.
+	sentinel := announceGossipAs(t, g, gossipAddr, "sentinel", named(t, "s1").Listener.Addr().String())
+	gossipMember(t, sentinel)
+	testutil.Eventually(t, "both instances listed and gossip members", func() bool {
+		return g.servers(t) == 2 && g.metric("pushlb_gossip_members") == 3
+	})
+	a.Kill(t)
 	announceGossip(t, g, gossipAddr, addr) // restarted at once
-	_, bound := gossip.ProfileFast.DetectionTime(3)
-	deadline := time.Now().Add(bound + time.Second)
-	for time.Now().Before(deadline) {
-		if n := g.servers(t); n != 1 {
-			t.Fatalf("the gateway lists %d instances; the late dead of the old incarnation removed the new one", n)
-		}
-		time.Sleep(20 * time.Millisecond)
+	_, bound := gossip.ProfileFast.DetectionTime(4)
+	began := time.Now()
+	g.waitGone(t, old, bound+lineTimeout)
+	t.Logf("the old incarnation declared dead after %v (bound %v)", time.Since(began), bound)
+
+	// The gateway logs a gone node before it applies it, one node at a
+	// time. To know the late dead was applied or ignored, crash the
+	// sentinel now: gossip's removal of it comes after, and shows in the
+	// sentinel's list.
+	testutil.Eventually(t, "the new incarnation a gossip member", func() bool { return g.metric("pushlb_gossip_members") == 3 })
+	sentinel.Kill(t)
+	testutil.Eventually(t, "gossip to remove the sentinel", func() bool { return g.metric(`pushlb_servers{service="sentinel"}`) == 0 })
+	if n := g.metric("pushlb_gossip_removals_total"); n != 1 {
+		t.Fatalf("gossip removed %v instances, want only the sentinel; the late dead of the old incarnation removed the new one", n)
+	}
+	if n := g.metric(`pushlb_servers{service="orders"}`); n != 1 {
+		t.Fatalf("the gateway lists %v instances; the late dead of the old incarnation removed the new one", n)
 	}
 }
 
 // TestCrashDetectedByLease: with gossip off, a SIGKILLed announce leaves
 // the list once its registry lease expires (TTL 1 s here).
 func TestCrashDetectedByLease(t *testing.T) {
-	g := &gw{proxy: freePort(t), admin: freePort(t), nats: freePort(t)}
-	g.proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-embedded-nats", g.nats, "-data-dir", t.TempDir(), "-lease", "1s")
+	g := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t), nats: testutil.FreeAddr(t)}
+	g.Proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-embedded-nats", g.nats, "-data-dir", t.TempDir(), "-lease", "1s")
 	testutil.Eventually(t, "the gateway", func() bool { return g.state(t) != "" })
 	a := start(t, bin.announce, "-nats", "nats://"+g.nats, "-service", "orders", "-addr", named(t, "l1").Listener.Addr().String(), "-lease", "1s")
 	start(t, bin.announce, "-nats", "nats://"+g.nats, "-service", "orders", "-addr", named(t, "l2").Listener.Addr().String(), "-lease", "1s")
 	testutil.Eventually(t, "two instances", func() bool { return g.servers(t) == 2 })
-	a.kill(t)
+	a.Kill(t)
 	began := time.Now()
 	testutil.Eventually(t, "the crashed instance to leave", func() bool { return g.servers(t) == 1 })
 	took := time.Since(began)

@@ -7,12 +7,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,85 +21,56 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/pushlb/pushlb/internal/testutil"
 )
 
 var bin struct{ gateway, announce, backend string }
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "pushlb-bin-")
+	paths, remove, err := testutil.BuildBinaries(".", "../announce", "../../internal/testbackend")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	bin.gateway, bin.announce, bin.backend = filepath.Join(dir, "gateway"), filepath.Join(dir, "announce"), filepath.Join(dir, "testbackend")
-	for out, pkg := range map[string]string{bin.gateway: ".", bin.announce: "../announce", bin.backend: "../../internal/testbackend"} {
-		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, b)
-			os.Exit(1)
+	bin.gateway, bin.announce, bin.backend = paths[0], paths[1], paths[2]
+	code := m.Run()
+	if code == 0 {
+		// The processes were killed and reaped, their output goroutines
+		// ended; the test's own HTTP clients and servers must be gone too.
+		client.CloseIdleConnections()
+		http.DefaultClient.CloseIdleConnections()
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
 		}
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 
-func freePort(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+// Bounds of the waits for a process: one line of output, an exit.
+const (
+	lineTimeout = 10 * time.Second
+	exitTimeout = 15 * time.Second
+)
 
-// proc is a running binary whose output is kept for failure reports.
-type proc struct {
-	cmd  *exec.Cmd
-	out  *testutil.SyncBuffer
-	done chan struct{}
-	err  error
-}
-
-func start(t testing.TB, path string, args ...string) *proc {
+// start runs a binary; the test's cleanup kills it.
+func start(t testing.TB, path string, args ...string) *testutil.Proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(path, args...), out: &testutil.SyncBuffer{}, done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
-		if t.Failed() {
-			t.Logf("%s %v output:\n%s", filepath.Base(path), args, p.out)
-		}
-	})
-	return p
-}
-
-// stop sends SIGTERM and waits for the exit.
-func (p *proc) stop(t testing.TB) {
-	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		t.Fatalf("%s did not exit after SIGTERM", p.cmd.Path)
-	}
+	return testutil.Start(t, path, args...)
 }
 
 type gw struct {
-	*proc
+	*testutil.Proc
 	proxy, admin, nats string
 }
 
 func startGateway(t testing.TB, dataDir, natsAddr string) *gw {
 	t.Helper()
-	g := &gw{proxy: freePort(t), admin: freePort(t), nats: natsAddr}
-	g.proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-embedded-nats", natsAddr, "-data-dir", dataDir, "-log-level", "debug")
+	g := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t), nats: natsAddr}
+	g.Proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-embedded-nats", natsAddr, "-data-dir", dataDir, "-log-level", "debug")
 	testutil.Eventually(t, "the gateway to be healthy", func() bool {
 		resp, err := http.Get("http://" + g.admin + "/healthz")
 		if err != nil {
@@ -141,7 +113,33 @@ func named(t testing.TB, name string) *httptest.Server {
 	return s
 }
 
-func announceHold(t testing.TB, g *gw, service, addr string) *proc {
+// metric returns the value of one series of the gateway's /metrics, such
+// as `pushlb_gossip_members` or `pushlb_servers{service="orders"}`: 0 when
+// the series is absent, NaN (unequal to everything) when /metrics cannot
+// be read.
+func (g *gw) metric(series string) float64 {
+	resp, err := client.Get("http://" + g.admin + "/metrics")
+	if err != nil {
+		return math.NaN()
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		return math.NaN()
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return math.NaN()
+			}
+			return f
+		}
+	}
+	return 0
+}
+
+func announceHold(t testing.TB, g *gw, service, addr string) *testutil.Proc {
 	return start(t, bin.announce, "-nats", "nats://"+g.nats, "-service", service, "-addr", addr, "-drain", "0s")
 }
 
@@ -173,9 +171,9 @@ func (g *gw) reached(t testing.TB, path string, n int) map[string]int {
 }
 
 func TestGatewayWithAnnouncedBackends(t *testing.T) {
-	g := startGateway(t, t.TempDir(), freePort(t))
+	g := startGateway(t, t.TempDir(), testutil.FreeAddr(t))
 	backends := []*httptest.Server{named(t, "b1"), named(t, "b2"), named(t, "b3")}
-	var anns []*proc
+	var anns []*testutil.Proc
 	for _, b := range backends {
 		anns = append(anns, announceHold(t, g, "orders", b.Listener.Addr().String()))
 	}
@@ -185,18 +183,23 @@ func TestGatewayWithAnnouncedBackends(t *testing.T) {
 
 	// SIGTERM the second announce: once the gateway has its offline, no
 	// request reaches b2, which keeps running.
-	anns[1].stop(t)
+	anns[1].Stop(t, exitTimeout)
 	testutil.Eventually(t, "the gateway to drop b2", func() bool { return strings.Count(g.state(t), `"id"`) == 2 })
 	if seen := g.reached(t, "/orders/x", 60); seen["b2"] != 0 || len(seen) != 2 {
 		t.Fatalf("after b2's offline: %v", seen)
 	}
-	if resp, err := http.Get(backends[1].URL); err != nil || resp.StatusCode != 200 {
+	resp, err := http.Get(backends[1].URL)
+	if err != nil {
 		t.Fatalf("b2 should still run: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("b2 should still run: %s", resp.Status)
 	}
 }
 
 func TestGatewayRetriesPastARefusingBackend(t *testing.T) {
-	g := startGateway(t, t.TempDir(), freePort(t))
+	g := startGateway(t, t.TempDir(), testutil.FreeAddr(t))
 	good := named(t, "good")
 	bad := named(t, "bad")
 	announceHold(t, g, "orders", good.Listener.Addr().String())
@@ -209,28 +212,33 @@ func TestGatewayRetriesPastARefusingBackend(t *testing.T) {
 }
 
 func TestGatewayRestartServesWithinOneSecond(t *testing.T) {
-	dataDir, natsAddr := t.TempDir(), freePort(t)
+	dataDir, natsAddr := t.TempDir(), testutil.FreeAddr(t)
 	g := startGateway(t, dataDir, natsAddr)
 	for _, name := range []string{"r1", "r2", "r3"} {
 		announceHold(t, g, "orders", named(t, name).Listener.Addr().String())
 	}
 	testutil.Eventually(t, "three backends", func() bool { return len(g.seenBy("/orders/", 12)) == 3 })
-	g.stop(t)
+	g.Stop(t, exitTimeout)
 
 	began := time.Now()
-	g2 := &gw{proxy: freePort(t), admin: freePort(t), nats: natsAddr}
-	g2.proc = start(t, bin.gateway, "-listen", g2.proxy, "-admin", g2.admin, "-embedded-nats", natsAddr, "-data-dir", dataDir)
+	g2 := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t), nats: natsAddr}
+	g2.Proc = start(t, bin.gateway, "-listen", g2.proxy, "-admin", g2.admin, "-embedded-nats", natsAddr, "-data-dir", dataDir)
 	seen := map[string]bool{}
-	for len(seen) < 3 {
-		if time.Since(began) > 10*time.Second {
-			t.Fatalf("the restarted gateway reached only %v", seen)
+	defer func() {
+		if t.Failed() {
+			t.Logf("the restarted gateway reached only %v", seen)
 		}
-		if code, body, err := g2.hit("/orders/"); err == nil && code == 200 {
+	}()
+	testutil.EventuallyWithin(t, 10*time.Second, "the restarted gateway to reach all 3 instances", func() bool {
+		for len(seen) < 3 {
+			code, body, err := g2.hit("/orders/")
+			if err != nil || code != 200 {
+				return false // not serving yet: poll again
+			}
 			seen[body] = true
-		} else {
-			time.Sleep(2 * time.Millisecond)
 		}
-	}
+		return true
+	})
 	elapsed := time.Since(began)
 	t.Logf("restarted gateway served all 3 instances %v after its process started", elapsed)
 	if elapsed > time.Second {
@@ -242,13 +250,13 @@ func TestGatewayRestartServesWithinOneSecond(t *testing.T) {
 // client sends a steady stream through the gateway while each backend in
 // turn gets SIGTERM and is started again. No request may fail.
 func TestRollingRestartZeroFailures(t *testing.T) {
-	g := startGateway(t, t.TempDir(), freePort(t))
-	addrs := []string{freePort(t), freePort(t), freePort(t)}
-	supervise := func(i int) *proc {
+	g := startGateway(t, t.TempDir(), testutil.FreeAddr(t))
+	addrs := []string{testutil.FreeAddr(t), testutil.FreeAddr(t), testutil.FreeAddr(t)}
+	supervise := func(i int) *testutil.Proc {
 		return start(t, bin.announce, "-nats", "nats://"+g.nats, "-service", "orders", "-addr", addrs[i], "-drain", "300ms",
 			"--", bin.backend, "-addr", addrs[i], "-name", fmt.Sprintf("v%d", i))
 	}
-	procs := []*proc{supervise(0), supervise(1), supervise(2)}
+	procs := []*testutil.Proc{supervise(0), supervise(1), supervise(2)}
 	testutil.Eventually(t, "three backends", func() bool { return len(g.seenBy("/orders/", 12)) == 3 })
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -264,14 +272,13 @@ func TestRollingRestartZeroFailures(t *testing.T) {
 					failed.Add(1)
 					firstErr.CompareAndSwap(nil, fmt.Sprintf("%d %q %v", code, body, err))
 				}
-				time.Sleep(time.Millisecond)
+				time.Sleep(time.Millisecond) // load pacing, not ordering: a steady stream, not a busy loop
 			}
 		})
 	}
 	for i := range procs {
-		procs[i].stop(t)
-		if procs[i].cmd.ProcessState.ExitCode() != 0 {
-			t.Errorf("announce %d exited %d", i, procs[i].cmd.ProcessState.ExitCode())
+		if code := procs[i].Stop(t, exitTimeout); code != 0 {
+			t.Errorf("announce %d exited %d", i, code)
 		}
 		procs[i] = supervise(i)
 		name := fmt.Sprintf("v%d", i)
@@ -290,14 +297,14 @@ func TestBadConfigExitsTwo(t *testing.T) {
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("listn: oops\n"), 0o600)
 	for _, args := range [][]string{{"-config", bad}, {"-log-level", "loud"}, {"stray"}, {"-gossip", "127.0.0.1:1", "-gossip-key", "short"}} {
-		cmd := exec.Command(bin.gateway, args...)
-		out, _ := cmd.CombinedOutput()
-		if cmd.ProcessState.ExitCode() != 2 {
-			t.Errorf("gateway %v exited %d, want 2: %s", args, cmd.ProcessState.ExitCode(), out)
+		p := start(t, bin.gateway, args...)
+		if code := p.Wait(t, exitTimeout); code != 2 {
+			t.Errorf("gateway %v exited %d, want 2: %s", args, code, p.Output())
 		}
 	}
-	out, _ := exec.Command(bin.gateway, "-config", bad).CombinedOutput()
-	if !strings.Contains(string(out), "listn") {
+	p := start(t, bin.gateway, "-config", bad)
+	p.Wait(t, exitTimeout)
+	if out := p.Output(); !strings.Contains(out, "listn") {
 		t.Errorf("the error should name the bad key: %s", out)
 	}
 }
@@ -307,7 +314,7 @@ func TestBadConfigExitsTwo(t *testing.T) {
 // backend announced by a real announce process): throughput with 8
 // concurrent clients and per-request latency percentiles.
 func BenchmarkGatewayVsDirect(b *testing.B) {
-	g := startGateway(b, b.TempDir(), freePort(b))
+	g := startGateway(b, b.TempDir(), testutil.FreeAddr(b))
 	be := named(b, "bench")
 	announceHold(b, g, "bench", be.Listener.Addr().String())
 	testutil.Eventually(b, "the backend through the gateway", func() bool { return g.seenBy("/bench/", 1)["bench"] == 1 })
@@ -325,12 +332,24 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 // TestSIGTERMFinishesInFlightRequests: on SIGTERM the gateway stops
 // accepting, lets a slow request in flight finish, and exits 0.
 func TestSIGTERMFinishesInFlightRequests(t *testing.T) {
-	g := startGateway(t, t.TempDir(), freePort(t))
-	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		time.Sleep(700 * time.Millisecond)
+	g := startGateway(t, t.TempDir(), testutil.FreeAddr(t))
+	// The backend holds the test's request (marked by its query, so that
+	// nothing else is held) until released, and says when it has it.
+	arrived, release := make(chan struct{}), make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.RawQuery == "inflight" {
+			close(arrived)
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
 		fmt.Fprint(w, "slow")
 	}))
 	t.Cleanup(slow.Close)
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce) // runs first: slow.Close waits for the handler
 	announceHold(t, g, "slow", slow.Listener.Addr().String())
 	testutil.Eventually(t, "the backend listed", func() bool { return strings.Count(g.state(t), `"id"`) == 1 })
 	type result struct {
@@ -340,21 +359,27 @@ func TestSIGTERMFinishesInFlightRequests(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		code, body, err := g.hit("/slow/")
+		code, body, err := g.hit("/slow/?inflight")
 		done <- result{code, body, err}
 	}()
-	time.Sleep(200 * time.Millisecond) // the request is in flight
-	g.cmd.Process.Signal(syscall.SIGTERM)
-	r := <-done
+	testutil.Receive(t, arrived, lineTimeout, "the request to reach the backend") // in flight now
+	g.Signal(t, syscall.SIGTERM)
+	// Release the request only once the gateway is shutting down: it has
+	// closed its proxy listener, so connecting is refused.
+	testutil.Eventually(t, "the gateway to stop accepting", func() bool {
+		c, err := net.DialTimeout("tcp", g.proxy, time.Second)
+		if err != nil {
+			return true
+		}
+		c.Close()
+		return false
+	})
+	releaseOnce()
+	r := testutil.Receive(t, done, lineTimeout, "the in-flight request's response")
 	if r.err != nil || r.code != 200 || r.body != "slow" {
 		t.Fatalf("in-flight request: %d %q %v", r.code, r.body, r.err)
 	}
-	select {
-	case <-g.done:
-	case <-time.After(15 * time.Second):
-		t.Fatal("the gateway did not exit")
-	}
-	if code := g.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := g.Wait(t, exitTimeout); code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
 	}
 	if _, _, err := g.hit("/slow/"); err == nil {
