@@ -282,7 +282,8 @@ func (s *Subscriber) Close() error {
 	s.dmu.Unlock()
 	var errs []error
 	for _, sub := range subs {
-		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		// A closed connection or subscription has nothing left to undo.
+		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
 			errs = append(errs, fmt.Errorf("subscriber: unsubscribe %s: %w", sub.Subject, err))
 		}
 	}
