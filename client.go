@@ -185,7 +185,7 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 func startGossip(ctx context.Context, cfg gossip.Config, sub *subscriber.Subscriber, o options) (*gossip.Node, error) {
 	cfg.Logger = o.log
 	instance := func(m gossip.Member) bool { return m.Meta.Role == gossip.RoleInstance }
-	n, err := gossip.Start(ctx, cfg, gossip.HandlerFuncs{
+	n, err := gossip.New(cfg, gossip.HandlerFuncs{
 		Alive: func(m gossip.Member) {
 			if instance(m) {
 				sub.GossipAlive(m.Meta.Service, m.Meta.InstanceID, m.Meta.Incarnation)
@@ -201,6 +201,10 @@ func startGossip(ctx context.Context, cfg gossip.Config, sub *subscriber.Subscri
 	if err != nil {
 		return nil, fmt.Errorf("pushlb: gossip: %w", err)
 	}
+	if err := n.Start(ctx); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("pushlb: gossip: %w", err)
+	}
 	o.log.Info().Str("gossip", n.LocalAddr()).Strs("join", cfg.Join).Str("profile", string(cfg.Profile)).Msg("gossip started")
 	return n, nil
 }
@@ -209,10 +213,10 @@ func startGossip(ctx context.Context, cfg gossip.Config, sub *subscriber.Subscri
 func (p *parts) close() {
 	if p.gossip != nil {
 		p.gossip.Leave(gossipLeaveTimeout)
-		p.gossip.Shutdown()
+		p.gossip.Close()
 	}
 	if p.sub != nil {
-		p.sub.Stop()
+		p.sub.Close()
 	}
 }
 

@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/balancer/lbconfig"
@@ -19,6 +17,7 @@ import (
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/gossipflag"
 	"github.com/pushlb/pushlb/internal/natsconn"
+	"github.com/pushlb/pushlb/internal/yamlx"
 	"github.com/pushlb/pushlb/lbhttp"
 	"github.com/pushlb/pushlb/serverlist"
 	"github.com/pushlb/pushlb/subscriber"
@@ -123,15 +122,17 @@ func LoadFile(path string) (Config, error) {
 		}
 		cfg.Balancer.ClientsConfig = bc
 	case ".yaml", ".yml":
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		dec.KnownFields(true)
-		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-			return cfg, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
+		// Every error names the file, the line and the key path.
+		if err := yamlx.DecodeFile(path, data, &cfg); err != nil {
+			return cfg, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	default:
 		return cfg, fmt.Errorf("%w: %s: unknown file type (want .yaml, .yml or .properties)", ErrConfig, path)
 	}
-	return cfg, cfg.Validate()
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
 }
 
 // Validate reports the first invalid setting, wrapping ErrConfig, and fills

@@ -33,7 +33,7 @@ func Announce(tb testing.TB, nc *nats.Conn, service, zone string, backend *httpt
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(p.Close)
+	tb.Cleanup(func() { p.Close() })
 	host, port, err := net.SplitHostPort(backend.Listener.Addr().String())
 	if err != nil {
 		tb.Fatal(err)
