@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"io"
@@ -9,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb/internal/testutil"
 )
 
 // Flags given on the command line override the file; the others keep the
@@ -69,5 +74,31 @@ func TestConfigErrorsNameFileAndKey(t *testing.T) {
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q:\n got  %v\n want ...%s...", body, err, want)
 		}
+	}
+}
+
+// Ribbon keys that pushlb ignores on purpose are logged at start, as
+// docs/config.md promises.
+func TestIgnoredRibbonKeysLogged(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "app.properties")
+	os.WriteFile(path, []byte("orders.ribbon.NIWSServerListClassName=com.netflix.niws.loadbalancer.DiscoveryEnabledNIWSServerList\n"+
+		"orders.ribbon.NFLoadBalancerRuleClassName=com.netflix.loadbalancer.RandomRule\n"), 0o600)
+	cfg, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := testConfig(t)
+	cfg.Listen, cfg.Admin, cfg.EmbeddedNATS, cfg.DataDir = tc.Listen, tc.Admin, tc.EmbeddedNATS, tc.DataDir
+	var logs testutil.SyncBuffer
+	g, err := New(cfg, zerolog.New(&logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Shutdown(context.Background()) })
+	if err := g.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), `"key":"orders.ribbon.NIWSServerListClassName","message":"Ribbon key ignored`) {
+		t.Fatalf("no warning for the ignored key in:\n%s", logs.String())
 	}
 }
