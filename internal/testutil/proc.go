@@ -58,7 +58,10 @@ type Line struct {
 // stream, so one goroutine at a time should wait for lines.
 //
 // A Proc never outlives its test: the test's cleanup SIGKILLs it if it
-// still runs, waits for it, and logs its output when the test failed.
+// still runs, waits for it, and logs its output when the test failed. The
+// processes it started itself are its own to stop (announce's command gets
+// SIGTERM from the kernel when announce dies); one left holding the output
+// open delays the end of the Proc by cmd.WaitDelay at most.
 type Proc struct {
 	cmd  *exec.Cmd
 	name string // binary and arguments, for messages
