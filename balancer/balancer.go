@@ -203,14 +203,14 @@ func (b *Balancer) Snapshot() *Snapshot { return b.snap.Load() }
 // choose, or the rule's error.
 func (b *Balancer) Choose(ctx context.Context) (*Server, error) {
 	snap := b.snap.Load()
-	p := b.pickInfo(ctx, snap)
-	srv, err := b.rule.Choose(p)
-	if srv == nil && err == nil && p.View != &snap.full {
+	v, c, now, hasNow := b.chooseZone(ctx, snap)
+	srv, err := b.rule.Choose(PickInfo{Ctx: ctx, View: v, Candidates: c, b: b, now: now, hasNow: hasNow})
+	if srv == nil && err == nil && v != &snap.full {
 		// Ribbon's ZoneAwareLoadBalancer: a zone that yields nothing falls
 		// back to the whole list. A zone view always holds an alive server,
 		// so only a rule that declines one gets here.
-		p.View, p.Candidates = &snap.full, &snap.full
-		srv, err = b.rule.Choose(p)
+		full := &snap.full
+		srv, err = b.rule.Choose(PickInfo{Ctx: ctx, View: full, Candidates: full, b: b, now: now, hasNow: hasNow})
 	}
 	if err != nil {
 		return nil, err

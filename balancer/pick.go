@@ -7,7 +7,7 @@ import (
 
 // PickInfo is everything a [Rule] chooses from for one pick: the
 // candidates, already narrowed by the zone choice, the caller's context,
-// the balancer's randomness and its clock. The balancer builds one per
+// and (through its methods) the balancer's randomness and clock. The balancer builds one per
 // pick and hands it to the rule by value; a rule needs nothing else, so
 // rules can be written outside this package.
 //
@@ -28,13 +28,22 @@ type PickInfo struct {
 	// zone's. It is View itself when no zone was chosen. A rule whose test
 	// fails every server of View may fall back to it, as ZoneAvoidance does.
 	Candidates *View
-	// Rand is the balancer's randomness (WithRand); it is safe for
-	// concurrent use.
-	Rand Rand
 
-	b      *Balancer // for the clock and Refresh; nil in a hand-made PickInfo
+	// The balancer, for its clock, randomness and Refresh; nil in a
+	// hand-made PickInfo. PickInfo is kept to a few words so that a rule's
+	// call passes it in registers.
+	b      *Balancer
 	now    int64
 	hasNow bool
+}
+
+// Rand returns the balancer's randomness (WithRand, by default math/rand/v2's
+// global source); it is safe for concurrent use.
+func (p *PickInfo) Rand() Rand {
+	if p.b == nil {
+		return globalRand{}
+	}
+	return p.b.rnd
 }
 
 // Now returns the pick's time on the balancer's clock (WithClock), as a

@@ -130,7 +130,7 @@ func TestZoneAvoidanceFallsBackToCandidates(t *testing.T) {
 	tb.Begin(tb.Server("a0")) // a0 at its limit
 	rule := tb.rule.(*ZoneAvoidance)
 	snap := tb.Snapshot()
-	p := PickInfo{Ctx: t.Context(), View: snap.Zone("a"), Candidates: snap.Full(), Rand: tb.rnd, b: tb.Balancer}
+	p := PickInfo{Ctx: t.Context(), View: snap.Zone("a"), Candidates: snap.Full(), b: tb.Balancer}
 	if s, _ := rule.Choose(p); s == nil || s.ID != "b0" {
 		t.Fatalf("a0 at its limit: got %v, want b0 from the candidates", s)
 	}

@@ -135,7 +135,7 @@ func (Random) Choose(p PickInfo) (*Server, error) {
 	if len(list) == 0 {
 		return nil, nil
 	}
-	return list[p.Rand.IntN(len(list))], nil
+	return list[p.Rand().IntN(len(list))], nil
 }
 
 // BestAvailable picks the server with the fewest active requests among
@@ -259,7 +259,7 @@ func (r *WeightedResponseTime) Choose(p PickInfo) (*Server, error) {
 		return r.c.roundRobin(v.servers), nil
 	}
 	last := w.cum[len(w.cum)-1]
-	x := p.Rand.Float64() * last
+	x := p.Rand().Float64() * last
 	i := sort.SearchFloat64s(w.cum, x) // first cumulative weight >= x
 	return v.servers[min(i, len(v.servers)-1)], nil
 }

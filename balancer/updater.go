@@ -136,3 +136,5 @@ func (u *pollingUpdater) poll(ctx context.Context, first bool) {
 		u.lastErr.Store(&err)
 	}
 }
+
+var _ ServerList = StaticList(nil)

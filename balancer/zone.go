@@ -21,30 +21,35 @@ import (
 // The clock is read once, and only when something needs statistics, so
 // the simple single-zone pick stays free of it.
 func (b *Balancer) pickInfo(ctx context.Context, snap *Snapshot) PickInfo {
-	p := PickInfo{Ctx: ctx, View: &snap.full, Candidates: &snap.full, Rand: b.rnd, b: b}
+	v, c, now, hasNow := b.chooseZone(ctx, snap)
+	return PickInfo{Ctx: ctx, View: v, Candidates: c, b: b, now: now, hasNow: hasNow}
+}
+
+// chooseZone is pickInfo's work. It returns the parts of the PickInfo
+// rather than filling one, so that Choose builds the PickInfo right in the
+// rule's call: no copies, no write barriers on the pick path.
+func (b *Balancer) chooseZone(ctx context.Context, snap *Snapshot) (view, candidates *View, now int64, hasNow bool) {
 	if len(snap.full.servers) == 0 {
-		return p
+		return &snap.full, &snap.full, 0, false
 	}
 	zone, forced := ZoneFrom(ctx)
 	if forced || b.filterNeedsClock || (b.avoidZones && len(snap.zones) > 1) {
-		p.now, p.hasNow = b.shared.nanotime(), true
+		now, hasNow = b.shared.nanotime(), true
 	}
 	if forced {
 		if g := snap.byZone[lowerASCII(zone)]; g != nil {
-			if st := b.zoneStats(g, p.now); st.TrippedCount < st.InstanceCount {
-				p.View, p.Candidates = &g.view, &g.view
-				return p
+			if st := b.zoneStats(g, now); st.TrippedCount < st.InstanceCount {
+				return &g.view, &g.view, now, hasNow
 			}
 		}
 	}
-	c := b.filter.scope(b, snap, p.now)
-	p.View, p.Candidates = c, c
+	c := b.filter.scope(b, snap, now)
 	if b.avoidZones && len(c.zones) > 1 {
-		if avail, limited := b.availableZones(c.zones, p.now); avail != 0 && (limited || b.zonePerPick) {
-			p.View = &b.weightedZone(c.zones, avail).view
+		if avail, limited := b.availableZones(c.zones, now); avail != 0 && (limited || b.zonePerPick) {
+			return &b.weightedZone(c.zones, avail).view, c, now, hasNow
 		}
 	}
-	return p
+	return c, c, now, hasNow
 }
 
 // maxZoneAwareZones is the number of zones the zone-aware logic handles
