@@ -134,7 +134,7 @@ func decodeClients(n *yaml.Node) (*balancer.ClientsConfig, error) {
 	}
 	if clients.Kind != yaml.MappingNode {
 		return nil, invalid(&yamlx.Error{Line: clients.Line, Path: "clients",
-			Msg: "want a mapping of client names to settings, not " + describe(clients)})
+			Msg: "want a mapping of client names to settings, not " + yamlx.Describe(clients)})
 	}
 	var errs []error
 	seen := make(map[string]int)
@@ -274,14 +274,4 @@ func resolve(n *yaml.Node) *yaml.Node {
 
 func isNull(n *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
-}
-
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	}
-	return strconv.Quote(n.Value)
 }

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/internal/commalist"
 	"github.com/pushlb/pushlb/internal/yamlx"
 )
 
@@ -633,21 +634,8 @@ func setPingClass(c *balancer.Config, v string) error {
 	return nil
 }
 
-// splitList splits a comma-separated list, trimming the items and dropping
-// empty ones (Ribbon's listOfServers format).
-func splitList(s string) []string {
-	parts := strings.Split(s, ",")
-	out := make([]string, 0, len(parts))
-	for _, p := range parts {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 func setListOfServers(c *balancer.Config, v string) error {
-	list := splitList(v)
+	list := commalist.Split(v)
 	for i, s := range list {
 		list[i] = withDefaultPort(s)
 		if _, err := balancer.ParseServer(list[i]); err != nil {

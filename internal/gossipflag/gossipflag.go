@@ -6,11 +6,11 @@ import (
 	"encoding/base64"
 	"flag"
 	"fmt"
-	"strings"
 
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/gossip"
+	"github.com/pushlb/pushlb/internal/commalist"
 )
 
 // Settings are the gossip settings. Gossip is off unless Bind or Join is set.
@@ -43,11 +43,7 @@ func (s Settings) Enabled() bool { return s.Bind != "" || s.Join != "" }
 // Config builds the gossip configuration of a node with meta.
 func (s Settings) Config(meta gossip.Meta, log zerolog.Logger) (gossip.Config, error) {
 	cfg := gossip.Config{BindAddr: s.Bind, Profile: gossip.Profile(s.Profile), Label: s.Label, Meta: meta, Logger: log}
-	for _, p := range strings.Split(s.Join, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			cfg.Join = append(cfg.Join, p)
-		}
-	}
+	cfg.Join = commalist.Split(s.Join)
 	if s.Key != "" {
 		key, err := base64.StdEncoding.DecodeString(s.Key)
 		if err != nil {

@@ -1,6 +1,8 @@
 package natsconn
 
 import (
+	"github.com/pushlb/pushlb/internal/commalist"
+
 	"context"
 	"errors"
 	"flag"
@@ -241,7 +243,7 @@ func (c Config) options(shown string, log zerolog.Logger) (nats.Options, error) 
 	if c.TLSCert != "" {
 		list = append(list, nats.ClientCert(c.TLSCert, c.TLSKey))
 	}
-	opts.Servers = splitURLs(c.URL)
+	opts.Servers = commalist.Split(c.URL)
 	for _, o := range list {
 		if err := o(&opts); err != nil {
 			return opts, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -277,21 +279,10 @@ func (e *unreachableError) Error() string {
 
 func (e *unreachableError) Unwrap() []error { return []error{ErrUnreachable, e.err} }
 
-// splitURLs splits a comma-separated server list, dropping blanks.
-func splitURLs(s string) []string {
-	var out []string
-	for u := range strings.SplitSeq(s, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			out = append(out, u)
-		}
-	}
-	return out
-}
-
 // redactURLs masks the user information of every URL in a comma-separated
 // list: a token travels as the user name, so the whole of it is hidden.
 func redactURLs(s string) string {
-	urls := splitURLs(s)
+	urls := commalist.Split(s)
 	for i, raw := range urls {
 		u, err := url.Parse(raw)
 		if err != nil || u.User == nil {

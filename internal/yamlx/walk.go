@@ -1,6 +1,8 @@
 package yamlx
 
 import (
+	"github.com/pushlb/pushlb/internal/commalist"
+
 	"encoding"
 	"fmt"
 	"reflect"
@@ -134,7 +136,7 @@ func (w *walker) scalar(c *yaml.Node, t reflect.Type, path string) {
 	case tag == "!!float" && isInt(t):
 		c.Tag = "!!str" // so yaml.v3 refuses it rather than truncate it
 	case w.opts.commaLists && tag == "!!str" && t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String:
-		items := splitList(c.Value)
+		items := commalist.Split(c.Value)
 		c.Kind, c.Tag, c.Style, c.Value = yaml.SequenceNode, "!!seq", yaml.FlowStyle, ""
 		for i, item := range items {
 			n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: item, Line: c.Line, Column: c.Column}
@@ -221,7 +223,7 @@ func (w *walker) layered(maps []*yaml.Node, fields *structFields, path string, d
 		for _, s := range sources {
 			switch {
 			case s.Kind != yaml.MappingNode:
-				w.errs = append(w.errs, &Error{Line: s.Line, Path: path, Msg: "a merge key (<<) takes a mapping or a list of them, not " + describe(s)})
+				w.errs = append(w.errs, &Error{Line: s.Line, Path: path, Msg: "a merge key (<<) takes a mapping or a list of them, not " + Describe(s)})
 			case w.merging[s]:
 				w.errs = append(w.errs, &Error{Line: s.Line, Path: path, Msg: "a merge key (<<) brings the mapping it is in"})
 			default:
@@ -346,19 +348,6 @@ func lastLine(n *yaml.Node) int {
 		last = max(last, lastLine(item))
 	}
 	return last
-}
-
-// splitList splits a comma-separated list, trimming the items and dropping
-// empty ones.
-func splitList(s string) []string {
-	parts := strings.Split(s, ",")
-	out := make([]string, 0, len(parts))
-	for _, p := range parts {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // structFields are the YAML keys of a struct type, by yaml.v3's rules: the

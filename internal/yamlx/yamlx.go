@@ -247,7 +247,7 @@ func (w *walker) unmarshalerAt(line int) *unmarshaler {
 
 // valueMsg says why n cannot be a t.
 func valueMsg(n *yaml.Node, t reflect.Type) string {
-	what := describe(n)
+	what := Describe(n)
 	scalar := n.Kind == yaml.ScalarNode
 	if t == durationType {
 		if scalar {
@@ -287,7 +287,9 @@ func valueMsg(n *yaml.Node, t reflect.Type) string {
 	return fmt.Sprintf("cannot use %s as %s", what, t)
 }
 
-func describe(n *yaml.Node) string {
+// Describe names what a node is for an error message: "a mapping", "a
+// list", or its quoted value.
+func Describe(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.MappingNode:
 		return "a mapping"
