@@ -316,6 +316,12 @@ func (r *Retry) Choose(p PickInfo) (*Server, error) {
 	if s, err := r.Sub.Choose(p); err != nil || (s != nil && s.Alive()) {
 		return s, err
 	}
+	return r.retry(p)
+}
+
+// retry is Choose after a failed first pick, kept apart so that the common
+// case stays a small function.
+func (r *Retry) retry(p PickInfo) (*Server, error) {
 	ctx := p.Ctx
 	deadline := time.Now().Add(r.Timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
