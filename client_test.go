@@ -3,7 +3,6 @@ package pushlb_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -28,16 +27,6 @@ import (
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"))
-}
-
-// backend is an httptest server that answers "<name> <path>".
-func backend(t *testing.T, name string) *httptest.Server {
-	t.Helper()
-	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "%s %s", name, r.URL.Path)
-	}))
-	t.Cleanup(s.Close)
-	return s
 }
 
 // announce announces a backend as an instance of service through its own
@@ -82,7 +71,7 @@ func get(t *testing.T, client *http.Client, url string) string {
 // nothing from the next request on.
 func TestZeroConfigTransport(t *testing.T) {
 	srv := natstest.Start(t)
-	a := announce(t, srv, "orders", "", backend(t, "a"))
+	a := announce(t, srv, "orders", "", testpub.Backend(t, "a"))
 	c := start(t, srv.Connect(t))
 	client := &http.Client{Transport: c.Transport()}
 
@@ -90,7 +79,7 @@ func TestZeroConfigTransport(t *testing.T) {
 	if got := get(t, client, "http://orders/api/x"); got != "a /api/x" {
 		t.Fatalf("first request: %q", got)
 	}
-	announce(t, srv, "orders", "", backend(t, "b"))
+	announce(t, srv, "orders", "", testpub.Backend(t, "b"))
 	seen := map[string]bool{}
 	testutil.Eventually(t, "both instances to answer", func() bool {
 		seen[get(t, client, "http://orders/x")] = true
@@ -127,7 +116,7 @@ func TestZeroConfigTransport(t *testing.T) {
 
 func TestHandlerAndRoutes(t *testing.T) {
 	srv := natstest.Start(t)
-	announce(t, srv, "orders", "", backend(t, "a"))
+	announce(t, srv, "orders", "", testpub.Backend(t, "a"))
 	c := start(t, srv.Connect(t), pushlb.WithProxyOptions(lbhttp.WithRoutes(lbhttp.Route{Prefix: "/shop/", Service: "orders", StripPrefix: true})))
 	front := httptest.NewServer(c.Handler())
 	t.Cleanup(front.Close)
@@ -169,8 +158,8 @@ func TestOptionsShapeTheBalancers(t *testing.T) {
 	if b.Config().Rule != balancer.RuleRoundRobin || b.Config().Zone != "z1" {
 		t.Fatalf("static: %+v", b.Config())
 	}
-	announce(t, srv, "orders", "z1", backend(t, "a"))
-	announce(t, srv, "other", "z1", backend(t, "o"))
+	announce(t, srv, "orders", "z1", testpub.Backend(t, "a"))
+	announce(t, srv, "other", "z1", testpub.Backend(t, "o"))
 	testutil.Eventually(t, "orders to be routed", func() bool {
 		b, err := c.Balancer("orders")
 		return err == nil && len(b.AllServers()) == 1
@@ -267,7 +256,7 @@ func TestLifecycle(t *testing.T) {
 // Picks keep working after Close, from the last lists.
 func TestTransportAfterClose(t *testing.T) {
 	srv := natstest.Start(t)
-	announce(t, srv, "orders", "", backend(t, "a"))
+	announce(t, srv, "orders", "", testpub.Backend(t, "a"))
 	c := start(t, srv.Connect(t))
 	c.Close()
 	client := &http.Client{Transport: c.Transport()}

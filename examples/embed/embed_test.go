@@ -5,7 +5,6 @@ package embed_test
 import (
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -30,20 +29,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func backend(t *testing.T, name string) *httptest.Server {
-	t.Helper()
-	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "%s %s", name, r.URL.Path)
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
-
 func TestEmbeddedGatewayAndClient(t *testing.T) {
 	srv := natstest.Start(t)
 	nc := srv.Connect(t)
-	testpub.Announce(t, nc, "hello", "", backend(t, "hello-1"))
-	p2 := testpub.Announce(t, nc, "hello", "", backend(t, "hello-2"))
+	testpub.Announce(t, nc, "hello", "", testpub.Backend(t, "hello-1"))
+	p2 := testpub.Announce(t, nc, "hello", "", testpub.Backend(t, "hello-2"))
 
 	// The gateway of one's own: it serves the announced instances from its
 	// first request on (Start returns once the registry's state is loaded).

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -60,15 +59,6 @@ func announce(t *testing.T, g *Gateway, service, zone string, backend *httptest.
 	return testpub.Announce(t, nc, service, zone, backend)
 }
 
-func backend(t *testing.T, name string) *httptest.Server {
-	t.Helper()
-	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "%s %s", name, r.URL.Path)
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
-
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -86,7 +76,7 @@ func TestGatewayRoutesToAnnouncedInstances(t *testing.T) {
 	if code, _ := get(t, proxy+"/orders/x"); code != http.StatusNotFound {
 		t.Fatalf("unknown service: %d, want 404", code)
 	}
-	a, b := backend(t, "a"), backend(t, "b")
+	a, b := testpub.Backend(t, "a"), testpub.Backend(t, "b")
 	announce(t, g, "orders", "z1", a)
 	pb := announce(t, g, "orders", "z1", b)
 	seen := map[string]bool{}
@@ -109,7 +99,7 @@ func TestGatewayRoutesToAnnouncedInstances(t *testing.T) {
 
 func TestGatewayAdminEndpoints(t *testing.T) {
 	g := startGateway(t, testConfig(t))
-	announce(t, g, "orders", "z1", backend(t, "a"))
+	announce(t, g, "orders", "z1", testpub.Backend(t, "a"))
 	testutil.Eventually(t, "the server", func() bool { s := g.State().Services; return len(s) == 1 && len(s[0].Servers) == 1 })
 	if code, _ := get(t, "http://"+g.ProxyAddr()+"/orders/"); code != 200 {
 		t.Fatalf("proxy answered %d", code)
@@ -146,7 +136,7 @@ func TestGatewayAdminEndpoints(t *testing.T) {
 
 func TestGatewayNoServersIs503(t *testing.T) {
 	g := startGateway(t, testConfig(t))
-	p := announce(t, g, "orders", "", backend(t, "a"))
+	p := announce(t, g, "orders", "", testpub.Backend(t, "a"))
 	testutil.Eventually(t, "the server", func() bool { s := g.State().Services; return len(s) == 1 && len(s[0].Servers) == 1 })
 	p.Withdraw(t.Context(), "")
 	testutil.Eventually(t, "an empty list", func() bool { return len(g.State().Services[0].Servers) == 0 })

@@ -4,7 +4,9 @@
 package testpub
 
 import (
+	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"testing"
@@ -15,6 +17,17 @@ import (
 	"github.com/pushlb/pushlb/publisher"
 	"github.com/pushlb/pushlb/serverlist"
 )
+
+// Backend starts an httptest server that answers "<name> <path>", closed
+// by the test's cleanup.
+func Backend(tb testing.TB, name string) *httptest.Server {
+	tb.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s", name, r.URL.Path)
+	}))
+	tb.Cleanup(s.Close)
+	return s
+}
 
 // Announce registers and announces backend as an instance of service in
 // zone over nc (the default prefix and lease), with the backend's URL as its
