@@ -20,8 +20,17 @@ const (
 	DefaultLookupInitialBackoff = 5 * time.Millisecond
 	DefaultLookupMaxBackoff     = 100 * time.Millisecond
 	DefaultLookupAttemptTimeout = time.Second
-	// resolveParallelism bounds the concurrent fallbacks of ResolveAll.
+	// DefaultNegativeTTL is how long an ID the registry did not hold
+	// resolves as not found without asking it again.
+	DefaultNegativeTTL = 30 * time.Second
+	// DefaultRegistryReadsPerSecond bounds the direct registry reads that
+	// misses make, all services together.
+	DefaultRegistryReadsPerSecond = 200
+	// resolveParallelism bounds the concurrent registry reads of one round.
 	resolveParallelism = 8
+	// maxNegative bounds the negative cache; when full, expired entries go,
+	// then the whole cache if need be (misses then cost rate-limited reads).
+	maxNegative = 65536
 )
 
 // LookupConfig configures a [Lookup]. The zero value means every default;
@@ -40,6 +49,17 @@ type LookupConfig struct {
 	// AttemptTimeout bounds each registry read, inside whatever deadline the
 	// caller's ctx has. Zero means 1 s.
 	AttemptTimeout time.Duration
+	// NegativeTTL is how long an ID found absent after every attempt
+	// resolves as not found at once, without a registry read. The mirror is
+	// still asked first, so with a mirror a later registration resolves as
+	// soon as the mirror has it. Zero means 30 s.
+	NegativeTTL time.Duration
+	// ReadsPerSecond bounds the direct registry reads of every miss
+	// together (a token bucket with a burst of one second's worth). A miss
+	// that finds no token is not found, without a read and without being
+	// cached: events naming IDs nobody registered cost a bounded load and
+	// never queue behind each other. Zero means 200.
+	ReadsPerSecond int
 }
 
 // DefaultLookupConfig returns the defaults spelled out.
@@ -49,11 +69,13 @@ func DefaultLookupConfig() LookupConfig {
 		InitialBackoff: DefaultLookupInitialBackoff,
 		MaxBackoff:     DefaultLookupMaxBackoff,
 		AttemptTimeout: DefaultLookupAttemptTimeout,
+		NegativeTTL:    DefaultNegativeTTL,
+		ReadsPerSecond: DefaultRegistryReadsPerSecond,
 	}
 }
 
 func (c LookupConfig) withDefaults() (LookupConfig, error) {
-	if c.Attempts < 0 || c.InitialBackoff < 0 || c.MaxBackoff < 0 || c.AttemptTimeout < 0 {
+	if c.Attempts < 0 || c.InitialBackoff < 0 || c.MaxBackoff < 0 || c.AttemptTimeout < 0 || c.NegativeTTL < 0 || c.ReadsPerSecond < 0 {
 		return c, fmt.Errorf("%w: negative lookup setting in %+v", ErrInvalidConfig, c)
 	}
 	d := DefaultLookupConfig()
@@ -68,6 +90,12 @@ func (c LookupConfig) withDefaults() (LookupConfig, error) {
 	}
 	if c.AttemptTimeout == 0 {
 		c.AttemptTimeout = d.AttemptTimeout
+	}
+	if c.NegativeTTL == 0 {
+		c.NegativeTTL = d.NegativeTTL
+	}
+	if c.ReadsPerSecond == 0 {
+		c.ReadsPerSecond = d.ReadsPerSecond
 	}
 	c.MaxBackoff = max(c.MaxBackoff, c.InitialBackoff)
 	return c, nil
@@ -88,6 +116,10 @@ type LookupStats struct {
 	// RegistryReads are the direct registry reads the misses made, counted
 	// as each one returns (whatever its result).
 	RegistryReads uint64
+	// NegativeHits are misses answered not found by the negative cache;
+	// RateLimited those answered not found because the read budget
+	// (ReadsPerSecond) was spent.
+	NegativeHits, RateLimited uint64
 }
 
 // Lookup resolves instance IDs to instances: from the mirror when it holds
@@ -97,8 +129,14 @@ type Lookup struct {
 	reg    *Registry
 	mirror *Mirror // may be nil
 	cfg    LookupConfig
+	now    func() time.Time
 
-	hits, misses, fallbacks, failures, reads atomic.Uint64
+	budget *tokenBucket
+
+	negMu    sync.Mutex
+	negative map[string]time.Time // key -> expiry
+
+	hits, misses, fallbacks, failures, reads, negHits, limited atomic.Uint64
 }
 
 // NewLookup returns a Lookup over reg and, if not nil, mirror. Without a
@@ -112,7 +150,8 @@ func NewLookup(reg *Registry, mirror *Mirror, cfg LookupConfig) (*Lookup, error)
 	if err != nil {
 		return nil, err
 	}
-	return &Lookup{reg: reg, mirror: mirror, cfg: cfg}, nil
+	return &Lookup{reg: reg, mirror: mirror, cfg: cfg, now: time.Now,
+		budget: newTokenBucket(cfg.ReadsPerSecond, time.Now), negative: map[string]time.Time{}}, nil
 }
 
 // Config returns the configuration in effect, defaults filled in.
@@ -126,6 +165,8 @@ func (l *Lookup) Stats() LookupStats {
 		Fallbacks:     l.fallbacks.Load(),
 		Failures:      l.failures.Load(),
 		RegistryReads: l.reads.Load(),
+		NegativeHits:  l.negHits.Load(),
+		RateLimited:   l.limited.Load(),
 	}
 }
 
@@ -133,59 +174,12 @@ func (l *Lookup) Stats() LookupStats {
 // On a miss it reads the registry up to Attempts times with exponential
 // backoff, checking the mirror again before each retry, and gives up early
 // when ctx ends. It returns an error wrapping ErrNotFound if the instance
-// is not registered, ErrInvalidInstance for an invalid service or ID
+// is not registered (also when the negative cache or the read budget says
+// so: see LookupConfig), ErrInvalidInstance for an invalid service or ID
 // (without retrying), or the last registry or ctx error.
 func (l *Lookup) Resolve(ctx context.Context, service, id string) (Instance, error) {
-	if l.mirror != nil {
-		if in, ok := l.mirror.Get(service, id); ok {
-			l.hits.Add(1)
-			return in, nil
-		}
-	}
-	l.misses.Add(1)
-	in, err := l.fallback(ctx, service, id)
-	if err != nil {
-		l.failures.Add(1)
-		return Instance{}, err
-	}
-	l.fallbacks.Add(1)
-	return in, nil
-}
-
-func (l *Lookup) fallback(ctx context.Context, service, id string) (Instance, error) {
-	if _, err := EncodeKey(service, id); err != nil {
-		return Instance{}, err
-	}
-	backoff := l.cfg.InitialBackoff
-	var lastErr error
-	for attempt := range l.cfg.Attempts {
-		if attempt > 0 {
-			if err := ctxutil.Sleep(ctx, backoff); err != nil {
-				return Instance{}, fmt.Errorf("serverlist: resolve %s/%s: %w (last: %w)", service, id, err, lastErr)
-			}
-			backoff = min(2*backoff, l.cfg.MaxBackoff)
-			if l.mirror != nil {
-				if in, ok := l.mirror.Get(service, id); ok {
-					return in, nil
-				}
-			}
-		}
-		actx, cancel := context.WithTimeout(ctx, l.cfg.AttemptTimeout)
-		in, err := l.reg.Get(actx, service, id)
-		cancel()
-		l.reads.Add(1)
-		if err == nil {
-			return in, nil
-		}
-		lastErr = err
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	if errors.Is(lastErr, ErrNotFound) {
-		return Instance{}, fmt.Errorf("%w: %s/%s after %d attempts", ErrNotFound, service, id, l.cfg.Attempts)
-	}
-	return Instance{}, lastErr
+	found, errs := l.ResolveEach(ctx, service, []string{id})
+	return found[0], errs[0]
 }
 
 // ResolveAll resolves every ID of one service. It returns the instances that
@@ -207,8 +201,14 @@ func (l *Lookup) ResolveAll(ctx context.Context, service string, ids []string) (
 // ResolveEach resolves every ID of one service and reports the result per
 // ID: found[i] is valid when errs[i] is nil; errs[i] wraps ErrNotFound when
 // the registry does not hold ids[i], or the cause (an unreachable registry,
-// ctx), so callers can tell an instance that is gone from an outage. Mirror
-// hits are map reads; misses are resolved concurrently, a few at a time.
+// ctx), so callers can tell an instance that is gone from an outage.
+//
+// Mirror hits are map reads. The misses share one retry schedule: each
+// round reads the registry for every ID still missing (a few at a time,
+// within the read budget), then waits the backoff once and asks the mirror
+// again. So a list naming thousands of IDs nobody registered costs the
+// backoff once, not once per ID, and afterwards only map reads (the
+// negative cache).
 func (l *Lookup) ResolveEach(ctx context.Context, service string, ids []string) (found []Instance, errs []error) {
 	found = make([]Instance, len(ids))
 	errs = make([]error, len(ids))
@@ -221,28 +221,166 @@ func (l *Lookup) ResolveEach(ctx context.Context, service string, ids []string) 
 				continue
 			}
 		}
-		missed = append(missed, i)
+		l.misses.Add(1)
+		key, err := EncodeKey(service, id)
+		switch {
+		case err != nil:
+			errs[i] = err
+			l.failures.Add(1)
+		case l.negativeHit(key):
+			errs[i] = fmt.Errorf("%w: %s/%s (recently not found)", ErrNotFound, service, id)
+			l.negHits.Add(1)
+			l.failures.Add(1)
+		default:
+			missed = append(missed, i)
+		}
 	}
-	if len(missed) == 0 {
-		return found, errs
+	backoff := l.cfg.InitialBackoff
+	for attempt := 0; attempt < l.cfg.Attempts && len(missed) > 0; attempt++ {
+		if attempt > 0 {
+			if err := ctxutil.Sleep(ctx, backoff); err != nil {
+				for _, i := range missed {
+					errs[i] = fmt.Errorf("serverlist: resolve %s/%s: %w (last: %w)", service, ids[i], err, errs[i])
+				}
+				break
+			}
+			backoff = min(2*backoff, l.cfg.MaxBackoff)
+			missed = l.mirrorCatchUp(service, ids, missed, found, errs)
+		}
+		missed = l.readRound(ctx, service, ids, missed, found, errs)
 	}
+	for _, i := range missed {
+		// Absent after every attempt (not cut short by ctx): remembered,
+		// so the next list naming it costs a map read.
+		if errors.Is(errs[i], ErrNotFound) && ctx.Err() == nil {
+			errs[i] = fmt.Errorf("%w: %s/%s after %d attempts", ErrNotFound, service, ids[i], l.cfg.Attempts)
+			if key, err := EncodeKey(service, ids[i]); err == nil {
+				l.remember(key)
+			}
+		}
+		l.failures.Add(1)
+	}
+	return found, errs
+}
+
+// errRateLimited marks a miss answered without a read because the budget
+// was spent; it wraps ErrNotFound.
+var errRateLimited = fmt.Errorf("%w: registry read budget spent", ErrNotFound)
+
+// mirrorCatchUp drops from missed the IDs the mirror now holds.
+func (l *Lookup) mirrorCatchUp(service string, ids []string, missed []int, found []Instance, errs []error) []int {
+	if l.mirror == nil {
+		return missed
+	}
+	still := missed[:0]
+	for _, i := range missed {
+		if in, ok := l.mirror.Get(service, ids[i]); ok {
+			found[i], errs[i] = in, nil
+			l.fallbacks.Add(1)
+			continue
+		}
+		still = append(still, i)
+	}
+	return still
+}
+
+// readRound reads the registry for the missed IDs, a few at a time, and
+// returns those still missing after it (not found, or the read failed).
+// An ID without a read token fails for good this time, as not found.
+func (l *Lookup) readRound(ctx context.Context, service string, ids []string, missed []int, found []Instance, errs []error) []int {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, resolveParallelism)
+	retry := make([]bool, len(ids))
 	for _, i := range missed {
+		if !l.budget.take() {
+			l.limited.Add(1)
+			l.failures.Add(1)
+			errs[i] = fmt.Errorf("%w: %s/%s", errRateLimited, service, ids[i])
+			continue
+		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			l.misses.Add(1)
-			in, err := l.fallback(ctx, service, ids[i])
+			actx, cancel := context.WithTimeout(ctx, l.cfg.AttemptTimeout)
+			in, err := l.reg.Get(actx, service, ids[i])
+			cancel()
+			l.reads.Add(1)
 			if err != nil {
-				l.failures.Add(1)
-				errs[i] = err
+				errs[i], retry[i] = err, true
 				return
 			}
+			found[i], errs[i] = in, nil
 			l.fallbacks.Add(1)
-			found[i] = in
 		})
 	}
 	wg.Wait()
-	return found, errs
+	still := missed[:0]
+	for _, i := range missed {
+		if retry[i] && ctx.Err() == nil {
+			still = append(still, i)
+		} else if retry[i] {
+			l.failures.Add(1)
+		}
+	}
+	return still
+}
+
+// negativeHit reports whether key was found absent within NegativeTTL.
+func (l *Lookup) negativeHit(key string) bool {
+	l.negMu.Lock()
+	defer l.negMu.Unlock()
+	exp, ok := l.negative[key]
+	if !ok {
+		return false
+	}
+	if l.now().After(exp) {
+		delete(l.negative, key)
+		return false
+	}
+	return true
+}
+
+// remember caches key as absent for NegativeTTL.
+func (l *Lookup) remember(key string) {
+	l.negMu.Lock()
+	defer l.negMu.Unlock()
+	now := l.now()
+	if len(l.negative) >= maxNegative {
+		for k, exp := range l.negative {
+			if now.After(exp) {
+				delete(l.negative, k)
+			}
+		}
+		if len(l.negative) >= maxNegative {
+			clear(l.negative)
+		}
+	}
+	l.negative[key] = now.Add(l.cfg.NegativeTTL)
+}
+
+// tokenBucket is a rate limit: rate tokens a second, at most rate stored.
+type tokenBucket struct {
+	mu     sync.Mutex
+	rate   float64
+	tokens float64
+	last   time.Time
+	now    func() time.Time
+}
+
+func newTokenBucket(rate int, now func() time.Time) *tokenBucket {
+	return &tokenBucket{rate: float64(rate), tokens: float64(rate), last: now(), now: now}
+}
+
+// take takes a token if one is there.
+func (b *tokenBucket) take() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	b.tokens = min(b.rate, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }

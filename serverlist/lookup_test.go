@@ -3,6 +3,7 @@ package serverlist_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -194,4 +195,68 @@ func TestLookupResolveAll(t *testing.T) {
 	if got, err := l.ResolveAll(testCtx(t, time.Second), "orders", nil); err != nil || len(got) != 0 {
 		t.Fatalf("ResolveAll(nil) = %v, %v", got, err)
 	}
+}
+
+// An ID found absent is remembered: the next resolution is a map read,
+// until the mirror holds the ID, which wins at once.
+func TestLookupNegativeCache(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	m := startMirror(t, e.reg, serverlist.MirrorConfig{})
+	l, err := serverlist.NewLookup(e.reg, m, serverlist.LookupConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, 5*time.Second)
+	if _, err := l.Resolve(ctx, "orders", "late"); !errors.Is(err, serverlist.ErrNotFound) {
+		t.Fatal(err)
+	}
+	reads := l.Stats().RegistryReads
+	if _, err := l.Resolve(ctx, "orders", "late"); !errors.Is(err, serverlist.ErrNotFound) {
+		t.Fatal(err)
+	}
+	if st := l.Stats(); st.RegistryReads != reads || st.NegativeHits != 1 {
+		t.Fatalf("second miss: %+v, want no read and one negative hit", st)
+	}
+	in := inst("orders", "late", 9001)
+	rev := register(t, e.reg, in)
+	testutil.Eventually(t, "the mirror to apply the registration", func() bool { return m.Stats().Revision >= rev })
+	got, err := l.Resolve(ctx, "orders", "late")
+	if err != nil || !got.Equal(in) {
+		t.Fatalf("after registration: %+v, %v", got, err)
+	}
+}
+
+// A list of thousands of IDs nobody registered costs one backoff schedule
+// and a bounded number of registry reads, not a retry dance per ID.
+func TestLookupFloodIsBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	real := inst("orders", "real", 9001)
+	rev := register(t, e.reg, real)
+	m := startMirror(t, e.reg, serverlist.MirrorConfig{})
+	testutil.Eventually(t, "the mirror", func() bool { return m.Stats().Revision >= rev })
+	l, err := serverlist.NewLookup(e.reg, m, serverlist.LookupConfig{ReadsPerSecond: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"real"}
+	for i := range 2000 {
+		ids = append(ids, fmt.Sprintf("invented-%d", i))
+	}
+	found, errs := l.ResolveEach(testCtx(t, 10*time.Second), "orders", ids)
+	if errs[0] != nil || !found[0].Equal(real) {
+		t.Fatalf("the real instance: %+v, %v", found[0], errs[0])
+	}
+	for i, err := range errs[1:] {
+		if !errors.Is(err, serverlist.ErrNotFound) {
+			t.Fatalf("invented %d: %v", i, err)
+		}
+	}
+	st := l.Stats()
+	// 20 tokens at most, plus what refills while the backoff (35 ms) runs.
+	if st.RegistryReads > 25 || st.RateLimited < 1900 {
+		t.Fatalf("flood stats %+v: want at most ~20 reads, the rest rate-limited", st)
+	}
+	t.Logf("2,000 invented IDs: %d registry reads, %d rate-limited", st.RegistryReads, st.RateLimited)
 }
