@@ -2,14 +2,17 @@ package lbvisitor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/serverlist"
 )
 
 // Registry holds one Visitor per service, created on the first ListChanged
@@ -21,6 +24,8 @@ type Registry struct {
 
 	mu       sync.Mutex
 	visitors map[string]*Visitor
+
+	unregistered atomic.Uint64
 }
 
 // NewRegistry builds a Registry over b (a *balancer.Factory, or any
@@ -58,11 +63,71 @@ func (r *Registry) Services() []string {
 	return out
 }
 
-// Handle applies lc to the visitor of its service.
+// Handle applies lc to the visitor of its service. A service without a
+// visitor gets one, and a balancer, only once one of its IDs resolves: an
+// event naming a service or instances nobody registered builds nothing, so
+// invented names cannot grow the gateway (such a list is counted in
+// Unregistered and is not an error: if an instance registers later, the
+// registry's change brings a new list). When no ID of a new service
+// resolves because the registry could not be asked, Handle returns an error
+// (the subscriber retries).
 func (r *Registry) Handle(ctx context.Context, lc events.ListChanged) error {
-	v, err := r.Visitor(lc.Service)
-	if err != nil {
-		return err
+	r.mu.Lock()
+	v := r.visitors[lc.Service]
+	r.mu.Unlock()
+	if v == nil {
+		err := r.resolvesAny(ctx, lc)
+		if errors.Is(err, errNothingRegistered) {
+			r.unregistered.Add(1)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if v, err = r.Visitor(lc.Service); err != nil {
+			return err
+		}
 	}
 	return v.Apply(ctx, lc)
+}
+
+// errNothingRegistered: no ID of a new service is registered.
+var errNothingRegistered = errors.New("lbvisitor: no instance registered")
+
+// Unregistered counts the lists of services without a balancer that named
+// no registered instance and so built nothing.
+func (r *Registry) Unregistered() uint64 { return r.unregistered.Load() }
+
+// resolvesAny returns nil when at least one ID of lc resolves,
+// errNothingRegistered when the registry holds none of them, or the
+// lookups' error when it could not be asked.
+func (r *Registry) resolvesAny(ctx context.Context, lc events.ListChanged) error {
+	if len(lc.InstanceIDs) == 0 {
+		return errNothingRegistered
+	}
+	_, errs := r.res.ResolveEach(ctx, lc.Service, lc.InstanceIDs)
+	var outage error
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			return nil
+		case !errors.Is(err, serverlist.ErrNotFound) && outage == nil:
+			outage = err
+		}
+	}
+	if outage != nil {
+		return fmt.Errorf("lbvisitor: %s: %w", lc.Service, outage)
+	}
+	return errNothingRegistered
+}
+
+// Remove forgets the visitor of service, if any, and reports whether there
+// was one. The next ListChanged for the service builds a new visitor (and
+// balancer) if one of its IDs resolves. The caller closes the balancer.
+func (r *Registry) Remove(service string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.visitors[service]
+	delete(r.visitors, service)
+	return ok
 }

@@ -211,7 +211,7 @@ func TestRegistryCreatesOneVisitorPerService(t *testing.T) {
 	for i := range 20 {
 		wg.Go(func() {
 			svc := []string{"orders", "billing"}[i%2]
-			r.Handle(t.Context(), events.ListChanged{Service: svc, Revision: uint64(i + 1)})
+			r.Handle(t.Context(), events.ListChanged{Service: svc, InstanceIDs: []string{inst(1).InstanceID}, Revision: uint64(i + 1)})
 		})
 	}
 	wg.Wait()
@@ -227,6 +227,42 @@ func TestRegistryCreatesOneVisitorPerService(t *testing.T) {
 	v, _ := r.Visitor("orders")
 	if len(v.Balancer().AllServers()) != 1 {
 		t.Fatal("the registry's visitor did not apply the list")
+	}
+}
+
+// A list naming only IDs nobody registered builds no balancer, and an
+// outage for a new service is an error (the subscriber retries).
+func TestRegistryBuildsNothingForUnregisteredIDs(t *testing.T) {
+	f := &factory{made: map[string]int{}, bals: map[string]*balancer.Balancer{}}
+	defer func() {
+		for _, b := range f.bals {
+			b.Close()
+		}
+	}()
+	res := &fixedResolver{}
+	res.set(false, inst(1))
+	r := NewRegistry(f, res, zerolog.Nop())
+	for i := range 100 {
+		lc := events.ListChanged{Service: fmt.Sprintf("invented-%d", i), InstanceIDs: []string{"ghost"}, Revision: 1}
+		if err := r.Handle(t.Context(), lc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Handle(t.Context(), events.ListChanged{Service: "empty", Revision: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.made) != 0 || len(r.Services()) != 0 || r.Unregistered() != 101 {
+		t.Fatalf("made %v, services %v, unregistered %d", f.made, r.Services(), r.Unregistered())
+	}
+	res.set(true)
+	if err := r.Handle(t.Context(), events.ListChanged{Service: "orders", InstanceIDs: []string{inst(1).InstanceID}, Revision: 1}); err == nil {
+		t.Fatal("an outage for a new service must be an error")
+	}
+	if len(f.made) != 0 {
+		t.Fatalf("made %v during an outage", f.made)
+	}
+	if r.Remove("nobody") {
+		t.Fatal("Remove of an unknown service reported true")
 	}
 }
 
