@@ -202,6 +202,27 @@ func (f *Factory) finish(name string, e *factoryEntry, b *Balancer, err error) (
 	return b, err
 }
 
+// Remove closes the balancer of name, if one was built, and forgets it: the
+// next Get builds a new one. It waits for a build in progress. It reports
+// whether there was a balancer.
+func (f *Factory) Remove(name string) bool {
+	f.mu.Lock()
+	e, ok := f.entries[name]
+	if ok {
+		delete(f.entries, name)
+	}
+	f.mu.Unlock()
+	if !ok {
+		return false
+	}
+	f.wait(e)
+	if e.b == nil {
+		return false
+	}
+	e.b.Close()
+	return true
+}
+
 // Names returns the names of the balancers built so far, sorted; empty
 // after Close.
 func (f *Factory) Names() []string {

@@ -86,6 +86,32 @@ func TestFactoryGetBuildsOnceWithTheClientConfig(t *testing.T) {
 	}
 }
 
+func TestFactoryRemove(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	f, err := balancer.NewFactory(factoryConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	first, err := f.Get("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.Remove("orders") || f.Remove("orders") || f.Remove("never") {
+		t.Fatal("Remove reports a balancer only the first time, and only for a built one")
+	}
+	if got := f.Names(); len(got) != 0 {
+		t.Fatalf("Names() after Remove = %v", got)
+	}
+	if err := first.SetServers(nil); !errors.Is(err, balancer.ErrClosed) {
+		t.Fatalf("removed balancer not closed: %v", err)
+	}
+	again, err := f.Get("orders")
+	if err != nil || again == first {
+		t.Fatalf("Get after Remove = %p, %v; want a new balancer", again, err)
+	}
+}
+
 func TestFactoryStartsBalancersAndClosesThem(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	var provided []string
