@@ -121,13 +121,24 @@ func (r *Registry) resolvesAny(ctx context.Context, lc events.ListChanged) error
 	return errNothingRegistered
 }
 
-// Remove forgets the visitor of service, if any, and reports whether there
-// was one. The next ListChanged for the service builds a new visitor (and
-// balancer) if one of its IDs resolves. The caller closes the balancer.
-func (r *Registry) Remove(service string) bool {
+// RemoveIf removes the visitor of service when cond, called with the
+// visitor while no list is being applied to it and no visitor can be
+// created, returns true; it reports whether it did. cond may release what
+// the visitor used (its balancer): an Apply that was waiting returns
+// ErrRemoved, and the next Handle for the service builds a new visitor.
+func (r *Registry) RemoveIf(service string, cond func(*Visitor) bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, ok := r.visitors[service]
+	v := r.visitors[service]
+	if v == nil {
+		return false
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !cond(v) {
+		return false
+	}
+	v.removed = true
 	delete(r.visitors, service)
-	return ok
+	return true
 }

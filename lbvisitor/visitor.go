@@ -18,6 +18,10 @@ import (
 // resolved for a reason other than absence and kept their last known server.
 var ErrKeptLastGood = errors.New("lbvisitor: lookups failed, last good servers kept")
 
+// ErrRemoved is returned by Apply on a visitor its Registry removed; the
+// list must go to the Registry again (which builds a new visitor).
+var ErrRemoved = errors.New("lbvisitor: visitor removed")
+
 // Resolver resolves instance IDs; *serverlist.Lookup is the implementation.
 type Resolver interface {
 	// ResolveEach returns, per ID, the instance (when errs[i] is nil) or an
@@ -47,6 +51,7 @@ type Visitor struct {
 
 	mu      sync.Mutex // serialises Apply
 	lastRev uint64
+	removed bool // set by Registry.RemoveIf; Apply then refuses
 
 	applies, stale, notFound, kept atomic.Uint64
 	lastSize                       atomic.Int64
@@ -78,6 +83,11 @@ func (v *Visitor) Apply(ctx context.Context, lc events.ListChanged) error {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.removed {
+		// Its Registry let it go (and its balancer may be closed): the
+		// subscriber retries, and the next Handle builds a new visitor.
+		return fmt.Errorf("%w: %s", ErrRemoved, v.service)
+	}
 	if lc.Revision != 0 && lc.Revision <= v.lastRev {
 		v.stale.Add(1)
 		return nil

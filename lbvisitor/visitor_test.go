@@ -261,8 +261,42 @@ func TestRegistryBuildsNothingForUnregisteredIDs(t *testing.T) {
 	if len(f.made) != 0 {
 		t.Fatalf("made %v during an outage", f.made)
 	}
-	if r.Remove("nobody") {
-		t.Fatal("Remove of an unknown service reported true")
+	if r.RemoveIf("nobody", func(*Visitor) bool { return true }) {
+		t.Fatal("RemoveIf of an unknown service reported true")
+	}
+}
+
+// A removed visitor refuses lists; the registry builds a new one.
+func TestRegistryRemoveIf(t *testing.T) {
+	f := &factory{made: map[string]int{}, bals: map[string]*balancer.Balancer{}}
+	defer func() {
+		for _, b := range f.bals {
+			b.Close()
+		}
+	}()
+	res := &fixedResolver{}
+	res.set(false, inst(1))
+	r := NewRegistry(f, res, zerolog.Nop())
+	lc := events.ListChanged{Service: "orders", InstanceIDs: []string{inst(1).InstanceID}, Revision: 1}
+	if err := r.Handle(t.Context(), lc); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := r.Visitor("orders")
+	if r.RemoveIf("orders", func(v *Visitor) bool { return len(v.Balancer().AllServers()) == 0 }) {
+		t.Fatal("removed a visitor whose cond is false")
+	}
+	if !r.RemoveIf("orders", func(*Visitor) bool { return true }) || len(r.Services()) != 0 {
+		t.Fatal("RemoveIf did not remove")
+	}
+	if err := old.Apply(t.Context(), lc); !errors.Is(err, ErrRemoved) {
+		t.Fatalf("Apply on a removed visitor: %v", err)
+	}
+	lc.Revision = 2
+	if err := r.Handle(t.Context(), lc); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := r.Visitor("orders"); v == old {
+		t.Fatal("Handle reused the removed visitor")
 	}
 }
 
