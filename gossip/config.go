@@ -14,8 +14,9 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// DefaultPort is the gossip port used when BindAddr is empty: memberlist's
-// customary 7946, for both UDP and TCP.
+// DefaultPort is the gossip port of a gateway or a seed whose BindAddr is
+// empty: memberlist's customary 7946, for both UDP and TCP. An instance that
+// joins others binds a free port instead (see Config.BindAddr).
 const DefaultPort = 7946
 
 // Defaults for JoinRetry fields left zero.
@@ -66,15 +67,29 @@ type Config struct {
 	// BindAddr is the "host:port" to listen on, for UDP and TCP alike. The
 	// host may be an IP literal or a name resolved once at Start; an empty
 	// host means all interfaces (0.0.0.0). Port 0 picks a free port; read it
-	// back with Node.LocalAddr. Empty means "0.0.0.0:7946" (DefaultPort).
+	// back with Node.LocalAddr.
+	//
+	// Empty depends on the node's part. An instance that joins others
+	// (Meta.Role RoleInstance and a Join list) binds "0.0.0.0:0", a free
+	// port: several instances share a host, and nobody dials an instance
+	// first (it joins the gateways, and publishes Node.Name and
+	// Node.LocalAddr in its registry record, where the gateways check
+	// them). A gateway, or a node that joins nobody (a seed), binds
+	// "0.0.0.0:7946" (DefaultPort), the fixed address the others join.
+	//
+	// Without a SecretKey, Start logs a warning when the bound host is not
+	// a loopback address: anything that reaches the port can join.
 	BindAddr string
 
 	// AdvertiseAddr is the "host:port" other nodes should use to reach this
 	// one, when it differs from BindAddr (NAT, containers). Port 0 means the
 	// bound port; a non-zero port needs a non-zero BindAddr port, since
 	// memberlist advertises a randomly picked port as it is. Empty means
-	// BindAddr's host, or, when that is 0.0.0.0, the first private IPv4
-	// address of the machine (memberlist's choice).
+	// BindAddr's host, or, when that is 0.0.0.0 or ::, the local address
+	// this host sends from to reach the first Join peer that resolves (so
+	// an instance that joins a gateway on 127.0.0.1 advertises 127.0.0.1),
+	// and for a node without peers the first private address of the
+	// machine (memberlist's choice).
 	AdvertiseAddr string
 
 	// Join lists peers to join, each "host:port", "host" (then the port is
@@ -92,7 +107,9 @@ type Config struct {
 	// SecretKey turns on encryption and authentication of all gossip with
 	// AES-GCM; it must be 16, 24 or 32 bytes (AES-128, -192, -256). Nodes
 	// with different keys, or with and without a key, do not join each
-	// other. Nil means plain text.
+	// other. Nil means plain text: any host that reaches the port can join
+	// the cluster, claim to be anything and gossip about the others (Start
+	// warns when the bound host is not a loopback address).
 	SecretKey []byte
 
 	// Label is put on every packet and stream (and authenticated when a
@@ -148,7 +165,7 @@ func (c Config) check() (checked, error) {
 
 	bind := c.BindAddr
 	if bind == "" {
-		bind = net.JoinHostPort("0.0.0.0", strconv.Itoa(DefaultPort))
+		bind = net.JoinHostPort("0.0.0.0", strconv.Itoa(c.defaultPort()))
 	}
 	if out.bindHost, out.bindPort, err = splitAddr(bind); err != nil {
 		return out, invalid("BindAddr %q: %v", c.BindAddr, err)
@@ -219,6 +236,15 @@ func (c Config) check() (checked, error) {
 	}
 	out.retry = r
 	return out, nil
+}
+
+// defaultPort is the port of an empty BindAddr: a free one for an instance
+// that joins others, DefaultPort for the nodes the others join.
+func (c Config) defaultPort() int {
+	if c.Meta.Role == RoleInstance && len(c.Join) > 0 {
+		return 0
+	}
+	return DefaultPort
 }
 
 // splitAddr splits "host:port" and checks the port.

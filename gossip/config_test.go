@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb/internal/testutil"
 )
 
 func TestInvalidConfig(t *testing.T) {
@@ -89,6 +91,62 @@ func TestValidConfigEdges(t *testing.T) {
 	if c.bindHost != "0.0.0.0" || c.bindPort != DefaultPort || c.profile != ProfileLAN ||
 		c.retry != (JoinRetry{DefaultJoinRetryInitial, DefaultJoinRetryMax}) {
 		t.Fatalf("defaults = %+v", c)
+	}
+}
+
+func TestDefaultBindPortByRole(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		port int
+	}{
+		{"gateway", Config{Meta: gatewayMeta()}, DefaultPort},
+		{"gateway that joins", Config{Meta: gatewayMeta(), Join: []string{"10.0.0.1:7946"}}, DefaultPort},
+		{"instance seed", Config{Meta: instanceMeta("orders", "i-1", 1)}, DefaultPort},
+		{"instance that joins", Config{Meta: instanceMeta("orders", "i-1", 1), Join: []string{"10.0.0.1:7946"}}, 0},
+		{"instance with a bind", Config{Meta: instanceMeta("orders", "i-1", 1), Join: []string{"10.0.0.1:7946"}, BindAddr: ":7950"}, 7950},
+	}
+	for _, tt := range tests {
+		c, err := tt.cfg.check()
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if c.bindHost != "0.0.0.0" || c.bindPort != tt.port {
+			t.Errorf("%s: binds %s:%d, want 0.0.0.0:%d", tt.name, c.bindHost, c.bindPort, tt.port)
+		}
+	}
+}
+
+// TestWarnsWithoutKeyOffLoopback: a node without a key logs a warning at
+// Start when it listens beyond loopback, and only then.
+func TestWarnsWithoutKeyOffLoopback(t *testing.T) {
+	const warning = "gossip has no key"
+	tests := []struct {
+		name string
+		bind string
+		key  []byte
+		warn bool
+	}{
+		{"all interfaces, no key", "0.0.0.0:0", nil, true},
+		{"all interfaces, a key", "0.0.0.0:0", make([]byte, 16), false},
+		{"loopback, no key", "127.0.0.1:0", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out testutil.SyncBuffer
+			cfg := fastConfig(gatewayMeta())
+			cfg.BindAddr, cfg.SecretKey = tt.bind, tt.key
+			cfg.AdvertiseAddr = "127.0.0.1:0" // the machine may have no private address
+			cfg.Logger = zerolog.New(&out)
+			startNode(t, cfg, nil)
+			// Start logs synchronously: the line is there when it returns.
+			if got := strings.Contains(out.String(), warning); got != tt.warn {
+				t.Fatalf("warning logged: %v, want %v; log:\n%s", got, tt.warn, out.String())
+			}
+			if tt.warn && !strings.Contains(out.String(), `"level":"warn"`) {
+				t.Fatalf("not a warning: %s", out.String())
+			}
+		})
 	}
 }
 

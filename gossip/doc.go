@@ -12,7 +12,7 @@
 // # Use
 //
 //	node, err := gossip.New(gossip.Config{
-//		BindAddr: "0.0.0.0:7946",
+//		// BindAddr empty: an instance that joins binds a free port.
 //		Join:     []string{"gw-1.internal:7946", "gw-2.internal:7946"},
 //		Profile:  gossip.ProfileFast,
 //		Meta: gossip.Meta{Role: gossip.RoleInstance, Service: "orders",
@@ -48,6 +48,15 @@
 // "gateway-<hostname>-<random>"; over MaxNodeNameLength bytes a name is cut
 // and ends in a hash (see DefaultNodeName). Meta is gossiped as JSON in
 // memberlist's node metadata and must fit in its 512 bytes (MaxMetaSize).
+//
+// # Ports
+//
+// A gateway, or any node the others join (a seed), binds the fixed
+// DefaultPort 7946 unless told otherwise. An instance that joins binds a
+// free port, so any number of instances share a host, and advertises the
+// address it reaches its first peer from. Nobody needs to know an
+// instance's port in advance: the instance publishes its node's name and
+// address (Node.Name, Node.LocalAddr) in its registry record.
 //
 // # Events and threading
 //
@@ -134,7 +143,20 @@
 //
 // # Security
 //
-// SecretKey encrypts and authenticates every packet and stream with AES-GCM;
-// Label keeps clusters sharing a network apart. Nodes with different keys or
-// labels (or with and without one) never join each other.
+// Meta is a claim, not a proof: any node can say it is any instance. So a
+// gateway acts on a death (or a revival) only when the node's name and
+// address are the ones the instance's registry record names (the registry
+// is the truth, and its write permissions are per service); a claim from
+// any other node is ignored and counted. What the record cannot stop is a
+// member lying about another member's liveness: without a key, anything
+// that reaches a gossip port can join and gossip that a real instance is
+// dead; it refutes when it hears of it, but may be dropped for the
+// moment in between.
+//
+// SecretKey encrypts and authenticates every packet and stream with
+// AES-GCM, so only holders of the key are members at all; use one, the same
+// on every node, wherever the gossip port is reachable beyond loopback
+// (Start warns otherwise). Label keeps clusters sharing a network apart.
+// Nodes with different keys or labels (or with and without one) never join
+// each other.
 package gossip

@@ -5,7 +5,10 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"net"
+	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -127,6 +130,8 @@ func (n *Node) Start(ctx context.Context) error {
 		if advertiseHost, err = resolveHost(ctx, c.advertiseHost); err != nil {
 			return invalid("AdvertiseAddr %q: %v", cfg.AdvertiseAddr, err)
 		}
+	} else if isUnspecified(bindHost) {
+		advertiseHost = routeSource(ctx, n.peers)
 	}
 
 	mc := c.profile.memberlistConfig()
@@ -160,6 +165,11 @@ func (n *Node) Start(ctx context.Context) error {
 
 	n.log.Info().Str("addr", addr).Str("profile", string(c.profile)).
 		Strs("join", n.peers).Msg("gossip node started")
+	if len(cfg.SecretKey) == 0 && !isLoopback(bindHost) {
+		n.log.Warn().Str("addr", addr).Str("bind", net.JoinHostPort(bindHost, strconv.Itoa(c.bindPort))).
+			Msg("gossip has no key: anything that reaches this address can join the cluster and gossip; " +
+				"give every node the same key (-gossip-key, gossip.key: base64 of 16, 24 or 32 random bytes)")
+	}
 
 	n.wg.Add(1)
 	go n.dispatch()
@@ -168,6 +178,50 @@ func (n *Node) Start(ctx context.Context) error {
 		go n.joinLoop()
 	}
 	return nil
+}
+
+// isUnspecified reports whether the IP literal host is 0.0.0.0 or ::.
+func isUnspecified(host string) bool {
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsUnspecified()
+}
+
+// routeSource returns the local address this host sends from to reach the
+// first of peers that resolves, or "" when none does. A node listening on
+// all interfaces advertises it, so that its peers can answer: memberlist's
+// own choice, the first private address of the machine, may be one the
+// peers cannot reach (an IPv6 address for a peer bound to 127.0.0.1, or
+// the wrong interface of a multi-homed host). No packet is sent.
+func routeSource(ctx context.Context, peers []string) string {
+	for _, peer := range peers {
+		if _, addr, ok := strings.Cut(peer, "/"); ok { // "name/host:port"
+			peer = addr
+		}
+		host, port, err := net.SplitHostPort(peer)
+		if err != nil {
+			host, port = peer, strconv.Itoa(DefaultPort)
+		}
+		ip, err := resolveHost(ctx, host)
+		if err != nil {
+			continue
+		}
+		conn, err := net.Dial("udp", net.JoinHostPort(ip, port))
+		if err != nil {
+			continue
+		}
+		local, _ := conn.LocalAddr().(*net.UDPAddr)
+		conn.Close()
+		if local != nil && !local.IP.IsUnspecified() {
+			return local.IP.String()
+		}
+	}
+	return ""
+}
+
+// isLoopback reports whether the IP literal host is a loopback address.
+func isLoopback(host string) bool {
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // Name returns the local node's name.

@@ -458,3 +458,27 @@ func closeWaiting() bool {
 	}
 	return false
 }
+
+// TestInstancesShareAHostWithTheDefaultBind: instances that join a gateway
+// with an empty BindAddr each bind a free port on all interfaces and
+// advertise the address they reach the gateway from, so several run on one
+// host and the gateway probes them all.
+func TestInstancesShareAHostWithTheDefaultBind(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	gw := startNode(t, fastConfig(gatewayMeta()), nil)
+	var nodes []*Node
+	for i := range 2 {
+		cfg := fastConfig(instanceMeta("orders", "i-"+strconv.Itoa(i), 1), gw.LocalAddr())
+		cfg.BindAddr = ""
+		n := startNode(t, cfg, nil)
+		host, port, err := net.SplitHostPort(n.LocalAddr())
+		if err != nil || host != "127.0.0.1" || port == "0" || port == strconv.Itoa(DefaultPort) {
+			t.Fatalf("instance %d advertises %q (%v), want 127.0.0.1 and a free port", i, n.LocalAddr(), err)
+		}
+		nodes = append(nodes, n)
+	}
+	if err := waitMembers(ctx, 3, gw, nodes[0], nodes[1]); err != nil {
+		t.Fatal(err)
+	}
+}
