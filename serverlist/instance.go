@@ -33,6 +33,13 @@ type Instance struct {
 	// Incarnation grows with every start of the instance (for example its
 	// start time in nanoseconds); it orders events about the same ID.
 	Incarnation int64 `json:"incarnation"`
+	// GossipNode and GossipAddr name the instance's gossip (memberlist) node
+	// and its advertised "host:port", when the instance gossips. Optional:
+	// a gateway accepts a gossip report that the instance died (or came
+	// back) only from the node named here, and ignores gossip about an
+	// instance whose record names none.
+	GossipNode string `json:"gossipNode,omitempty"`
+	GossipAddr string `json:"gossipAddr,omitempty"`
 }
 
 // Validate reports whether the instance may be stored. Every error wraps
@@ -74,6 +81,8 @@ func (in Instance) Equal(other Instance) bool {
 		in.Secure == other.Secure &&
 		in.Zone == other.Zone &&
 		in.Incarnation == other.Incarnation &&
+		in.GossipNode == other.GossipNode &&
+		in.GossipAddr == other.GossipAddr &&
 		maps.Equal(in.Metadata, other.Metadata)
 }
 
