@@ -38,9 +38,13 @@ type Config struct {
 	// Gossip, when set, makes the instance a gossip (memberlist) member
 	// from its announcement to its withdrawal, so gateways that are members
 	// too notice a crash within the profile's detection time instead of the
-	// lease's. Announce fills in its Meta (and so the node name); Withdraw
-	// leaves the cluster gracefully; Close closes the node without leaving,
-	// which gateways see as a crash.
+	// lease's. Announce fills in its Meta (and so the node name), starts the
+	// node before the registry put and records the node's name and address
+	// in the entry (Instance.GossipNode, GossipAddr), since gateways accept
+	// gossip about the instance only from that node. An empty BindAddr binds
+	// a free port (see gossip.Config). Withdraw leaves the cluster
+	// gracefully; Close closes the node without leaving, which gateways see
+	// as a crash.
 	Gossip *gossip.Config
 }
 
@@ -109,6 +113,9 @@ func (p *Publisher) Announce(ctx context.Context, in serverlist.Instance) error 
 		return ErrClosed
 	}
 	p.stopLeaseLocked()
+	// The gossip node starts first, so that the record names it: gateways
+	// accept gossip about the instance only from that node.
+	in = p.joinGossipLocked(ctx, in)
 	registered, err := p.announce(ctx, in)
 	if registered {
 		// From the registry put on, gateways may route to the instance
@@ -117,22 +124,26 @@ func (p *Publisher) Announce(ctx context.Context, in serverlist.Instance) error 
 		// lease must be kept.
 		p.inst, p.announced = in.Clone(), true
 		p.startLeaseLocked()
-		p.joinGossipLocked(ctx, in)
 	}
 	return err
 }
 
 // joinGossipLocked makes the instance's current incarnation a gossip
-// member. A failure is logged, not returned: the instance is announced, and
-// the lease still removes it after a crash.
-func (p *Publisher) joinGossipLocked(ctx context.Context, in serverlist.Instance) {
+// member and returns in with the node's name and address (GossipNode,
+// GossipAddr) filled in, for the record. Without Config.Gossip, in is
+// returned as given. A failure is logged, not returned: the instance is
+// announced without a gossip node, and the lease still removes it after a
+// crash.
+func (p *Publisher) joinGossipLocked(ctx context.Context, in serverlist.Instance) serverlist.Instance {
 	if p.cfg.Gossip == nil {
-		return
+		return in
 	}
+	in.GossipNode, in.GossipAddr = "", ""
 	meta := gossip.Meta{Role: gossip.RoleInstance, Service: in.Service, InstanceID: in.InstanceID, Incarnation: in.Incarnation}
 	if p.node != nil {
 		if p.nodeMeta == meta {
-			return
+			in.GossipNode, in.GossipAddr = p.node.Name(), p.node.LocalAddr()
+			return in
 		}
 		p.leaveGossipLocked()
 	}
@@ -146,10 +157,12 @@ func (p *Publisher) joinGossipLocked(ctx context.Context, in serverlist.Instance
 	}
 	if err != nil {
 		p.log.Error().Err(err).Str("service", in.Service).Str("id", in.InstanceID).Msg("gossip did not start; crash detection falls back to the registry lease")
-		return
+		return in
 	}
 	p.node, p.nodeMeta = n, meta
-	p.log.Info().Str("gossip", n.LocalAddr()).Strs("join", cfg.Join).Str("profile", string(cfg.Profile)).Msg("gossip member")
+	p.log.Info().Str("gossip", n.LocalAddr()).Str("gossip_node", n.Name()).Strs("join", cfg.Join).Str("profile", string(cfg.Profile)).Msg("gossip member")
+	in.GossipNode, in.GossipAddr = n.Name(), n.LocalAddr()
+	return in
 }
 
 // gossipLeaveTimeout bounds a graceful gossip leave.
