@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -39,6 +40,8 @@ type Client struct {
 	mu    sync.Mutex // guards state and the parts below
 	state clientState
 	parts *parts
+
+	removed atomic.Uint64 // services the janitor removed
 }
 
 type clientState int
@@ -52,9 +55,10 @@ const (
 
 // parts are what Start builds; they are set once, when Start succeeds.
 type parts struct {
-	sub    *subscriber.Subscriber
-	lookup *serverlist.Lookup
-	gossip *gossip.Node
+	sub     *subscriber.Subscriber
+	lookup  *serverlist.Lookup
+	gossip  *gossip.Node
+	janitor *janitor
 }
 
 // New builds a client over nc. It checks every option, builds the balancer
@@ -176,6 +180,8 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 			return nil, err
 		}
 	}
+	p.janitor = newJanitor(c, visitors)
+	p.janitor.start()
 	return p, nil
 }
 
@@ -211,6 +217,9 @@ func startGossip(ctx context.Context, cfg gossip.Config, sub *subscriber.Subscri
 
 // close stops the started parts in reverse order.
 func (p *parts) close() {
+	if p.janitor != nil {
+		p.janitor.close()
+	}
 	if p.gossip != nil {
 		p.gossip.Leave(gossipLeaveTimeout)
 		p.gossip.Close()
@@ -302,10 +311,11 @@ func (c *Client) Services() []string {
 // firstLists tells when every service live at start had its first list
 // handled.
 type firstLists struct {
-	mu      sync.Mutex
-	seen    map[string]bool
-	pending map[string]bool
-	done    chan struct{} // closed when pending empties
+	mu       sync.Mutex
+	seen     map[string]bool // until wait ends
+	pending  map[string]bool
+	done     chan struct{} // closed when pending empties
+	finished bool          // wait returned: nothing more to record
 }
 
 func newFirstLists() *firstLists { return &firstLists{seen: map[string]bool{}} }
@@ -314,6 +324,9 @@ func newFirstLists() *firstLists { return &firstLists{seen: map[string]bool{}} }
 func (f *firstLists) handled(service string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.finished {
+		return
+	}
 	f.seen[service] = true
 	if f.pending[service] {
 		delete(f.pending, service)
@@ -337,6 +350,11 @@ func (f *firstLists) wait(ctx context.Context, live map[string][]string) error {
 		close(f.done)
 	}
 	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.finished, f.seen, f.pending = true, nil, nil
+		f.mu.Unlock()
+	}()
 	select {
 	case <-f.done:
 		return nil

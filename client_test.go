@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -264,4 +265,55 @@ func TestTransportAfterClose(t *testing.T) {
 		t.Fatalf("after Close: %q", got)
 	}
 	c.Transport().CloseIdleConnections()
+}
+
+// A service whose instances are all gone, that no configuration names and
+// that no request asks for, is removed after the grace period; a new
+// announcement builds it again.
+func TestGoneServicesAreRemoved(t *testing.T) {
+	srv := natstest.Start(t)
+	cfg := balancer.DefaultClientsConfig()
+	cfg.Clients = map[string]balancer.Config{"static": cfg.Defaults}
+	c := start(t, srv.Connect(t), pushlb.WithServiceGrace(100*time.Millisecond), pushlb.WithBalancerConfig(cfg))
+	client := &http.Client{Transport: c.Transport()}
+	orders := announce(t, srv, "orders", "", testpub.Backend(t, "o"))
+	busy := announce(t, srv, "busy", "", testpub.Backend(t, "b"))
+	testutil.Eventually(t, "both services routed", func() bool {
+		st := c.Stats()
+		return len(st.Services) == 3 && st.Services[0].Servers == 1 && st.Services[1].Servers == 1
+	})
+	// busy keeps being asked for, with no instance left: it stays.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if resp, err := client.Get("http://busy/x"); err == nil {
+				resp.Body.Close()
+			}
+		}
+	})
+	defer func() { close(stop); wg.Wait() }()
+	orders.Withdraw(t.Context(), "test")
+	busy.Withdraw(t.Context(), "test")
+	testutil.Eventually(t, "orders to be removed", func() bool { return c.Stats().ServicesRemoved == 1 })
+	if got := c.Services(); !slices.Equal(got, []string{"busy", "static"}) {
+		t.Fatalf("services after the grace period: %v, want busy (requested) and static (configured)", got)
+	}
+	if _, err := client.Get("http://orders/x"); !errors.Is(err, pushlb.ErrUnknownService) {
+		t.Fatalf("a removed service: %v", err)
+	}
+	announce(t, srv, "orders", "", testpub.Backend(t, "o2"))
+	testutil.Eventually(t, "orders back", func() bool {
+		resp, err := client.Get("http://orders/x")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }

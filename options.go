@@ -21,25 +21,27 @@ type Option func(*options) error
 // options is what the Options set; the zero value plus defaults() is the
 // zero configuration.
 type options struct {
-	prefix      string
-	lease       time.Duration
-	zone        string
-	balancers   *balancer.ClientsConfig
-	services    []string
-	coalesce    time.Duration
-	antiEntropy time.Duration
-	log         zerolog.Logger
-	gossip      *gossip.Config
-	onEvent     func(events.Event)
-	transport   []lbhttp.Option
-	proxy       []lbhttp.ProxyOption
+	prefix       string
+	lease        time.Duration
+	zone         string
+	balancers    *balancer.ClientsConfig
+	services     []string
+	coalesce     time.Duration
+	antiEntropy  time.Duration
+	serviceGrace time.Duration
+	log          zerolog.Logger
+	gossip       *gossip.Config
+	onEvent      func(events.Event)
+	transport    []lbhttp.Option
+	proxy        []lbhttp.ProxyOption
 }
 
 func defaultOptions() options {
 	return options{
-		prefix: events.DefaultPrefix,
-		lease:  serverlist.DefaultTTL,
-		log:    zerolog.Nop(),
+		prefix:       events.DefaultPrefix,
+		lease:        serverlist.DefaultTTL,
+		log:          zerolog.Nop(),
+		serviceGrace: DefaultServiceGrace,
 	}
 }
 
@@ -129,6 +131,24 @@ func WithAntiEntropy(d time.Duration) Option {
 			return optionError("WithAntiEntropy: negative interval %v", d)
 		}
 		o.antiEntropy = d
+		return nil
+	}
+}
+
+// DefaultServiceGrace is how long a service stays after its last instance
+// left, unless requests keep asking for it.
+const DefaultServiceGrace = 5 * time.Minute
+
+// WithServiceGrace sets how long the balancer of a service with no instance
+// left is kept (default 5 min): once its list has been empty and no request
+// named it for that long, it is removed, with its stats, unless the balancer
+// configuration names the service. A later announcement builds it again.
+func WithServiceGrace(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return optionError("WithServiceGrace: %v is not positive", d)
+		}
+		o.serviceGrace = d
 		return nil
 	}
 }

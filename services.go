@@ -17,6 +17,7 @@ type service struct {
 	b          *balancer.Balancer
 	updates    atomic.Uint64
 	lastChange atomic.Int64 // unix nanos; 0 before the first change
+	requested  atomic.Bool  // set by requests, cleared by each janitor sweep
 }
 
 // serviceSet holds the balancers by service name. Reads (every request)
@@ -72,6 +73,23 @@ func (s *serviceSet) create(name string) (*service, error) {
 	return sv, nil
 }
 
+// remove forgets the service's entry; the caller closes its balancer.
+func (s *serviceSet) remove(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := *s.m.Load()
+	if _, ok := old[name]; !ok {
+		return
+	}
+	next := make(map[string]*service, len(old))
+	for k, v := range old {
+		if k != name {
+			next[k] = v
+		}
+	}
+	s.m.Store(&next)
+}
+
 // changed returns the listener that counts the service's list changes and
 // logs each one: service, added and removed IDs, new size.
 func (sv *service) changed(log zerolog.Logger) balancer.Listener {
@@ -118,6 +136,9 @@ type existing struct{ set *serviceSet }
 
 func (e existing) Get(name string) (*balancer.Balancer, error) {
 	if sv := e.set.lookup(name); sv != nil {
+		if !sv.requested.Load() { // a load, and a store once per sweep
+			sv.requested.Store(true)
+		}
 		return sv.b, nil
 	}
 	return nil, ErrUnknownService

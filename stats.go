@@ -26,6 +26,10 @@ type Stats struct {
 	GossipMembers int
 	// Services holds one entry per balancer, sorted by name.
 	Services []ServiceStats
+	// ServicesRemoved counts the balancers removed because their service
+	// had no instance and no request for the grace period
+	// (WithServiceGrace).
+	ServicesRemoved uint64
 }
 
 // ServiceStats summarises one service's balancer.
@@ -54,6 +58,7 @@ func (c *Client) Stats() Stats {
 			st.GossipMembers = p.gossip.NumMembers()
 		}
 	}
+	st.ServicesRemoved = c.removed.Load()
 	for name, sv := range c.services.all() {
 		snap := sv.b.Snapshot()
 		ss := ServiceStats{
