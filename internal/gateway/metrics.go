@@ -164,10 +164,31 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descLookupHit, st.Lookups.Hits, "hit")
 	counter(descLookupHit, st.Lookups.Fallbacks, "fallback")
 	counter(descLookupHit, st.Lookups.Failures, "failure")
+	live := make(map[string]bool, len(st.Services))
 	for _, s := range st.Services {
+		live[s.Name] = true
 		gauge(descServers, s.Servers, s.Name)
 		gauge(descReachable, s.Reachable, s.Name)
 		counter(descTrips, s.BreakerTrips, s.Name)
 		counter(descUpdates, s.Updates, s.Name)
 	}
+	c.g.metrics.forgetServices(live)
+}
+
+// forgetServices deletes the request series of services the client no
+// longer has (removed after their grace period), so /metrics does not grow
+// with every service that ever existed.
+func (m *metrics) forgetServices(live map[string]bool) {
+	m.services.Range(func(k, _ any) bool {
+		name := k.(string)
+		if !live[name] {
+			m.services.Delete(name)
+			m.picks.DeleteLabelValues(name)
+			m.retries.DeleteLabelValues(name)
+			m.failures.DeleteLabelValues(name, "connect")
+			m.failures.DeleteLabelValues(name, "other")
+			m.requests.DeleteLabelValues(name)
+		}
+		return true
+	})
 }
