@@ -55,9 +55,11 @@ const (
 
 // parts are what Start builds; they are set once, when Start succeeds.
 type parts struct {
-	sub     *subscriber.Subscriber
-	lookup  *serverlist.Lookup
+	sub      *subscriber.Subscriber
+	lookup   *serverlist.Lookup
+	visitors *lbvisitor.Registry
 	gossip  *gossip.Node
+	guard   *gossipGuard // checks gossip reports; nil with gossip off
 	janitor *janitor
 }
 
@@ -164,6 +166,7 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 		return nil, fmt.Errorf("pushlb: lookup: %w", err)
 	}
 	visitors = lbvisitor.NewRegistry(creating{c.services}, p.lookup, o.log)
+	p.visitors = visitors
 	if err := p.sub.Start(ctx); err != nil {
 		return nil, fmt.Errorf("pushlb: subscriber: %w", err)
 	}
@@ -175,7 +178,7 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 		return nil, fmt.Errorf("pushlb: initial lists: %w", err)
 	}
 	if o.gossip != nil {
-		if p.gossip, err = startGossip(ctx, *o.gossip, p.sub, o); err != nil {
+		if p.gossip, p.guard, err = startGossip(ctx, *o.gossip, p.sub, o); err != nil {
 			p.close()
 			return nil, err
 		}
@@ -187,32 +190,37 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 
 // startGossip joins the gossip cluster as a gateway: an instance node
 // declared dead, or leaving, is an offline for its incarnation; one that
-// comes back (a refuted suspicion) is restored.
-func startGossip(ctx context.Context, cfg gossip.Config, sub *subscriber.Subscriber, o options) (*gossip.Node, error) {
+// comes back (a refuted suspicion) is restored. Only the node that the
+// instance's registry record names speaks for it: the guard drops and counts
+// the other reports.
+func startGossip(ctx context.Context, cfg gossip.Config, sub *subscriber.Subscriber, o options) (*gossip.Node, *gossipGuard, error) {
 	cfg.Logger = o.log
-	instance := func(m gossip.Member) bool { return m.Meta.Role == gossip.RoleInstance }
+	guard := newGossipGuard(sub.Mirror(), o.log)
 	n, err := gossip.New(cfg, gossip.HandlerFuncs{
 		Alive: func(m gossip.Member) {
-			if instance(m) {
+			if guard.accept(m, "alive") {
 				sub.GossipAlive(m.Meta.Service, m.Meta.InstanceID, m.Meta.Incarnation)
 			}
 		},
 		Gone: func(m gossip.Member, reason gossip.Reason) {
-			if instance(m) {
-				o.log.Info().Str("node", m.Name).Str("addr", m.Addr).Str("reason", string(reason)).Msg("gossip: instance gone")
+			if m.Meta.Role != gossip.RoleInstance {
+				return
+			}
+			o.log.Info().Str("node", m.Name).Str("addr", m.Addr).Str("reason", string(reason)).Msg("gossip: instance gone")
+			if guard.accept(m, string(reason)) {
 				sub.GossipGone(m.Meta.Service, m.Meta.InstanceID, m.Meta.Incarnation)
 			}
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("pushlb: gossip: %w", err)
+		return nil, nil, fmt.Errorf("pushlb: gossip: %w", err)
 	}
 	if err := n.Start(ctx); err != nil {
 		n.Close()
-		return nil, fmt.Errorf("pushlb: gossip: %w", err)
+		return nil, nil, fmt.Errorf("pushlb: gossip: %w", err)
 	}
 	o.log.Info().Str("gossip", n.LocalAddr()).Strs("join", cfg.Join).Str("profile", string(cfg.Profile)).Msg("gossip started")
-	return n, nil
+	return n, guard, nil
 }
 
 // close stops the started parts in reverse order.

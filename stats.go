@@ -24,8 +24,18 @@ type Stats struct {
 	// GossipMembers is the number of gossip members this node sees, itself
 	// included; 0 with gossip off.
 	GossipMembers int
+	// GossipIgnored counts the gossip reports (deaths, leaves, revivals)
+	// ignored because they came from a node other than the one the
+	// instance's registry record names, or the record names none: spoofing
+	// attempts, or instances whose publisher does not record its gossip
+	// node. 0 with gossip off.
+	GossipIgnored uint64
 	// Services holds one entry per balancer, sorted by name.
 	Services []ServiceStats
+	// Unregistered counts the lists of services without a balancer that
+	// named no registered instance, and so built nothing (announcements
+	// for invented services).
+	Unregistered uint64
 	// ServicesRemoved counts the balancers removed because their service
 	// had no instance and no request for the grace period
 	// (WithServiceGrace).
@@ -54,8 +64,10 @@ func (c *Client) Stats() Stats {
 		st.Events = p.sub.Stats()
 		st.Registry = p.sub.Mirror().Stats()
 		st.Lookups = p.lookup.Stats()
+		st.Unregistered = p.visitors.Unregistered()
 		if p.gossip != nil {
 			st.GossipMembers = p.gossip.NumMembers()
+			st.GossipIgnored = p.guard.ignored.Load()
 		}
 	}
 	st.ServicesRemoved = c.removed.Load()

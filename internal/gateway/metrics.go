@@ -106,22 +106,24 @@ func (m *metrics) observeEvent(e events.Event) {
 }
 
 var (
-	descReceived   = prometheus.NewDesc("pushlb_events_received_total", "Messages received on the change subjects.", nil, nil)
-	descApplied    = prometheus.NewDesc("pushlb_events_applied_total", "Events that changed a service's live set.", nil, nil)
-	descDropped    = prometheus.NewDesc("pushlb_events_dropped_total", "Messages dropped, by reason.", []string{"reason"}, nil)
-	descDelivered  = prometheus.NewDesc("pushlb_list_deliveries_total", "Full lists handed to the balancers.", nil, nil)
-	descHandlerErr = prometheus.NewDesc("pushlb_list_delivery_errors_total", "List deliveries that failed and were retried.", nil, nil)
-	descReconciles = prometheus.NewDesc("pushlb_reconciles_total", "Reconciliations of a service with the registry.", nil, nil)
-	descRemovals   = prometheus.NewDesc("pushlb_registry_removals_total", "Instances taken offline because the registry lost them (deregistered, lease expired).", nil, nil)
-	descResyncs    = prometheus.NewDesc("pushlb_registry_resyncs_total", "Full resynchronisations of the registry mirror (start, reconnects).", nil, nil)
-	descLookupHit  = prometheus.NewDesc("pushlb_lookups_total", "Instance-ID lookups, by result (hit, fallback, failure).", []string{"result"}, nil)
-	descServers    = prometheus.NewDesc("pushlb_servers", "Servers listed per service.", []string{"service"}, nil)
-	descReachable  = prometheus.NewDesc("pushlb_servers_reachable", "Servers alive per service.", []string{"service"}, nil)
-	descTrips      = prometheus.NewDesc("pushlb_breaker_trips_total", "Circuit breakers tripped, by service.", []string{"service"}, nil)
-	descGossipGone = prometheus.NewDesc("pushlb_gossip_removals_total", "Instances taken offline because gossip declared them dead or gone.", nil, nil)
-	descGossipBack = prometheus.NewDesc("pushlb_gossip_revivals_total", "Instances gossip brought back (refuted suspicions).", nil, nil)
-	descGossipMem  = prometheus.NewDesc("pushlb_gossip_members", "Members of the gossip cluster this gateway sees, itself included.", nil, nil)
-	descUpdates    = prometheus.NewDesc("pushlb_list_updates_total", "Changes of a service's server list.", []string{"service"}, nil)
+	descReceived        = prometheus.NewDesc("pushlb_events_received_total", "Messages received on the change subjects.", nil, nil)
+	descApplied         = prometheus.NewDesc("pushlb_events_applied_total", "Events that changed a service's live set.", nil, nil)
+	descDropped         = prometheus.NewDesc("pushlb_events_dropped_total", "Messages dropped, by reason.", []string{"reason"}, nil)
+	descDelivered       = prometheus.NewDesc("pushlb_list_deliveries_total", "Full lists handed to the balancers.", nil, nil)
+	descHandlerErr      = prometheus.NewDesc("pushlb_list_delivery_errors_total", "List deliveries that failed and were retried.", nil, nil)
+	descReconciles      = prometheus.NewDesc("pushlb_reconciles_total", "Reconciliations of a service with the registry.", nil, nil)
+	descRemovals        = prometheus.NewDesc("pushlb_registry_removals_total", "Instances taken offline because the registry lost them (deregistered, lease expired).", nil, nil)
+	descResyncs         = prometheus.NewDesc("pushlb_registry_resyncs_total", "Full resynchronisations of the registry mirror (start, reconnects).", nil, nil)
+	descLookupHit       = prometheus.NewDesc("pushlb_lookups_total", "Instance-ID lookups, by result (hit, fallback, failure; negative and rate_limited are failures answered without a registry read).", []string{"result"}, nil)
+	descServers         = prometheus.NewDesc("pushlb_servers", "Servers listed per service.", []string{"service"}, nil)
+	descReachable       = prometheus.NewDesc("pushlb_servers_reachable", "Servers alive per service.", []string{"service"}, nil)
+	descTrips           = prometheus.NewDesc("pushlb_breaker_trips_total", "Circuit breakers tripped, by service.", []string{"service"}, nil)
+	descGossipGone      = prometheus.NewDesc("pushlb_gossip_removals_total", "Instances taken offline because gossip declared them dead or gone.", nil, nil)
+	descGossipBack      = prometheus.NewDesc("pushlb_gossip_revivals_total", "Instances gossip brought back (refuted suspicions).", nil, nil)
+	descGossipMem       = prometheus.NewDesc("pushlb_gossip_members", "Members of the gossip cluster this gateway sees, itself included.", nil, nil)
+	descUnregistered    = prometheus.NewDesc("pushlb_lists_unregistered_total", "Lists of unknown services that named no registered instance and built no balancer.", nil, nil)
+	descServicesRemoved = prometheus.NewDesc("pushlb_services_removed_total", "Balancers removed after their service had no instance and no request for the grace period.", nil, nil)
+	descUpdates         = prometheus.NewDesc("pushlb_list_updates_total", "Changes of a service's server list.", []string{"service"}, nil)
 )
 
 // stateCollector reads the components' own counters at scrape time.
@@ -129,7 +131,7 @@ type stateCollector struct{ g *Gateway }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReceived, descApplied, descDropped, descDelivered, descHandlerErr,
-		descReconciles, descRemovals, descResyncs, descLookupHit, descServers, descReachable, descTrips, descUpdates, descGossipGone, descGossipBack, descGossipMem} {
+		descReconciles, descRemovals, descResyncs, descLookupHit, descServers, descReachable, descTrips, descUpdates, descUnregistered, descServicesRemoved, descGossipGone, descGossipBack, descGossipMem} {
 		ch <- d
 	}
 }
@@ -164,6 +166,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descLookupHit, st.Lookups.Hits, "hit")
 	counter(descLookupHit, st.Lookups.Fallbacks, "fallback")
 	counter(descLookupHit, st.Lookups.Failures, "failure")
+	counter(descLookupHit, st.Lookups.NegativeHits, "negative")
+	counter(descLookupHit, st.Lookups.RateLimited, "rate_limited")
+	counter(descUnregistered, st.Unregistered)
+	counter(descServicesRemoved, st.ServicesRemoved)
 	live := make(map[string]bool, len(st.Services))
 	for _, s := range st.Services {
 		live[s.Name] = true
