@@ -226,10 +226,10 @@ func (v *flagValues) checkOffline(cfg *config) error {
 }
 
 func (v *flagValues) checkInstance(cfg *config) error {
-	if v.gossip.Enabled() {
-		if _, err := v.gossip.Config(gossipCheckMeta, zerolog.Nop()); err != nil {
-			return usagef("%v", err)
-		}
+	// Checked with gossip off too: a bad key or profile is a mistake
+	// whether or not it is used yet (run warns that it is not).
+	if _, err := v.gossip.Config(gossipCheckMeta, zerolog.Nop()); err != nil {
+		return usagef("%v", err)
 	}
 	cfg.gossip = v.gossip
 	if v.addr == "" {

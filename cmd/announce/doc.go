@@ -76,13 +76,24 @@
 //	-lease D             registry TTL (default 30s, at least 1s); the entry is
 //	                     refreshed every third of it. All publishers and
 //	                     gateways of a deployment must agree on it
-//	-gossip HOST:PORT,.. gossip (memberlist) peers to join, usually the gateways;
-//	                     gossip is off unless this or -gossip-bind is set
-//	-gossip-bind H:P     gossip bind address (default 0.0.0.0:7946; port 0 picks one)
+//	-gossip HOST:PORT,.. gossip (memberlist) peers to join, usually the gateways'
+//	                     -gossip-bind addresses; gossip is on when this or
+//	                     -gossip-bind is set, off otherwise
+//	-gossip-bind H:P     gossip bind address (default 0.0.0.0:0: a free port, so
+//	                     instances share a host; the node's name and address go
+//	                     in the registry entry, and gateways accept gossip about
+//	                     the instance only from that node)
 //	-gossip-profile P    lan (memberlist's LAN timings: a crash is noticed in
 //	                     ~6-10 s) or fast (~1-1.5 s); all nodes must agree
-//	-gossip-key K        base64 AES key (16, 24 or 32 bytes) encrypting gossip
+//	-gossip-key K        base64 AES key (16, 24 or 32 bytes) encrypting and
+//	                     authenticating gossip, the same on every node
+//	                     (head -c32 /dev/urandom | base64); without it, on a
+//	                     non-loopback address, announce warns at start
 //	-gossip-label L      keeps clusters on one network apart
+//
+// -gossip-profile, -gossip-key and -gossip-label are checked even with gossip
+// off (an invalid value is a usage error), and announce warns that they have
+// no effect then.
 //
 // Offline mode:
 //

@@ -64,6 +64,7 @@ func run(args []string, stdout, stderr io.Writer, started time.Time) int {
 	log := newLogger(stderr, cfg.logLevel).With().
 		Str("service", cfg.instance.Service).Str("id", cfg.instance.InstanceID).Logger()
 	a := &app{cfg: cfg, log: log}
+	cfg.gossip.WarnIgnored(log)
 	a.cfg.instance.Incarnation = started.UnixNano()
 	a.cfg.nats.Name = "announce " + cfg.instance.Service + " " + cfg.instance.InstanceID
 

@@ -13,11 +13,14 @@ import (
 	"github.com/pushlb/pushlb/internal/commalist"
 )
 
-// Settings are the gossip settings. Gossip is off unless Bind or Join is set.
+// Settings are the gossip settings. Gossip is on when Bind or Join is set
+// (-gossip-bind, -gossip; YAML gossip.bind, gossip.join), off otherwise;
+// Profile, Key and Label only tune it.
 type Settings struct {
 	// Join is a comma-separated list of peers, host:port.
 	Join string `yaml:"join"`
-	// Bind is the memberlist bind address, host:port.
+	// Bind is the memberlist bind address, host:port. Empty: 0.0.0.0:0 (a
+	// free port) for an instance that joins, 0.0.0.0:7946 for a gateway.
 	Bind string `yaml:"bind"`
 	// Profile is "lan" (default) or "fast".
 	Profile string `yaml:"profile"`
@@ -30,17 +33,55 @@ type Settings struct {
 // Register adds -gossip, -gossip-bind, -gossip-profile, -gossip-key and
 // -gossip-label to fs.
 func (s *Settings) Register(fs *flag.FlagSet) {
-	fs.StringVar(&s.Join, "gossip", s.Join, "gossip (memberlist) peers `host:port[,...]` to join; gossip is off unless this or -gossip-bind is set")
-	fs.StringVar(&s.Bind, "gossip-bind", s.Bind, "gossip bind `host:port` (default 0.0.0.0:7946 when gossip is on; port 0 picks one)")
-	fs.StringVar(&s.Profile, "gossip-profile", s.Profile, "gossip timings: lan (memberlist's LAN defaults, crash noticed in ~6-10 s) or fast (~1-1.5 s)")
-	fs.StringVar(&s.Key, "gossip-key", s.Key, "gossip encryption `key`, base64 of 16, 24 or 32 bytes")
-	fs.StringVar(&s.Label, "gossip-label", s.Label, "gossip `label`; nodes with different labels ignore each other")
+	fs.StringVar(&s.Join, "gossip", s.Join, "gossip (memberlist) peers `host:port[,...]` to join (the gateways' -gossip-bind addresses); gossip is on when this or -gossip-bind is set, off otherwise")
+	fs.StringVar(&s.Bind, "gossip-bind", s.Bind, "gossip bind `host:port`; setting it turns gossip on. Default when gossip is on: a gateway 0.0.0.0:7946, an instance (announce) 0.0.0.0:0, a free port recorded in its registry entry")
+	fs.StringVar(&s.Profile, "gossip-profile", s.Profile, "gossip timings: lan (memberlist's LAN defaults, crash noticed in ~6-10 s) or fast (~1-1.5 s); the same on every node. Checked always, used only with gossip on")
+	fs.StringVar(&s.Key, "gossip-key", s.Key, "gossip encryption and authentication `key`, base64 of 16, 24 or 32 random bytes (head -c32 /dev/urandom | base64), the same on every node; without it anything that reaches the gossip port can join. Checked always, used only with gossip on")
+	fs.StringVar(&s.Label, "gossip-label", s.Label, "gossip `label`; nodes with different labels ignore each other. Checked always, used only with gossip on")
 }
 
-// Enabled reports whether gossip is on.
+// Enabled reports whether gossip is on: Bind or Join is set.
 func (s Settings) Enabled() bool { return s.Bind != "" || s.Join != "" }
 
-// Config builds the gossip configuration of a node with meta.
+// Validate checks every setting, whether gossip is on or off, so that a
+// mistake (an unknown profile, a key that is not base64 of 16, 24 or 32
+// bytes) is reported before the day gossip is turned on. The error wraps
+// gossip.ErrInvalidConfig.
+func (s Settings) Validate() error {
+	_, err := s.Config(gossip.Meta{Role: gossip.RoleGateway}, zerolog.Nop())
+	return err
+}
+
+// Ignored returns the settings given while gossip is off, which then have
+// no effect, each as "-flag (yaml.key)"; nil when gossip is on or none is
+// given.
+func (s Settings) Ignored() []string {
+	if s.Enabled() {
+		return nil
+	}
+	var out []string
+	if s.Profile != "" {
+		out = append(out, "-gossip-profile (gossip.profile)")
+	}
+	if s.Key != "" {
+		out = append(out, "-gossip-key (gossip.key)")
+	}
+	if s.Label != "" {
+		out = append(out, "-gossip-label (gossip.label)")
+	}
+	return out
+}
+
+// WarnIgnored logs a warning when settings are given while gossip is off.
+func (s Settings) WarnIgnored(log zerolog.Logger) {
+	if ignored := s.Ignored(); len(ignored) > 0 {
+		log.Warn().Strs("settings", ignored).
+			Msg("gossip is off, so these gossip settings have no effect; gossip is on when -gossip (gossip.join) or -gossip-bind (gossip.bind) is set")
+	}
+}
+
+// Config builds the gossip configuration of a node with meta. The error
+// wraps gossip.ErrInvalidConfig.
 func (s Settings) Config(meta gossip.Meta, log zerolog.Logger) (gossip.Config, error) {
 	cfg := gossip.Config{BindAddr: s.Bind, Profile: gossip.Profile(s.Profile), Label: s.Label, Meta: meta, Logger: log}
 	cfg.Join = commalist.Split(s.Join)

@@ -3,6 +3,7 @@ package gossipflag
 import (
 	"errors"
 	"flag"
+	"strings"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -31,6 +32,34 @@ func TestSettings(t *testing.T) {
 	for _, bad := range []Settings{{Join: "x:1", Key: "not base64!"}, {Join: "x:1", Key: "c2hvcnQ="}, {Join: "x:1", Profile: "warp"}} {
 		if _, err := bad.Config(gossip.Meta{Role: gossip.RoleGateway}, zerolog.Nop()); !errors.Is(err, gossip.ErrInvalidConfig) {
 			t.Errorf("%+v: want ErrInvalidConfig, got %v", bad, err)
+		}
+	}
+}
+
+// TestValidatedAndWarnedWhenOff: the settings are checked with gossip off
+// too, and the ones given then are named in a warning.
+func TestValidatedAndWarnedWhenOff(t *testing.T) {
+	for _, bad := range []Settings{{Profile: "warp"}, {Key: "not base64!"}, {Key: "c2hvcnQ="}} {
+		if err := bad.Validate(); !errors.Is(err, gossip.ErrInvalidConfig) {
+			t.Errorf("%+v with gossip off: Validate = %v, want ErrInvalidConfig", bad, err)
+		}
+	}
+	off := Settings{Profile: "fast", Key: "MDEyMzQ1Njc4OWFiY2RlZg==", Label: "prod"}
+	if err := off.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	off.WarnIgnored(zerolog.New(&out))
+	for _, want := range []string{`"level":"warn"`, "-gossip-profile (gossip.profile)", "-gossip-key (gossip.key)", "-gossip-label (gossip.label)", "-gossip-bind"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("warning %s lacks %q", out.String(), want)
+		}
+	}
+	for _, quiet := range []Settings{{}, {Join: "127.0.0.1:7946", Profile: "fast"}, {Bind: "127.0.0.1:0", Key: "MDEyMzQ1Njc4OWFiY2RlZg=="}} {
+		out.Reset()
+		quiet.WarnIgnored(zerolog.New(&out))
+		if out.Len() != 0 {
+			t.Errorf("%+v: unexpected warning %s", quiet, out.String())
 		}
 	}
 }
