@@ -3,6 +3,7 @@ package lbhttp
 import (
 	"errors"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -44,6 +45,9 @@ func WithRoutes(routes ...Route) ProxyOption {
 				return optionError("route %q: invalid service name %q", r.Prefix, r.Service)
 			}
 			r.Prefix = strings.TrimSuffix(r.Prefix, "/")
+			if needsCleaning(r.Prefix) {
+				return optionError("route prefix %q has an empty or dot segment", r.Prefix+"/")
+			}
 			for _, o := range p.routes {
 				if o.Prefix == r.Prefix {
 					return optionError("duplicate route prefix %q", r.Prefix+"/")
@@ -110,12 +114,29 @@ func WithProxyLogger(l zerolog.Logger) ProxyOption {
 // instances of orders. A first segment that is not a plausible service
 // name (letters, digits, '.', '-', '_') does not match.
 //
+// # Paths
+//
+// Before routing, the escaped path loses its dot-segments and empty
+// segments (RFC 3986 section 5.2.4, with "%2e" and "%2E" read as "."):
+// "/orders/./x", "/orders/%2e/x" and "//orders//x" all route and go out as
+// "/orders/x". Other escapes, "%2F" included, are data inside a segment and
+// stay as they are. A ".." may only remove segments below the route's
+// prefix ("/orders/a/../x" is "/orders/x"); one that would remove a segment
+// of the prefix, or climb above the root, gets 400 ("/orders/../billing/x"
+// does not reach billing). So does a dot-segment hidden from this rule
+// behind an escaped slash or backslash, a backslash or a path parameter
+// ("/orders/..%2Fx", "/orders/a%5C..", "/orders/..;/x"), which services
+// that decode or split on those would still climb with. The route is
+// therefore the one the path names, and no service sees a dot-segment.
+//
 // # Forwarding
 //
-// The request goes out with X-Forwarded-For (the client's address; values
-// sent by the client are dropped, not trusted), X-Forwarded-Host and
-// X-Forwarded-Proto, and X-Forwarded-Prefix when a prefix was stripped.
-// The Host header is the server's address unless WithPreserveHost.
+// The request goes out with X-Real-IP and X-Forwarded-For set to the
+// address of the client's connection, X-Forwarded-Host, X-Forwarded-Proto,
+// and X-Forwarded-Prefix when a prefix was stripped. Values of these
+// headers (and Forwarded) sent by the client are dropped, never trusted or
+// appended to: behind another proxy, the address is that proxy's. The Host
+// header is the server's address unless WithPreserveHost.
 // Responses are flushed as they arrive (server-sent events and other
 // streams pass through), and protocol upgrades (WebSocket) are tunnelled.
 //
@@ -123,6 +144,7 @@ func WithProxyLogger(l zerolog.Logger) ProxyOption {
 //
 // Clients get a short plain-text answer, never internal details:
 //
+//   - 400 when a ".." in the path climbs above its route's prefix;
 //   - 404 when no route matches, or the service is unknown to the
 //     Balancers (the path names nothing the gateway serves);
 //   - 503 when the service is known but has no instance available;
@@ -169,7 +191,18 @@ func NewProxy(rt http.RoundTripper, opts ...ProxyOption) (*Proxy, error) {
 
 // ServeHTTP forwards r to the service its path routes to.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if _, _, _, ok := p.route(r.URL); !ok {
+	path := r.URL.EscapedPath()
+	if needsCleaning(path) {
+		clean, ok := p.cleanPath(path)
+		if !ok {
+			p.log.Debug().Str("path", path).Msg("lbhttp: path climbs above its route")
+			http.Error(w, "bad path", http.StatusBadRequest)
+			return
+		}
+		r = withPath(r, clean)
+		path = clean
+	}
+	if _, ok := p.route(path); !ok {
 		p.log.Debug().Str("path", r.URL.Path).Msg("lbhttp: no route")
 		http.Error(w, "no route", http.StatusNotFound)
 		return
@@ -179,20 +212,27 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // rewrite turns the inbound request into one for the routed service.
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
-	service, prefix, rest, _ := p.route(pr.In.URL)
+	m, _ := p.route(pr.In.URL.EscapedPath())
 	out := pr.Out
 	out.URL.Scheme = "http"
-	out.URL.Host = service
-	out.URL.Path, out.URL.RawPath = rest, ""
-	if strings.IndexByte(rest, '%') >= 0 {
-		if path, err := url.PathUnescape(rest); err == nil {
-			out.URL.Path, out.URL.RawPath = path, rest
+	out.URL.Host = m.service
+	out.URL.Path, out.URL.RawPath = m.rest, ""
+	if strings.IndexByte(m.rest, '%') >= 0 {
+		if path, err := url.PathUnescape(m.rest); err == nil {
+			out.URL.Path, out.URL.RawPath = path, m.rest
 		}
 	}
-	if prefix != "" {
-		out.Header.Set("X-Forwarded-Prefix", prefix)
+	if m.stripped != "" {
+		out.Header.Set("X-Forwarded-Prefix", m.stripped)
 	} else {
 		out.Header.Del("X-Forwarded-Prefix")
+	}
+	// ReverseProxy removed the client's X-Forwarded-* and Forwarded;
+	// X-Real-IP is this proxy's to set too.
+	if ip, _, err := net.SplitHostPort(pr.In.RemoteAddr); err == nil {
+		out.Header.Set("X-Real-Ip", ip)
+	} else {
+		out.Header.Del("X-Real-Ip")
 	}
 	if !p.preserveHost {
 		out.Host = ""
@@ -200,37 +240,238 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetXForwarded()
 }
 
-// route finds the service of a request: its name, the stripped prefix
-// (empty when none), and the escaped path to send.
-func (p *Proxy) route(u *url.URL) (service, stripped, rest string, ok bool) {
-	path := u.EscapedPath()
+// match is a routed request.
+type match struct {
+	service  string
+	prefix   string // the route's prefix: "/<service>" for the default rule
+	depth    int    // segments in prefix
+	stripped string // the prefix removed from the path, or ""
+	rest     string // the escaped path to send
+}
+
+// route finds the service of a request from its escaped path.
+func (p *Proxy) route(path string) (m match, ok bool) {
 	if !strings.HasPrefix(path, "/") {
-		return "", "", "", false
+		return m, false
 	}
 	for _, r := range p.routes {
 		if !underPrefix(path, r.Prefix) {
 			continue
 		}
-		if !r.StripPrefix {
-			return r.Service, "", path, true
+		m = match{service: r.Service, prefix: r.Prefix, depth: strings.Count(r.Prefix, "/"), rest: path}
+		if r.StripPrefix {
+			m.stripped, m.rest = r.Prefix, path[len(r.Prefix):]
+			if m.rest == "" {
+				m.rest = "/"
+			}
 		}
-		rest = path[len(r.Prefix):]
-		if rest == "" {
-			rest = "/"
-		}
-		return r.Service, r.Prefix, rest, true
+		return m, true
 	}
 	if !p.defaultRoute {
-		return "", "", "", false
+		return m, false
 	}
-	service, rest = path[1:], "/"
+	service, rest := path[1:], "/"
 	if i := strings.IndexByte(service, '/'); i >= 0 {
 		service, rest = service[:i], service[i:]
 	}
 	if !plausibleService(service) || (p.known != nil && !p.known(service)) {
-		return "", "", "", false
+		return m, false
 	}
-	return service, path[:len(service)+1], rest, true
+	prefix := path[:len(service)+1]
+	return match{service: service, prefix: prefix, depth: 1, stripped: prefix, rest: rest}, true
+}
+
+// cleanPath returns the escaped path without dot-segments and empty
+// segments, or false when a ".." climbs above the root or removes a
+// segment of the route's prefix: the route of the clean path must be the
+// one the path names as written, with its ".." segments taken literally,
+// and no ".." may leave fewer segments than that route's prefix has.
+func (p *Proxy) cleanPath(path string) (string, bool) {
+	clean, literal, lowest, ok := removeDotSegments(path)
+	if !ok {
+		return "", false
+	}
+	if lowest < 0 {
+		return clean, true // only "." and empty segments: nothing climbs
+	}
+	m, ok := p.route(clean)
+	if !ok || lowest < m.depth {
+		return "", false
+	}
+	if lm, ok := p.route(literal); !ok || lm.service != m.service || lm.prefix != m.prefix {
+		return "", false
+	}
+	return clean, true
+}
+
+// needsCleaning reports whether an escaped path has an empty segment
+// (other than a trailing one), a "." or ".." segment, an escaped dot, an
+// escaped slash or backslash, a backslash or a ';'. It does not allocate:
+// most paths are clean.
+func needsCleaning(path string) bool {
+	if !strings.HasPrefix(path, "/") {
+		return false
+	}
+	rest := path[1:]
+	for {
+		seg, more, found := strings.Cut(rest, "/")
+		if (seg == "" && found) || seg == "." || seg == ".." || suspicious(seg) {
+			return true
+		}
+		if !found {
+			return false
+		}
+		rest = more
+	}
+}
+
+// suspicious reports whether a segment holds something that may hide a
+// dot-segment: "%2e", "%2f", "%5c" (any case), '\' or ';'.
+func suspicious(seg string) bool {
+	for i := 0; i < len(seg); i++ {
+		switch seg[i] {
+		case '\\', ';':
+			return true
+		case '%':
+			if escapedDot(seg, i) || escapedSeparator(seg, i) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// escapedDot reports whether s[i:] starts with "%2e" or "%2E".
+func escapedDot(s string, i int) bool {
+	return i+2 < len(s) && s[i] == '%' && s[i+1] == '2' && (s[i+2] == 'e' || s[i+2] == 'E')
+}
+
+// escapedSeparator returns the length of the separator a service might
+// decode and split on at s[i:]: 1 for '\\', 3 for "%2f" or "%5c" (any
+// case), else 0.
+func escapedSeparator(s string, i int) int {
+	switch {
+	case s[i] == '\\':
+		return 1
+	case s[i] != '%' || i+2 >= len(s):
+		return 0
+	case s[i+1] == '2' && (s[i+2] == 'f' || s[i+2] == 'F'),
+		s[i+1] == '5' && (s[i+2] == 'c' || s[i+2] == 'C'):
+		return 3
+	}
+	return 0
+}
+
+// hidesDotSegment reports whether a segment (its dots decoded) holds a
+// dot-segment behind an escaped slash, a backslash or a path parameter:
+// "..%2Fx", "a%5C..", "..;x". A service that splits on those before it
+// cleans its path would climb.
+func hidesDotSegment(seg string) bool {
+	part := 0
+	for i := 0; ; {
+		n := 0
+		if i < len(seg) {
+			if n = escapedSeparator(seg, i); n == 0 {
+				i++
+				continue
+			}
+		}
+		p, _, _ := strings.Cut(seg[part:i], ";")
+		if p == "." || p == ".." {
+			return true
+		}
+		if i == len(seg) {
+			return false
+		}
+		i += n
+		part = i
+	}
+}
+
+// removeDotSegments applies RFC 3986's remove_dot_segments to an escaped
+// path, reading "%2e" and "%2E" as ".", and drops empty segments (as
+// nginx's merge_slashes does). A path ending in "/", "." or ".." keeps a
+// trailing "/". It also returns literal, the path with the ".." segments
+// kept, and lowest, the fewest segments a ".." left (-1 without any); ok
+// is false when a ".." climbs above the root.
+func removeDotSegments(path string) (clean, literal string, lowest int, ok bool) {
+	var segs, lit []string
+	lowest = -1
+	trailing := false
+	rest := path[1:]
+	for {
+		seg, more, found := strings.Cut(rest, "/")
+		seg = decodeDots(seg)
+		if seg != "." && seg != ".." && hidesDotSegment(seg) {
+			return "", "", 0, false
+		}
+		switch seg {
+		case "", ".":
+			trailing = true
+		case "..":
+			if len(segs) == 0 {
+				return "", "", 0, false
+			}
+			segs = segs[:len(segs)-1]
+			if lowest < 0 || len(segs) < lowest {
+				lowest = len(segs)
+			}
+			lit = append(lit, seg)
+			trailing = true
+		default:
+			segs = append(segs, seg)
+			lit = append(lit, seg)
+			trailing = false
+		}
+		if !found {
+			break
+		}
+		rest = more
+	}
+	return joinSegments(segs, trailing), joinSegments(lit, trailing), lowest, true
+}
+
+func joinSegments(segs []string, trailing bool) string {
+	s := "/" + strings.Join(segs, "/")
+	if trailing && len(segs) > 0 {
+		s += "/"
+	}
+	return s
+}
+
+// decodeDots replaces "%2e" and "%2E" in an escaped segment by ".".
+func decodeDots(seg string) string {
+	if !strings.Contains(seg, "%2e") && !strings.Contains(seg, "%2E") {
+		return seg
+	}
+	var b strings.Builder
+	for i := 0; i < len(seg); i++ {
+		switch {
+		case escapedDot(seg, i):
+			b.WriteByte('.')
+			i += 2
+		case seg[i] == '%' && i+2 < len(seg):
+			b.WriteString(seg[i : i+3]) // another escape, kept whole
+			i += 2
+		default:
+			b.WriteByte(seg[i])
+		}
+	}
+	return b.String()
+}
+
+// withPath returns a shallow copy of r whose URL has the escaped path
+// clean, for the ReverseProxy's Rewrite and the logs.
+func withPath(r *http.Request, clean string) *http.Request {
+	r2 := new(http.Request)
+	*r2 = *r
+	r2.URL = new(url.URL)
+	*r2.URL = *r.URL
+	r2.URL.RawPath = clean
+	if path, err := url.PathUnescape(clean); err == nil {
+		r2.URL.Path = path
+	}
+	return r2
 }
 
 // underPrefix reports whether path is prefix or below it; prefix has no

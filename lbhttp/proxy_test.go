@@ -102,7 +102,8 @@ func TestProxyRoutes(t *testing.T) {
 		{name: "default rule still on", opts: []ProxyOption{routes}, path: "/orders/z", wantStatus: 200, wantBody: "orders-1", backend: orders, wantPath: "/z"},
 		{name: "default rule off", opts: []ProxyOption{routes, WithoutDefaultRoute()}, path: "/orders/z", wantStatus: 404, wantBody: "no route\n"},
 		{name: "unknown service", path: "/billing/z", wantStatus: 404, wantBody: "unknown service\n"},
-		{name: "not a service name", path: "/%2e%2e/z", wantStatus: 404, wantBody: "no route\n"},
+		{name: "not a service name", path: "/a%20b/z", wantStatus: 404, wantBody: "no route\n"},
+		{name: "climbs above the root", path: "/%2e%2e/z", wantStatus: 400, wantBody: "bad path\n"},
 		{name: "root", path: "/", wantStatus: 404, wantBody: "no route\n"},
 		{name: "filtered service", opts: []ProxyOption{WithServices(func(s string) bool { return s == "catalog" })}, path: "/orders/z", wantStatus: 404, wantBody: "no route\n"},
 		{name: "allowed service", opts: []ProxyOption{WithServices(func(s string) bool { return s == "catalog" })}, path: "/catalog/z", wantStatus: 200, wantBody: "catalog-1", backend: catalog, wantPath: "/z"},
@@ -332,6 +333,8 @@ func TestNewProxyOptions(t *testing.T) {
 		"bad service name": {WithRoutes(Route{Prefix: "/api", Service: "a/b"})},
 		"duplicate prefix": {WithRoutes(Route{Prefix: "/api", Service: "a"}, Route{Prefix: "/api/", Service: "b"})},
 		"nil filter":       {WithServices(nil)},
+		"unclean prefix":   {WithRoutes(Route{Prefix: "/api/../x", Service: "a"})},
+		"empty segment":    {WithRoutes(Route{Prefix: "/api//x", Service: "a"})},
 	} {
 		if _, err := NewProxy(tr, opts...); !errors.Is(err, ErrInvalidOption) {
 			t.Errorf("%s: %v; want ErrInvalidOption", name, err)
@@ -339,5 +342,177 @@ func TestNewProxyOptions(t *testing.T) {
 	}
 	if _, err := NewProxy(nil); !errors.Is(err, ErrInvalidOption) {
 		t.Errorf("nil transport: %v", err)
+	}
+}
+
+// rawGet sends "GET target" on a new connection, as written (a client
+// library might clean the path first), and returns the status.
+func rawGet(t *testing.T, front *httptest.Server, target string, header ...string) int {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", front.Listener.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n", target)
+	for _, h := range header {
+		fmt.Fprintf(conn, "%s\r\n", h)
+	}
+	io.WriteString(conn, "\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("GET %s: %v", target, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// hasDotSegment reports whether a path, split on '/', '\' and ';', has a
+// "." or ".." segment.
+func hasDotSegment(path string) bool {
+	for _, seg := range strings.FieldsFunc(path, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if seg, _, _ = strings.Cut(seg, ";"); seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// Dot-segments are removed before routing; a ".." that would leave its
+// route's prefix (or hides behind an escape) is refused, so no path reaches
+// another service than the one it names, and no service sees a
+// dot-segment, decoded or not.
+func TestProxyCleansDotSegments(t *testing.T) {
+	echo := newBackend(t, "echo", nil)
+	secret := newBackend(t, "secret", nil)
+	bs := BalancerMap{
+		"echo":   newBalancer(t, "echo", balancer.DefaultConfig(), []balancer.Server{echo.server("")}),
+		"secret": newBalancer(t, "secret", balancer.DefaultConfig(), []balancer.Server{secret.server("")}),
+	}
+	tr := newTestTransport(t, bs)
+	front, _ := newFront(t, tr, WithRoutes(Route{Prefix: "/api/echo", Service: "echo", StripPrefix: true}))
+
+	for _, tc := range []struct {
+		target   string
+		status   int
+		wantPath string // the escaped path echo sees, when 200
+	}{
+		{"/echo/./x", 200, "/x"},
+		{"/echo/%2e/x", 200, "/x"},
+		{"//echo//x", 200, "/x"},
+		{"/echo/a/../x", 200, "/x"},
+		{"/echo/a/%2E%2e/x/", 200, "/x/"},
+		{"/echo/a/b/../..", 200, "/"},
+		{"/echo/a%2Fb/../x", 200, "/x"},
+		{"/echo/a%2Fb", 200, "/a%2Fb"},
+		{"/echo/...", 200, "/..."},
+		{"/echo/.well-known/x", 200, "/.well-known/x"},
+		{"/api/echo/a/../x", 200, "/x"},
+		{"/api/./echo/x", 200, "/x"},
+		{"/echo/../secret/x", 400, ""},
+		{"/echo/%2e%2e/secret/x", 400, ""},
+		{"/echo/.%2E/secret/x", 400, ""},
+		{"/echo/a/../../secret/x", 400, ""},
+		{"/echo/../echo/x", 400, ""},
+		{"/echo/..", 400, ""},
+		{"/api/echo/../../secret/x", 400, ""},
+		{"/api/echo/../x", 400, ""},
+		{"/..", 400, ""},
+		{"/%2e%2e/secret/x", 400, ""},
+		{"/echo/..%2Fsecret", 400, ""},
+		{"/echo/%2e%2e%2fsecret", 400, ""},
+		{"/echo/a%5C..%5Cx", 400, ""},
+		{`/echo/..\x`, 400, ""},
+		{"/echo/..;/secret", 400, ""},
+		{"/echo/.;x/y", 400, ""},
+	} {
+		before := echo.hits.Load()
+		if got := rawGet(t, front, tc.target); got != tc.status {
+			t.Errorf("GET %s = %d, want %d", tc.target, got, tc.status)
+			continue
+		}
+		if tc.status != 200 {
+			if echo.hits.Load() != before {
+				t.Errorf("GET %s reached echo", tc.target)
+			}
+			continue
+		}
+		s := echo.last.Load()
+		escaped := s.RawPath
+		if escaped == "" {
+			escaped = s.Path
+		}
+		if escaped != tc.wantPath {
+			t.Errorf("GET %s reached echo as %q, want %q", tc.target, escaped, tc.wantPath)
+		}
+		if hasDotSegment(s.Path) && tc.wantPath != "/a%2Fb" {
+			t.Errorf("GET %s: echo saw the dot-segment in %q", tc.target, s.Path)
+		}
+	}
+	if n := secret.hits.Load(); n != 0 {
+		t.Errorf("secret was reached %d times", n)
+	}
+}
+
+func TestRemoveDotSegmentsIsIdempotent(t *testing.T) {
+	for _, path := range []string{"/a/./b/../c/", "//a//b", "/a/%2e%2E/b", "/a/b/..", "/a/.", "/", "/a%2Fb/c"} {
+		clean, _, lowest, ok := removeDotSegments(path)
+		if !ok {
+			t.Fatalf("%s: refused", path)
+		}
+		again, _, lowest2, ok := removeDotSegments(clean)
+		if !ok || again != clean || lowest2 != -1 {
+			t.Errorf("%s -> %s (lowest %d) -> %s (lowest %d, %v)", path, clean, lowest, again, lowest2, ok)
+		}
+	}
+}
+
+// FuzzProxyPath: a path the proxy forwards has no dot-segment left, even
+// with its escaped dots, slashes and backslashes decoded, and no empty
+// segment.
+func FuzzProxyPath(f *testing.F) {
+	for _, s := range []string{"/echo/../x", "/echo/%2e%2e/x", "//echo//x", "/echo/a/./b/../c", "/echo/..%2f..", "/echo/..;/x", "/a%5C..", "/"} {
+		f.Add(s)
+	}
+	p, err := NewProxy(http.DefaultTransport, WithRoutes(Route{Prefix: "/api/echo", Service: "echo", StripPrefix: true}))
+	if err != nil {
+		f.Fatal(err)
+	}
+	decode := strings.NewReplacer("%2e", ".", "%2E", ".", "%2f", "/", "%2F", "/", "%5c", `\`, "%5C", `\`)
+	f.Fuzz(func(t *testing.T, path string) {
+		if !needsCleaning(path) {
+			return
+		}
+		clean, ok := p.cleanPath(path)
+		if !ok {
+			return
+		}
+		if hasDotSegment(decode.Replace(clean)) || strings.Contains(clean, "//") {
+			t.Fatalf("%q cleaned to %q", path, clean)
+		}
+	})
+}
+
+// The backend learns the client's address from the connection, never from
+// what the client claims: X-Real-IP and X-Forwarded-For are replaced,
+// Forwarded is dropped.
+func TestProxySetsXRealIPFromTheConnection(t *testing.T) {
+	echo := newBackend(t, "echo", nil)
+	tr := newTestTransport(t, BalancerMap{"echo": newBalancer(t, "echo", balancer.DefaultConfig(), []balancer.Server{echo.server("")})})
+	front, _ := newFront(t, tr)
+	if got := rawGet(t, front, "/echo/x", "X-Real-IP: 6.6.6.6", "X-Forwarded-For: 6.6.6.6, 7.7.7.7", "Forwarded: for=6.6.6.6"); got != 200 {
+		t.Fatalf("status %d", got)
+	}
+	h := echo.last.Load().Header
+	if got := h.Values("X-Real-Ip"); len(got) != 1 || got[0] != "127.0.0.1" {
+		t.Errorf("X-Real-IP = %q, want [127.0.0.1]", got)
+	}
+	if got := h.Values("X-Forwarded-For"); len(got) != 1 || got[0] != "127.0.0.1" {
+		t.Errorf("X-Forwarded-For = %q, want [127.0.0.1]", got)
+	}
+	if got := h.Get("Forwarded"); got != "" {
+		t.Errorf("Forwarded = %q, want none", got)
 	}
 }
