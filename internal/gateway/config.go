@@ -9,12 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/balancer/lbconfig"
 	"github.com/pushlb/pushlb/events"
-	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/gossipflag"
 	"github.com/pushlb/pushlb/internal/natsconn"
 	"github.com/pushlb/pushlb/internal/yamlx"
@@ -172,10 +169,9 @@ func (c *Config) Validate() error {
 			return bad("routes[%d].service: %w", i, err)
 		}
 	}
-	if c.Gossip.Enabled() {
-		if _, err := c.Gossip.Config(gossip.Meta{Role: gossip.RoleGateway}, zerolog.Nop()); err != nil {
-			return bad("gossip: %w", err)
-		}
+	// Checked with gossip off too (Start warns that they are unused then).
+	if err := c.Gossip.Validate(); err != nil {
+		return bad("gossip: %w", err)
 	}
 	if c.Balancer.ClientsConfig == nil {
 		c.Balancer.ClientsConfig = balancer.DefaultClientsConfig()

@@ -61,6 +61,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	for _, k := range g.cfg.Balancer.IgnoredKeys {
 		g.log.Warn().Str("key", k).Msg("Ribbon key ignored: pushlb does not use it (see docs/config.md)")
 	}
+	g.cfg.Gossip.WarnIgnored(g.log)
 	nccfg := g.cfg.NATS
 	if nccfg.URL == "" {
 		if g.embedded, err = startEmbeddedNATS(g.cfg.EmbeddedNATS, g.cfg.DataDir); err != nil {

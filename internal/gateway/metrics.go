@@ -121,6 +121,7 @@ var (
 	descGossipGone      = prometheus.NewDesc("pushlb_gossip_removals_total", "Instances taken offline because gossip declared them dead or gone.", nil, nil)
 	descGossipBack      = prometheus.NewDesc("pushlb_gossip_revivals_total", "Instances gossip brought back (refuted suspicions).", nil, nil)
 	descGossipMem       = prometheus.NewDesc("pushlb_gossip_members", "Members of the gossip cluster this gateway sees, itself included.", nil, nil)
+	descGossipIgnored   = prometheus.NewDesc("pushlb_gossip_ignored_total", "Gossip reports (deaths, leaves, revivals) ignored because the instance's registry record names another gossip node, or none.", nil, nil)
 	descUnregistered    = prometheus.NewDesc("pushlb_lists_unregistered_total", "Lists of unknown services that named no registered instance and built no balancer.", nil, nil)
 	descServicesRemoved = prometheus.NewDesc("pushlb_services_removed_total", "Balancers removed after their service had no instance and no request for the grace period.", nil, nil)
 	descUpdates         = prometheus.NewDesc("pushlb_list_updates_total", "Changes of a service's server list.", []string{"service"}, nil)
@@ -131,7 +132,7 @@ type stateCollector struct{ g *Gateway }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReceived, descApplied, descDropped, descDelivered, descHandlerErr,
-		descReconciles, descRemovals, descResyncs, descLookupHit, descServers, descReachable, descTrips, descUpdates, descUnregistered, descServicesRemoved, descGossipGone, descGossipBack, descGossipMem} {
+		descReconciles, descRemovals, descResyncs, descLookupHit, descServers, descReachable, descTrips, descUpdates, descUnregistered, descServicesRemoved, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored} {
 		ch <- d
 	}
 }
@@ -162,6 +163,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descGossipBack, ev.GossipRevivals)
 	if c.g.cfg.Gossip.Enabled() {
 		gauge(descGossipMem, st.GossipMembers)
+		counter(descGossipIgnored, st.GossipIgnored)
 	}
 	counter(descLookupHit, st.Lookups.Hits, "hit")
 	counter(descLookupHit, st.Lookups.Fallbacks, "fallback")
