@@ -1,0 +1,154 @@
+package natstest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// clusterName names every test cluster; clusters of different tests never
+// meet, since their route ports differ.
+const clusterName = "natstest"
+
+// Cluster is n in-process nats-servers with JetStream, routed to each other
+// as one cluster, each with its own store directory, as a production
+// three-node deployment runs them. A node can be shut down (a crash) and
+// restarted on the same ports with its store.
+type Cluster struct {
+	Nodes []*Server
+}
+
+// StartCluster starts n nodes on 127.0.0.1, waits until JetStream has a
+// meta leader (the cluster can create streams), and registers their
+// shutdown with tb.Cleanup. opts apply to every node.
+func StartCluster(tb testing.TB, n int, opts ...Option) *Cluster {
+	tb.Helper()
+	if n < 1 {
+		tb.Fatalf("natstest: cluster of %d nodes", n)
+	}
+	ports := make([]int, n)
+	routes := make([]*url.URL, n)
+	for i := range n {
+		ports[i] = freeTCPPort(tb)
+		routes[i] = &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", ports[i])}
+	}
+	c := &Cluster{}
+	for i := range n {
+		name := fmt.Sprintf("n%d", i+1)
+		clusterPort := ports[i]
+		node := append([]Option{func(o *server.Options) {
+			o.ServerName = name
+			o.Cluster = server.ClusterOpts{Name: clusterName, Host: "127.0.0.1", Port: clusterPort}
+			o.Routes = routes
+		}}, opts...)
+		s := &Server{opts: node, storeDir: tb.TempDir(), port: server.RANDOM_PORT}
+		// A node's readiness for clients does not wait for its routes, so
+		// the nodes can start one after the other.
+		srv, err := s.start()
+		if err != nil {
+			tb.Fatalf("natstest: cluster node %s: %v", name, err)
+		}
+		s.srv = srv
+		tb.Cleanup(s.Shutdown)
+		c.Nodes = append(c.Nodes, s)
+	}
+	c.WaitJetStream(tb)
+	return c
+}
+
+// freeTCPPort returns a port on 127.0.0.1 that was free a moment ago. Route
+// ports must be known before the nodes start, so that each node can list the
+// others.
+func freeTCPPort(tb testing.TB) int {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("natstest: free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// URL returns the client URLs of every node, comma-separated, as a client
+// with failover takes them.
+func (c *Cluster) URL() string {
+	urls := make([]string, len(c.Nodes))
+	for i, s := range c.Nodes {
+		urls[i] = s.URL()
+	}
+	return strings.Join(urls, ",")
+}
+
+// Connect connects a client to every node's URL (it picks one and fails
+// over to the others) and closes it in tb.Cleanup.
+func (c *Cluster) Connect(tb testing.TB, opts ...nats.Option) *nats.Conn {
+	tb.Helper()
+	all := append([]nats.Option{
+		nats.Name(tb.Name()),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(20 * time.Millisecond),
+		nats.ReconnectJitter(0, 0),
+	}, opts...)
+	nc, err := nats.Connect(c.URL(), all...)
+	if err != nil {
+		tb.Fatalf("natstest: connect %s: %v", c.URL(), err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}
+
+// WaitJetStream waits until the running nodes have a JetStream meta leader,
+// so that streams can be created and placed, and fails the test after
+// readyTimeout.
+func (c *Cluster) WaitJetStream(tb testing.TB) {
+	tb.Helper()
+	deadline := time.Now().Add(readyTimeout)
+	for time.Now().Before(deadline) {
+		for _, s := range c.Nodes {
+			if srv := s.NATS(); srv != nil && srv.JetStreamIsLeader() {
+				if c.jetStreamAnswers() {
+					return
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tb.Fatalf("natstest: the cluster's JetStream has no meta leader after %v", readyTimeout)
+}
+
+// jetStreamAnswers reports whether a client gets the account's JetStream
+// information, the first thing every JetStream client asks.
+func (c *Cluster) jetStreamAnswers() bool {
+	nc, err := nats.Connect(c.URL(), nats.Timeout(time.Second))
+	if err != nil {
+		return false
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err = js.AccountInfo(ctx)
+	return err == nil
+}
+
+// StreamLeader returns the node that leads stream (in the default
+// account), or nil when none does, e.g. during an election.
+func (c *Cluster) StreamLeader(stream string) *Server {
+	for _, s := range c.Nodes {
+		if srv := s.NATS(); srv != nil && srv.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+			return s
+		}
+	}
+	return nil
+}
