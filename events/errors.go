@@ -44,6 +44,10 @@ var (
 	// <prefix>.svc.<service>.online or <prefix>.svc.<service>.offline.
 	ErrBadSubject = errors.New("events: bad subject")
 
+	// ErrFutureIncarnation reports an incarnation further in the future of
+	// the receiver's clock than MaxIncarnationAhead (see CheckIncarnation).
+	ErrFutureIncarnation = errors.New("events: incarnation in the future")
+
 	// ErrMismatch reports a message whose payload disagrees with its subject
 	// on the service or the kind.
 	ErrMismatch = errors.New("events: subject and payload disagree")

@@ -2,6 +2,7 @@ package events
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -466,6 +467,26 @@ func BenchmarkEncode(b *testing.B) {
 	for b.Loop() {
 		if _, err := Encode(e); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+func TestCheckIncarnation(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		inc int64
+		ok  bool
+	}{
+		{1, true},                                       // a counter
+		{now.UnixMilli() * 1_000_000, true},             // milliseconds x 10^6
+		{now.UnixNano(), true},                          // the start time
+		{now.Add(MaxIncarnationAhead).UnixNano(), true}, // clock skew, at the bound
+		{now.Add(MaxIncarnationAhead).UnixNano() + 1, false},
+		{math.MaxInt64, false},
+	} {
+		err := CheckIncarnation(tc.inc, now)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrFutureIncarnation)) {
+			t.Errorf("CheckIncarnation(%d) = %v, want ok %v", tc.inc, err, tc.ok)
 		}
 	}
 }

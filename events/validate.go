@@ -2,6 +2,7 @@ package events
 
 import (
 	"fmt"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -95,4 +96,25 @@ func ValidatePrefix(prefix string) error {
 
 func isTokenByte(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-'
+}
+
+// MaxIncarnationAhead bounds how far an incarnation may lie in the future of
+// the receiver's clock. Incarnations are start times in Unix nanoseconds by
+// convention, so a real one is at most the clock skew between two hosts
+// ahead; an incarnation beyond now + MaxIncarnationAhead can only be forged
+// (or a mistake) and would shut out every later life of the instance.
+// Incarnations that are not times (counters, milliseconds x 10^6) lie far in
+// the past and always pass.
+const MaxIncarnationAhead = time.Hour
+
+// CheckIncarnation reports whether incarnation inc is acceptable to a
+// receiver whose clock reads now: at most now + MaxIncarnationAhead in Unix
+// nanoseconds. The error wraps ErrFutureIncarnation. Decode does not apply
+// it (decoding is a pure function of the payload); receivers call it.
+func CheckIncarnation(inc int64, now time.Time) error {
+	if limit := now.UnixNano() + int64(MaxIncarnationAhead); inc > limit {
+		return fmt.Errorf("%w: incarnation %d is %v ahead of this host's clock (limit %v)",
+			ErrFutureIncarnation, inc, time.Duration(inc-now.UnixNano()).Round(time.Second), MaxIncarnationAhead)
+	}
+	return nil
 }

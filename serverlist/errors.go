@@ -21,6 +21,20 @@ var (
 	// bucket name JetStream does not accept, a value out of range.
 	ErrInvalidConfig = errors.New("serverlist: invalid config")
 
+	// ErrInUse is returned by [Registry.Claim] when another live process
+	// holds the instance ID: its record is under another owner and was
+	// refreshed while Claim watched it.
+	ErrInUse = errors.New("serverlist: instance ID in use by another live process")
+
+	// ErrRevisionMismatch is returned by the conditional writes
+	// ([Registry.Update], [Registry.DeregisterRevision]) when the entry is no
+	// longer at the revision given: someone wrote it since.
+	ErrRevisionMismatch = errors.New("serverlist: revision mismatch")
+
+	// ErrExists is returned by [Registry.Create] when the key holds a live
+	// entry.
+	ErrExists = errors.New("serverlist: entry exists")
+
 	// ErrClosed is returned by operations on a stopped [Mirror].
 	ErrClosed = errors.New("serverlist: closed")
 )

@@ -40,6 +40,11 @@ type Instance struct {
 	// instance whose record names none.
 	GossipNode string `json:"gossipNode,omitempty"`
 	GossipAddr string `json:"gossipAddr,omitempty"`
+	// Owner is an opaque token naming the process that holds the instance
+	// ID (a publisher makes a random one per process). A process that finds
+	// the record under its key with another owner knows it was overwritten;
+	// see [Registry.Claim]. Empty for publishers that do not claim.
+	Owner string `json:"owner,omitempty"`
 }
 
 // Validate reports whether the instance may be stored. Every error wraps
@@ -81,6 +86,7 @@ func (in Instance) Equal(other Instance) bool {
 		in.Secure == other.Secure &&
 		in.Zone == other.Zone &&
 		in.Incarnation == other.Incarnation &&
+		in.Owner == other.Owner &&
 		in.GossipNode == other.GossipNode &&
 		in.GossipAddr == other.GossipAddr &&
 		maps.Equal(in.Metadata, other.Metadata)

@@ -19,6 +19,9 @@ const (
 	DefaultMirrorRetryBackoff = 50 * time.Millisecond
 	// DefaultMirrorMaxRetryBackoff caps the wait between failed watches.
 	DefaultMirrorMaxRetryBackoff = 2 * time.Second
+	// DefaultBucketCheck is the interval of the mirror's check that the
+	// bucket still exists.
+	DefaultBucketCheck = 10 * time.Second
 )
 
 // MirrorConfig configures a [Mirror]. The zero value is usable.
@@ -35,6 +38,23 @@ type MirrorConfig struct {
 	// so it should be quick (hand the work to another goroutine if not). It
 	// must not call Close, which would wait for the call to end.
 	OnChange func(service string)
+
+	// OnRefresh, if set, is called after a put that leaves an instance's
+	// value as it was (a lease refresh), with the instance's incarnation and
+	// the entry's new revision (see [Entry]). It is the cheap path the
+	// registry's ordering needs: a registry write after an offline brings
+	// the instance back, while an unchanged value changes no list. Same
+	// threading rules as OnChange; it must be quick, it runs once per
+	// refresh of every instance.
+	OnRefresh func(service, id string, incarnation int64, revision uint64)
+
+	// BucketCheck is the interval at which the mirror checks that the
+	// bucket still exists while its watch runs. A bucket found gone (a NATS
+	// server that lost its store, a deleted bucket) is recreated with the
+	// registry's configuration and the mirror resyncs; a watch that fails
+	// triggers the same check at once. Zero means DefaultBucketCheck
+	// (10 s); a negative value turns the periodic check off.
+	BucketCheck time.Duration
 
 	// RetryBackoff is the first wait after the watch fails to start or
 	// breaks; the wait doubles up to MaxRetryBackoff and resets once a watch
@@ -63,12 +83,21 @@ type MirrorStats struct {
 	Syncs uint64
 	// WatchErrors counts watches that failed to start or broke.
 	WatchErrors uint64
+	// Refreshes counts puts that left an instance's value unchanged (lease
+	// refreshes): they update its revision and call OnRefresh, nothing else.
+	Refreshes uint64
+	// BucketsRecreated counts the times the mirror found the bucket gone and
+	// recreated it.
+	BucketsRecreated uint64
 	// Revision is the bucket revision of the last entry applied. Once it
 	// reaches r, the read methods reflect every entry up to revision r and
 	// OnChange has returned for them, so a test or a caller that wrote at
 	// revision r (Registry.Register returns it) can wait for it instead of
 	// guessing. It never goes down: a resync reflects the bucket at least as
-	// of every revision applied before it.
+	// of every revision applied before it. When the bucket is replaced by a
+	// new one (recreated after a loss), whose revisions start again at 1,
+	// the mirror adds the last revision it applied to the new bucket's, so
+	// revisions it reports ([Entry], Revision) keep their order.
 	Revision uint64
 }
 
@@ -107,6 +136,11 @@ type Mirror struct {
 
 	puts, removals, malformedKeys, malformedValues atomic.Uint64
 	syncs, watchErrors, revision                   atomic.Uint64
+	refreshes, recreated                           atomic.Uint64
+
+	// Only the mirror's goroutine touches these.
+	bucketCreated time.Time // creation time of the bucket's stream, to tell a new bucket
+	revBase       uint64    // added to the bucket's revisions (see MirrorStats.Revision)
 }
 
 // NewMirror returns a mirror of reg's bucket. It starts no goroutine and
@@ -119,6 +153,9 @@ func NewMirror(reg *Registry, cfg MirrorConfig) *Mirror {
 		cfg.MaxRetryBackoff = DefaultMirrorMaxRetryBackoff
 	}
 	cfg.MaxRetryBackoff = max(cfg.MaxRetryBackoff, cfg.RetryBackoff)
+	if cfg.BucketCheck == 0 {
+		cfg.BucketCheck = DefaultBucketCheck
+	}
 	m := &Mirror{
 		reg:    reg,
 		cfg:    cfg,
@@ -133,9 +170,29 @@ func NewMirror(reg *Registry, cfg MirrorConfig) *Mirror {
 // mirrorState is one immutable view of the bucket. It is never modified once
 // stored in Mirror.state.
 type mirrorState struct {
-	services map[string]map[string]Instance // service → instance ID → instance
-	count    int                            // instances in all services
+	services map[string]map[string]*mirrorEntry // service → instance ID → entry
+	count    int                                // instances in all services
 }
+
+// mirrorEntry is one instance and the revision of its last put. The
+// instance never changes once stored; the revision does (a refresh), which
+// is why it is atomic: a refresh then costs no copy of the state.
+type mirrorEntry struct {
+	in  Instance
+	rev atomic.Uint64
+}
+
+func newMirrorEntry(in Instance, rev uint64) *mirrorEntry {
+	e := &mirrorEntry{in: in}
+	e.rev.Store(rev)
+	return e
+}
+
+func (e *mirrorEntry) entry() Entry {
+	return Entry{Instance: e.in.Clone(), Revision: e.rev.Load()}
+}
+
+func sameInstance(a, b *mirrorEntry) bool { return a.in.Equal(b.in) }
 
 // Start starts the watch in a goroutine that runs until Close is called,
 // ctx ends, or the application closes the NATS connection; use a long-lived
@@ -212,23 +269,48 @@ func (m *Mirror) Synced() bool {
 
 // Get returns the instance service/id if the mirror holds it.
 func (m *Mirror) Get(service, id string) (Instance, bool) {
-	in, ok := m.state.Load().services[service][id]
+	e, ok := m.state.Load().services[service][id]
 	if !ok {
 		return Instance{}, false
 	}
-	return in.Clone(), true
+	return e.in.Clone(), true
+}
+
+// Entry is Get with the revision of the instance's last put (see
+// MirrorStats.Revision on how revisions stay ordered across a recreated
+// bucket).
+func (m *Mirror) Entry(service, id string) (Entry, bool) {
+	e, ok := m.state.Load().services[service][id]
+	if !ok {
+		return Entry{}, false
+	}
+	return e.entry(), true
 }
 
 // Service returns the instances of one service, sorted by instance ID.
 func (m *Mirror) Service(service string) []Instance {
 	ids := m.state.Load().services[service]
 	out := make([]Instance, 0, len(ids))
-	for _, in := range ids {
-		out = append(out, in.Clone())
+	for _, e := range ids {
+		out = append(out, e.in.Clone())
 	}
 	slices.SortFunc(out, compareInstances)
 	return out
 }
+
+// Entries is Service with each instance's revision.
+func (m *Mirror) Entries(service string) []Entry {
+	ids := m.state.Load().services[service]
+	out := make([]Entry, 0, len(ids))
+	for _, e := range ids {
+		out = append(out, e.entry())
+	}
+	slices.SortFunc(out, func(a, b Entry) int { return compareInstances(a.Instance, b.Instance) })
+	return out
+}
+
+// Revision is MirrorStats.Revision, read alone.
+func (m *Mirror) Revision() uint64 { return m.revision.Load() }
 
 // Services returns the names of the services that have instances, sorted.
 func (m *Mirror) Services() []string {
@@ -240,14 +322,16 @@ func (m *Mirror) Services() []string {
 // Stats returns the mirror's counters.
 func (m *Mirror) Stats() MirrorStats {
 	return MirrorStats{
-		Instances:       m.state.Load().count,
-		Puts:            m.puts.Load(),
-		Removals:        m.removals.Load(),
-		MalformedKeys:   m.malformedKeys.Load(),
-		MalformedValues: m.malformedValues.Load(),
-		Syncs:           m.syncs.Load(),
-		WatchErrors:     m.watchErrors.Load(),
-		Revision:        m.revision.Load(),
+		Instances:        m.state.Load().count,
+		Puts:             m.puts.Load(),
+		Removals:         m.removals.Load(),
+		MalformedKeys:    m.malformedKeys.Load(),
+		MalformedValues:  m.malformedValues.Load(),
+		Syncs:            m.syncs.Load(),
+		WatchErrors:      m.watchErrors.Load(),
+		Refreshes:        m.refreshes.Load(),
+		BucketsRecreated: m.recreated.Load(),
+		Revision:         m.revision.Load(),
 	}
 }
 
@@ -261,6 +345,62 @@ func (m *Mirror) advanceRevision(rev uint64) {
 
 // errReconnected ends a watch so that the loop resyncs.
 var errReconnected = errors.New("serverlist: NATS reconnected")
+
+// errBucketGone ends a watch whose bucket was found missing.
+var errBucketGone = errors.New("serverlist: registry bucket is gone")
+
+// bucketCheckTimeout bounds one check of the bucket.
+const bucketCheckTimeout = 5 * time.Second
+
+// ensureBucket recreates the bucket if it is gone and reports whether it
+// did.
+func (m *Mirror) ensureBucket(ctx context.Context) bool {
+	cctx, cancel := context.WithTimeout(ctx, bucketCheckTimeout)
+	defer cancel()
+	created, err := m.reg.Ensure(cctx)
+	if err != nil {
+		m.log.Debug().Err(err).Str("bucket", m.reg.cfg.Bucket).Msg("serverlist: cannot check the registry bucket")
+		return false
+	}
+	if created {
+		m.recreated.Add(1)
+	}
+	return created
+}
+
+// bucketGone reports whether a check finds the bucket missing. Other
+// failures (NATS away) are not a verdict.
+func (m *Mirror) bucketGone(ctx context.Context) bool {
+	cctx, cancel := context.WithTimeout(ctx, bucketCheckTimeout)
+	defer cancel()
+	_, err := m.reg.js.KeyValue(cctx, m.reg.cfg.Bucket)
+	return errors.Is(err, jetstream.ErrBucketNotFound)
+}
+
+// noteBucket reads the creation time of the bucket's stream before a watch.
+// A bucket other than the one watched before (recreated by this process or
+// another) restarts its revisions at 1: the mirror then adds the last
+// revision it applied to the new bucket's, so its revisions keep their
+// order.
+func (m *Mirror) noteBucket(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, bucketCheckTimeout)
+	defer cancel()
+	st, err := m.reg.kv.Status(cctx)
+	if err != nil {
+		return // the watch will fail or tell
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || bs.StreamInfo() == nil {
+		return
+	}
+	created := bs.StreamInfo().Created
+	if !m.bucketCreated.IsZero() && !created.Equal(m.bucketCreated) {
+		m.revBase = m.revision.Load()
+		m.log.Info().Str("bucket", m.reg.cfg.Bucket).Uint64("revision_base", m.revBase).
+			Msg("serverlist: the registry bucket is a new one; its revisions continue from the last applied")
+	}
+	m.bucketCreated = created
+}
 
 // run owns the watch: it (re)starts it until ctx ends, backing off after
 // failures.
@@ -287,11 +427,18 @@ func (m *Mirror) run(ctx context.Context) {
 			m.log.Info().Str("bucket", m.reg.cfg.Bucket).Msg("serverlist: NATS reconnected, resyncing mirror")
 			continue
 		}
-		m.watchErrors.Add(1)
+		if !errors.Is(err, errBucketGone) {
+			m.watchErrors.Add(1)
+		}
 		if nc.IsClosed() {
 			// The application closed the connection: nothing will come back.
 			m.log.Warn().Err(err).Str("bucket", m.reg.cfg.Bucket).Msg("serverlist: NATS connection closed, mirror stops following the registry")
 			return
+		}
+		// A watch fails for good when the bucket is gone (a server that
+		// lost its store): recreate it, then resync at once.
+		if m.ensureBucket(ctx) {
+			continue
 		}
 		m.log.Warn().Err(err).Str("bucket", m.reg.cfg.Bucket).Dur("retry_in", backoff).Msg("serverlist: mirror watch failed")
 		t := time.NewTimer(backoff)
@@ -324,13 +471,20 @@ func (m *Mirror) watch(ctx context.Context, status <-chan nats.Status) (synced b
 	// return also ends the client's goroutine waiting on it.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	m.noteBucket(ctx)
 	w, err := m.reg.kv.WatchAll(wctx)
 	if err != nil {
 		return false, err
 	}
 	defer stopWatcher(w)
+	var check <-chan time.Time
+	if m.cfg.BucketCheck > 0 {
+		t := time.NewTicker(m.cfg.BucketCheck)
+		defer t.Stop()
+		check = t.C
+	}
 
-	fresh := make(map[string]map[string]Instance)
+	fresh := make(map[string]map[string]*mirrorEntry)
 	var freshRev uint64 // the highest revision among the initial values
 	for {
 		select {
@@ -338,6 +492,11 @@ func (m *Mirror) watch(ctx context.Context, status <-chan nats.Status) (synced b
 			return synced, ctx.Err()
 		case <-status:
 			return synced, errReconnected
+		case <-check:
+			// A deleted bucket does not always break the watch: look.
+			if m.bucketGone(ctx) {
+				return synced, errBucketGone
+			}
 		case e, ok := <-w.Updates():
 			if !ok {
 				return synced, errors.New("serverlist: watcher closed")
@@ -350,17 +509,16 @@ func (m *Mirror) watch(ctx context.Context, status <-chan nats.Status) (synced b
 				}
 				continue
 			}
+			rev := m.revBase + e.Revision()
 			if !synced {
-				m.applyFresh(fresh, e)
-				freshRev = max(freshRev, e.Revision())
+				m.applyFresh(fresh, e, rev)
+				freshRev = max(freshRev, rev)
 				continue
 			}
-			if service, changed := m.apply(e); changed && m.cfg.OnChange != nil {
-				m.cfg.OnChange(service)
-			}
+			m.apply(e, rev)
 			// Published last: a reader that sees this revision sees its
 			// effect and the OnChange call for it.
-			m.advanceRevision(e.Revision())
+			m.advanceRevision(rev)
 		}
 	}
 }
@@ -390,7 +548,7 @@ func (m *Mirror) entryChange(e jetstream.KeyValueEntry) (service, id string, in 
 }
 
 // applyFresh applies an initial value to the copy being built.
-func (m *Mirror) applyFresh(fresh map[string]map[string]Instance, e jetstream.KeyValueEntry) {
+func (m *Mirror) applyFresh(fresh map[string]map[string]*mirrorEntry, e jetstream.KeyValueEntry, rev uint64) {
 	service, id, in, remove, ok := m.entryChange(e)
 	if !ok {
 		return
@@ -403,37 +561,47 @@ func (m *Mirror) applyFresh(fresh map[string]map[string]Instance, e jetstream.Ke
 		return
 	}
 	if fresh[service] == nil {
-		fresh[service] = make(map[string]Instance)
+		fresh[service] = make(map[string]*mirrorEntry)
 	}
-	fresh[service][id] = in
+	fresh[service][id] = newMirrorEntry(in, rev)
 }
 
-// apply applies a live entry and reports whether the service changed. Only
-// the mirror's goroutine calls it, so it needs no lock to copy and store.
-func (m *Mirror) apply(e jetstream.KeyValueEntry) (string, bool) {
+// apply applies a live entry at (mirror) revision rev and calls OnChange or
+// OnRefresh for it. Only the mirror's goroutine calls it, so it needs no lock
+// to copy and store.
+func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
 	service, id, in, remove, ok := m.entryChange(e)
 	if !ok {
-		return "", false
+		return
 	}
 	cur := m.state.Load()
 	old, had := cur.services[service][id]
 	switch {
-	case remove && !had, !remove && had && old.Equal(in):
-		return service, false
+	case remove && !had:
+		return
+	case !remove && had && old.in.Equal(in):
+		// A lease refresh: a new revision, nothing else. The entry's
+		// revision is the one mutable field of the state.
+		old.rev.Store(rev)
+		m.refreshes.Add(1)
+		if m.cfg.OnRefresh != nil {
+			m.cfg.OnRefresh(service, id, in.Incarnation, rev)
+		}
+		return
 	}
 	ids := maps.Clone(cur.services[service])
 	if ids == nil {
-		ids = make(map[string]Instance, 1)
+		ids = make(map[string]*mirrorEntry, 1)
 	}
 	next := &mirrorState{services: maps.Clone(cur.services), count: cur.count}
 	if next.services == nil {
-		next.services = make(map[string]map[string]Instance, 1)
+		next.services = make(map[string]map[string]*mirrorEntry, 1)
 	}
 	if remove {
 		delete(ids, id)
 		next.count--
 	} else {
-		ids[id] = in
+		ids[id] = newMirrorEntry(in, rev)
 		if !had {
 			next.count++
 		}
@@ -444,13 +612,15 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry) (string, bool) {
 		next.services[service] = ids
 	}
 	m.state.Store(next)
-	return service, true
+	if m.cfg.OnChange != nil {
+		m.cfg.OnChange(service)
+	}
 }
 
 // swap installs a freshly synced copy, whose last entry has revision rev,
 // and reports the services that differ from the previous one through
 // OnChange.
-func (m *Mirror) swap(fresh map[string]map[string]Instance, rev uint64) {
+func (m *Mirror) swap(fresh map[string]map[string]*mirrorEntry, rev uint64) {
 	count := 0
 	for _, ids := range fresh {
 		count += len(ids)
@@ -466,8 +636,19 @@ func (m *Mirror) swap(fresh map[string]map[string]Instance, rev uint64) {
 	}
 	var changed []string
 	for service, ids := range fresh {
-		if !maps.EqualFunc(ids, old[service], Instance.Equal) {
+		if !maps.EqualFunc(ids, old[service], sameInstance) {
 			changed = append(changed, service)
+			continue
+		}
+		// Unchanged values at newer revisions (refreshes while the watch
+		// was down, or a re-registration into a recreated bucket) are
+		// refreshes.
+		if m.cfg.OnRefresh != nil {
+			for id, e := range ids {
+				if r := e.rev.Load(); r > old[service][id].rev.Load() {
+					m.cfg.OnRefresh(service, id, e.in.Incarnation, r)
+				}
+			}
 		}
 	}
 	for service := range old {

@@ -333,3 +333,114 @@ func TestMirrorCloseAfterConnectionClosed(t *testing.T) {
 		t.Fatal("state lost")
 	}
 }
+
+// refreshes records OnRefresh calls.
+type refreshes struct {
+	mu   sync.Mutex
+	revs map[string]uint64 // instance ID -> last revision reported
+	n    int
+}
+
+func (r *refreshes) record(service, id string, inc int64, rev uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.revs == nil {
+		r.revs = map[string]uint64{}
+	}
+	r.revs[id] = rev
+	r.n++
+}
+
+func (r *refreshes) rev(id string) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.revs[id]
+}
+
+// TestMirrorRefreshIsCheap: a put that leaves the value unchanged (a lease
+// refresh) updates the entry's revision and calls OnRefresh, but is no
+// change: no OnChange, no new state.
+func TestMirrorRefreshIsCheap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	a1 := inst("orders", "a1", 1)
+	first := register(t, e.reg, a1)
+	var ch changes
+	var rf refreshes
+	m := startMirror(t, e.reg, serverlist.MirrorConfig{OnChange: ch.record, OnRefresh: rf.record})
+	testutil.Eventually(t, "initial OnChange", func() bool { return ch.count("orders") == 1 })
+	if got, ok := m.Entry("orders", "a1"); !ok || got.Revision != first {
+		t.Fatalf("Entry = %+v, %v; want revision %d", got, ok, first)
+	}
+	rev := register(t, e.reg, a1) // the refresh
+	waitApplied(t, m, rev)
+	if got, _ := m.Entry("orders", "a1"); got.Revision != rev || rf.rev("a1") != rev {
+		t.Fatalf("after a refresh: entry revision %d, OnRefresh revision %d; want %d", got.Revision, rf.rev("a1"), rev)
+	}
+	if n := ch.count("orders"); n != 1 {
+		t.Fatalf("a refresh called OnChange: %d calls", n)
+	}
+	if st := m.Stats(); st.Refreshes != 1 {
+		t.Fatalf("Refreshes %d, want 1", st.Refreshes)
+	}
+	if es := m.Entries("orders"); len(es) != 1 || es[0].Revision != rev {
+		t.Fatalf("Entries = %+v", es)
+	}
+}
+
+// TestMirrorRecreatesLostBucket: NATS comes back without its store, so the
+// registry bucket is gone. The mirror recreates it (with the TTL in
+// effect), resyncs, and follows the new bucket; its revisions keep growing
+// although the new bucket's start again at 1.
+func TestMirrorRecreatesLostBucket(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{TTL: 4 * time.Second})
+	ctx := testCtx(t, 20*time.Second)
+	before := register(t, e.reg, inst("orders", "a1", 1), inst("orders", "a2", 2))
+	m := startMirror(t, e.reg, serverlist.MirrorConfig{RetryBackoff: 10 * time.Millisecond, MaxRetryBackoff: 100 * time.Millisecond})
+	waitApplied(t, m, before)
+
+	began := time.Now()
+	e.srv.RestartWithoutStore(t)
+	testutil.Eventually(t, "the mirror to recreate the bucket", func() bool { return m.Stats().BucketsRecreated == 1 })
+	took := time.Since(began)
+	st, err := e.reg.KeyValue().Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.TTL() != 4*time.Second {
+		t.Fatalf("recreated with TTL %v, want the one in effect, 4s", st.TTL())
+	}
+	// The publishers re-register into the new bucket.
+	var rev uint64
+	retry(t, ctx, func(ctx context.Context) (err error) {
+		rev, err = e.reg.Register(ctx, inst("orders", "a1", 1))
+		return err
+	})
+	if rev > before {
+		t.Fatalf("the new bucket's revision %d is not below the old %d: the test proves nothing", rev, before)
+	}
+	testutil.Eventually(t, "the mirror to follow the new bucket", func() bool {
+		return slices.Equal(instanceIDs(m.Service("orders")), []string{"a1"})
+	})
+	if got, _ := m.Entry("orders", "a1"); got.Revision <= before {
+		t.Fatalf("revision %d after the recreation, want above %d", got.Revision, before)
+	}
+	t.Logf("bucket recreated %v after the restart; stats %+v", took, m.Stats())
+}
+
+// TestMirrorRecreatesDeletedBucket: a bucket deleted while NATS stays up is
+// found gone by the periodic check and recreated.
+func TestMirrorRecreatesDeletedBucket(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{TTL: 4 * time.Second})
+	ctx := testCtx(t, 20*time.Second)
+	m := startMirror(t, e.reg, serverlist.MirrorConfig{BucketCheck: 50 * time.Millisecond, RetryBackoff: 10 * time.Millisecond})
+	if err := e.js.DeleteKeyValue(ctx, e.reg.Config().Bucket); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the mirror to recreate the deleted bucket", func() bool { return m.Stats().BucketsRecreated >= 1 })
+	rev := register(t, e.reg, inst("orders", "a1", 1))
+	testutil.Eventually(t, "the mirror to follow the new bucket", func() bool { _, ok := m.Get("orders", "a1"); return ok })
+	t.Logf("revision %d in the new bucket; stats %+v", rev, m.Stats())
+}

@@ -43,25 +43,28 @@ type RegistryConfig struct {
 	// events.DefaultPrefix ("lb").
 	Prefix string
 
-	// TTL is the lease, the bucket's MaxAge: an entry that is not refreshed
-	// ([Registry.Refresh]) within TTL expires, and watchers see it go as a
-	// purge (see [Registry] on expiry). Zero means DefaultTTL (30 s); a
-	// negative value or one under MinTTL (1 s) is invalid. There is no
-	// "never expire": without leases a crashed instance would stay
+	// TTL is the lease, the bucket's MaxAge, used when [Open] creates the
+	// bucket: an entry that is not refreshed ([Registry.Refresh]) within TTL
+	// expires, and watchers see it go as a purge (see [Registry] on expiry).
+	// An existing bucket keeps its own TTL, which is the one in effect
+	// ([Registry.Config]); a non-zero TTL that disagrees is logged as a
+	// warning. Zero means the bucket's, or DefaultTTL (30 s) when creating
+	// it; a negative value or one under MinTTL (1 s) is invalid. There is
+	// no "never expire": without leases a crashed instance would stay
 	// registered forever.
 	TTL time.Duration
 
 	// MarkerTTL is how long the marker left by an expiry stays in the bucket
-	// (JetStream's LimitMarkerTTL). Live watchers see the marker as soon as
+	// (JetStream's LimitMarkerTTL), used when Open creates the bucket. Live watchers see the marker as soon as
 	// it is written; the TTL only matters to watchers that start later. Zero
 	// means TTL; otherwise at least 1 s.
 	MarkerTTL time.Duration
 
-	// Replicas is the number of JetStream replicas of the bucket, 1 to 5.
-	// Zero means 1.
+	// Replicas is the number of JetStream replicas of the bucket, 1 to 5,
+	// used when Open creates the bucket. Zero means 1.
 	Replicas int
 
-	// Storage is where JetStream keeps the bucket. The zero value is
+	// Storage is where JetStream keeps the bucket (when Open creates it). The zero value is
 	// jetstream.FileStorage, which survives server restarts.
 	Storage jetstream.StorageType
 
@@ -139,51 +142,120 @@ type Registry struct {
 	malformed atomic.Uint64
 }
 
-// Open creates the registry bucket, or updates its configuration if it
-// exists, and returns a Registry over it. The last Open wins: processes that
-// share a bucket should agree on TTL. It returns an error wrapping
-// ErrInvalidConfig for a bad cfg and jetstream.ErrLimitMarkerTTLNotSupported
-// on a server older than 2.11.
+// Open returns a Registry over the bucket cfg names, creating the bucket
+// (with cfg's TTL, MarkerTTL, Replicas and Storage) when it does not exist.
+// An existing bucket is never changed: its configuration belongs to the
+// deployment, not to whichever process starts last. Its TTL is the lease in
+// effect ([Registry.Config] reports it); a cfg.TTL that disagrees is logged
+// as a warning and ignored. It returns an error wrapping ErrInvalidConfig
+// for a bad cfg and jetstream.ErrLimitMarkerTTLNotSupported on a server
+// older than 2.11.
 func Open(ctx context.Context, js jetstream.JetStream, cfg RegistryConfig) (*Registry, error) {
+	asked := cfg.TTL
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:         cfg.Bucket,
-		Description:    "pushlb instance registry",
-		History:        1,
-		TTL:            cfg.TTL,
-		LimitMarkerTTL: cfg.MarkerTTL,
-		Replicas:       cfg.Replicas,
-		Storage:        cfg.Storage,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("serverlist: open bucket %s: %w", cfg.Bucket, err)
+	r := &Registry{js: js, cfg: cfg, log: cfg.Logger}
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		kv, err = r.create(ctx)
+	case err != nil:
+		err = fmt.Errorf("serverlist: open bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Registry{js: js, kv: kv, cfg: cfg, log: cfg.Logger}, nil
+	if err != nil {
+		return nil, err
+	}
+	r.kv = kv
+	if err := r.adopt(ctx, asked); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
-// Config returns the configuration in effect, defaults filled in.
+// create creates the bucket from the registry's configuration. A bucket
+// created meanwhile by another process is opened instead.
+func (r *Registry) create(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := r.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:         r.cfg.Bucket,
+		Description:    "pushlb instance registry",
+		History:        1,
+		TTL:            r.cfg.TTL,
+		LimitMarkerTTL: r.cfg.MarkerTTL,
+		Replicas:       r.cfg.Replicas,
+		Storage:        r.cfg.Storage,
+	})
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = r.js.KeyValue(ctx, r.cfg.Bucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("serverlist: create bucket %s: %w", r.cfg.Bucket, err)
+	}
+	return kv, nil
+}
+
+// adopt takes the lease from the bucket: its TTL and marker TTL are the ones
+// in effect. asked is the TTL the caller configured (0: none).
+func (r *Registry) adopt(ctx context.Context, asked time.Duration) error {
+	st, err := r.kv.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("serverlist: bucket %s status: %w", r.cfg.Bucket, err)
+	}
+	ttl, marker := st.TTL(), st.LimitMarkerTTL()
+	switch {
+	case ttl <= 0:
+		// A bucket without MaxAge never expires an entry: keep the
+		// configured lease for the refresh pace, and say what it means.
+		r.log.Warn().Str("bucket", r.cfg.Bucket).Dur("lease", r.cfg.TTL).
+			Msg("serverlist: the registry bucket has no TTL: entries of crashed instances never expire; set the bucket's TTL (nats kv edit ... --ttl)")
+		return nil
+	case asked != 0 && asked != ttl:
+		r.log.Warn().Str("bucket", r.cfg.Bucket).Dur("configured_lease", asked).Dur("bucket_ttl", ttl).
+			Msg("serverlist: the configured lease disagrees with the registry bucket's TTL; using the bucket's (the bucket belongs to the deployment and is not changed)")
+	}
+	if marker <= 0 {
+		r.log.Warn().Str("bucket", r.cfg.Bucket).
+			Msg("serverlist: the registry bucket has no limit markers: lease expiries do not reach watchers, gateways notice them only at anti-entropy")
+	}
+	r.cfg.TTL, r.cfg.MarkerTTL = ttl, marker
+	return nil
+}
+
+// Ensure makes sure the bucket exists, creating it from the registry's
+// configuration (the TTL in effect) when it is gone, as after a NATS server
+// lost its store. created reports whether it had to. A Registry keeps
+// working over a recreated bucket of the same name.
+func (r *Registry) Ensure(ctx context.Context) (created bool, err error) {
+	_, err = r.js.KeyValue(ctx, r.cfg.Bucket)
+	if err == nil {
+		return false, nil
+	}
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return false, fmt.Errorf("serverlist: look up bucket %s: %w", r.cfg.Bucket, err)
+	}
+	if _, err := r.create(ctx); err != nil {
+		return false, err
+	}
+	r.log.Warn().Str("bucket", r.cfg.Bucket).Dur("ttl", r.cfg.TTL).Msg("serverlist: the registry bucket was gone; recreated it")
+	return true, nil
+}
+
+// Config returns the configuration in effect, defaults filled in; its TTL
+// and MarkerTTL are the bucket's.
 func (r *Registry) Config() RegistryConfig { return r.cfg }
 
 // KeyValue returns the underlying bucket, for tools and tests.
 func (r *Registry) KeyValue() jetstream.KeyValue { return r.kv }
 
-// Register stores the instance and starts its lease. It returns the entry's
-// revision. An invalid instance is rejected with an error wrapping
-// ErrInvalidInstance.
+// Register stores the instance and starts its lease, whatever the key held
+// (last write wins; [Registry.Claim] is the identity-checking way in). It
+// returns the entry's revision. An invalid instance is rejected with an
+// error wrapping ErrInvalidInstance.
 func (r *Registry) Register(ctx context.Context, in Instance) (revision uint64, err error) {
-	if err := in.Validate(); err != nil {
-		return 0, err
-	}
-	key, err := EncodeKey(in.Service, in.InstanceID)
+	key, val, err := encodeInstance(in)
 	if err != nil {
 		return 0, err
-	}
-	val, err := json.Marshal(in)
-	if err != nil {
-		return 0, fmt.Errorf("serverlist: encode %s: %w", key, err)
 	}
 	rev, err := r.kv.Put(ctx, key, val)
 	if err != nil {
@@ -213,6 +285,129 @@ func (r *Registry) Deregister(ctx context.Context, service, id string) error {
 		return fmt.Errorf("serverlist: deregister %s/%s: %w", service, id, err)
 	}
 	return nil
+}
+
+// Entry is an instance with the bucket revision that stored it. Revisions
+// are assigned by the server and grow with every write to the bucket: no
+// client can forge their order.
+type Entry struct {
+	Instance
+	// Revision is the bucket revision of the put that stored Instance.
+	Revision uint64
+}
+
+// GetEntry is [Registry.Get] with the entry's revision.
+func (r *Registry) GetEntry(ctx context.Context, service, id string) (Entry, error) {
+	key, err := EncodeKey(service, id)
+	if err != nil {
+		return Entry{}, err
+	}
+	e, err := r.kv.Get(ctx, key)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			return Entry{}, fmt.Errorf("%w: %s/%s", ErrNotFound, service, id)
+		}
+		return Entry{}, fmt.Errorf("serverlist: get %s/%s: %w", service, id, err)
+	}
+	in, err := decodeValue(service, id, e.Value())
+	if err != nil {
+		return Entry{}, err
+	}
+	return Entry{Instance: in, Revision: e.Revision()}, nil
+}
+
+// Create stores the instance only if its key holds no live entry (never
+// written, deregistered or expired). It returns the entry's revision, or an
+// error wrapping ErrExists.
+func (r *Registry) Create(ctx context.Context, in Instance) (revision uint64, err error) {
+	key, val, err := encodeInstance(in)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := r.kv.Create(ctx, key, val)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, fmt.Errorf("%w: %s/%s", ErrExists, in.Service, in.InstanceID)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("serverlist: create %s/%s: %w", in.Service, in.InstanceID, err)
+	}
+	return rev, nil
+}
+
+// Update stores the instance only if its entry is still at revision (the
+// one a Create, Update or GetEntry returned): a compare-and-set. It returns
+// the new revision, or an error wrapping ErrRevisionMismatch when the entry
+// was written or removed since.
+func (r *Registry) Update(ctx context.Context, in Instance, revision uint64) (uint64, error) {
+	key, val, err := encodeInstance(in)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := r.kv.Update(ctx, key, val, revision)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, fmt.Errorf("%w: %s/%s is no longer at revision %d", ErrRevisionMismatch, in.Service, in.InstanceID, revision)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("serverlist: update %s/%s: %w", in.Service, in.InstanceID, err)
+	}
+	return rev, nil
+}
+
+// DeregisterRevision removes the instance only if its entry is still at
+// revision, so that a process removes its own record and never one that
+// another process wrote since. The error wraps ErrRevisionMismatch
+// otherwise.
+func (r *Registry) DeregisterRevision(ctx context.Context, service, id string, revision uint64) error {
+	key, err := EncodeKey(service, id)
+	if err != nil {
+		return err
+	}
+	err = r.kv.Purge(ctx, key, jetstream.LastRevision(revision))
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("%w: %s/%s is no longer at revision %d", ErrRevisionMismatch, service, id, revision)
+	}
+	if err != nil {
+		return fmt.Errorf("serverlist: deregister %s/%s: %w", service, id, err)
+	}
+	return nil
+}
+
+// DeregisterOwned removes the instance if its record names owner, and
+// leaves a record of another owner alone. An absent record is not an error.
+func (r *Registry) DeregisterOwned(ctx context.Context, service, id, owner string) error {
+	for range casAttempts {
+		e, err := r.GetEntry(ctx, service, id)
+		switch {
+		case errors.Is(err, ErrNotFound), errors.Is(err, ErrInvalidInstance):
+			return nil // absent, or malformed and so not provably ours
+		case err != nil:
+			return err
+		case e.Owner != owner:
+			return nil
+		}
+		err = r.DeregisterRevision(ctx, service, id, e.Revision)
+		if !errors.Is(err, ErrRevisionMismatch) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %s/%s kept changing", ErrRevisionMismatch, service, id)
+}
+
+// casAttempts bounds the read-and-retry loops of conditional writes.
+const casAttempts = 8
+
+// encodeInstance validates in and returns its key and value.
+func encodeInstance(in Instance) (key string, val []byte, err error) {
+	if err := in.Validate(); err != nil {
+		return "", nil, err
+	}
+	if key, err = EncodeKey(in.Service, in.InstanceID); err != nil {
+		return "", nil, err
+	}
+	if val, err = json.Marshal(in); err != nil {
+		return "", nil, fmt.Errorf("serverlist: encode %s: %w", key, err)
+	}
+	return key, val, nil
 }
 
 // Get reads one instance from the bucket. It returns an error wrapping

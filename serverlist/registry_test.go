@@ -1,12 +1,15 @@
 package serverlist_test
 
 import (
+	"bytes"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/serverlist"
 )
@@ -44,7 +47,7 @@ func TestRegistryConfigInvalid(t *testing.T) {
 			t.Errorf("Open(%+v) = %v, want ErrInvalidConfig", cfg, err)
 		}
 	}
-	// A dotted prefix derives a valid bucket name, and reopening updates it.
+	// A dotted prefix derives a valid bucket name.
 	reg, err := serverlist.Open(ctx, e.js, serverlist.RegistryConfig{Prefix: "acme.lb", TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -52,8 +55,88 @@ func TestRegistryConfigInvalid(t *testing.T) {
 	if reg.Config().Bucket != "pushlb_acme_lb" {
 		t.Fatalf("bucket %q", reg.Config().Bucket)
 	}
-	if _, err := serverlist.Open(ctx, e.js, serverlist.RegistryConfig{Prefix: "acme.lb", TTL: 3 * time.Second}); err != nil {
-		t.Fatalf("reopen with another TTL: %v", err)
+}
+
+// TestOpenKeepsTheBucketsTTL: the TTL is the bucket's. A process whose
+// configured lease disagrees says so, uses the bucket's, and changes
+// nothing; one with no lease configured adopts it silently.
+func TestOpenKeepsTheBucketsTTL(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{TTL: 2 * time.Second})
+	ctx := testCtx(t, 5*time.Second)
+	var logs bytes.Buffer
+	reg, err := serverlist.Open(ctx, e.js, serverlist.RegistryConfig{TTL: 7 * time.Second, Logger: zerolog.New(&logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := reg.Config().TTL; got != 2*time.Second {
+		t.Fatalf("TTL in effect %v, want the bucket's 2s", got)
+	}
+	if !strings.Contains(logs.String(), "disagrees with the registry bucket's TTL") || !strings.Contains(logs.String(), `"configured_lease":7000`) {
+		t.Fatalf("no warning that says so: %s", logs.String())
+	}
+	st, err := e.reg.KeyValue().Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.TTL() != 2*time.Second || st.LimitMarkerTTL() != 2*time.Second {
+		t.Fatalf("the bucket changed: TTL %v, marker TTL %v", st.TTL(), st.LimitMarkerTTL())
+	}
+	logs.Reset()
+	reg, err = serverlist.Open(ctx, e.js, serverlist.RegistryConfig{Logger: zerolog.New(&logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reg.Config().TTL != 2*time.Second || logs.Len() != 0 {
+		t.Fatalf("no lease configured: TTL %v, logs %s", reg.Config().TTL, logs.String())
+	}
+}
+
+// TestConditionalWrites: Create refuses a live key, Update and
+// DeregisterRevision refuse a stale revision, DeregisterOwned leaves
+// another owner's record alone.
+func TestConditionalWrites(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	ctx := testCtx(t, 5*time.Second)
+	in := inst("orders", "i-1", 8080)
+	in.Owner = "a"
+	rev, err := e.reg.Create(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.reg.Create(ctx, in); !errors.Is(err, serverlist.ErrExists) {
+		t.Fatalf("second Create = %v, want ErrExists", err)
+	}
+	rev2, err := e.reg.Update(ctx, in, rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.reg.Update(ctx, in, rev); !errors.Is(err, serverlist.ErrRevisionMismatch) {
+		t.Fatalf("Update at a stale revision = %v, want ErrRevisionMismatch", err)
+	}
+	if err := e.reg.DeregisterRevision(ctx, "orders", "i-1", rev); !errors.Is(err, serverlist.ErrRevisionMismatch) {
+		t.Fatalf("DeregisterRevision at a stale revision = %v", err)
+	}
+	got, err := e.reg.GetEntry(ctx, "orders", "i-1")
+	if err != nil || got.Revision != rev2 || !got.Instance.Equal(in) {
+		t.Fatalf("GetEntry = %+v, %v; want revision %d", got, err, rev2)
+	}
+	if err := e.reg.DeregisterOwned(ctx, "orders", "i-1", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.reg.Get(ctx, "orders", "i-1"); err != nil {
+		t.Fatalf("another owner's DeregisterOwned removed the record: %v", err)
+	}
+	if err := e.reg.DeregisterOwned(ctx, "orders", "i-1", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.reg.Get(ctx, "orders", "i-1"); !errors.Is(err, serverlist.ErrNotFound) {
+		t.Fatalf("the owner's DeregisterOwned left the record: %v", err)
+	}
+	// A removed key can be created again.
+	if _, err := e.reg.Create(ctx, in); err != nil {
+		t.Fatalf("Create after removal: %v", err)
 	}
 }
 

@@ -1,0 +1,105 @@
+package serverlist_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+// holder keeps a record alive as a live process does: it refreshes it
+// until stopped.
+func holder(t *testing.T, reg *serverlist.Registry, in serverlist.Instance, every time.Duration) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				rctx, rcancel := context.WithTimeout(ctx, time.Second)
+				reg.Refresh(rctx, in)
+				rcancel()
+			}
+		}
+	}()
+	return func() { cancel(); wg.Wait() }
+}
+
+// TestClaim: the identity rule. A free ID is created; the same owner
+// re-claims in place; another owner is refused while the holder refreshes,
+// takes over once the holder stops refreshing (a crash whose lease has not
+// run out), and takes over at once with Replace.
+func TestClaim(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{TTL: 3 * time.Second})
+	ctx := testCtx(t, 10*time.Second)
+	orig := inst("orders", "i-1", 8080)
+	orig.Owner, orig.Incarnation = "original", 100
+	if _, err := e.reg.Claim(ctx, orig, serverlist.ClaimOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	again := orig
+	again.Port = 8081
+	if _, err := e.reg.Claim(ctx, again, serverlist.ClaimOptions{}); err != nil {
+		t.Fatalf("the owner re-claiming: %v", err)
+	}
+
+	stop := holder(t, e.reg, again, 100*time.Millisecond)
+	dup := inst("orders", "i-1", 9090)
+	dup.Owner, dup.Incarnation = "duplicate", 200
+	_, err := e.reg.Claim(ctx, dup, serverlist.ClaimOptions{Probe: 2 * time.Second})
+	if !errors.Is(err, serverlist.ErrInUse) {
+		t.Fatalf("claiming a live holder's ID = %v, want ErrInUse", err)
+	}
+	if got, err := e.reg.Get(ctx, "orders", "i-1"); err != nil || got.Owner != "original" || got.Port != 8081 {
+		t.Fatalf("a refused claim changed the record: %+v, %v", got, err)
+	}
+	stop()
+
+	// The holder is gone but its record has not expired: after the probe
+	// it is presumed dead.
+	began := time.Now()
+	if _, err := e.reg.Claim(ctx, dup, serverlist.ClaimOptions{Probe: 300 * time.Millisecond}); err != nil {
+		t.Fatalf("claiming a dead holder's ID: %v", err)
+	}
+	if took := time.Since(began); took < 300*time.Millisecond {
+		t.Fatalf("took over after %v, before the probe ended", took)
+	}
+	if got, _ := e.reg.Get(ctx, "orders", "i-1"); got.Owner != "duplicate" {
+		t.Fatalf("record %+v, want the new owner", got)
+	}
+
+	// Replace takes a live holder's ID at once; the holder then sees it
+	// was superseded.
+	stop = holder(t, e.reg, dup, 100*time.Millisecond)
+	defer stop()
+	repl := inst("orders", "i-1", 7070)
+	repl.Owner, repl.Incarnation = "replacement", 300
+	if _, err := e.reg.Claim(ctx, repl, serverlist.ClaimOptions{Replace: true}); err != nil {
+		t.Fatal(err)
+	}
+	if !serverlist.Superseded(dup, repl, time.Now()) {
+		t.Fatal("a newer owner's record must supersede")
+	}
+	if serverlist.Superseded(repl, dup, time.Now()) {
+		t.Fatal("an older owner's record must not supersede")
+	}
+	forged := repl
+	forged.Owner, forged.Incarnation = "forger", time.Now().Add(2*time.Hour).UnixNano()
+	if serverlist.Superseded(repl, forged, time.Now()) {
+		t.Fatal("a record with a future incarnation must not supersede")
+	}
+	if _, err := e.reg.Claim(ctx, serverlist.Instance{Service: "orders", InstanceID: "x", Host: "h", Port: 1}, serverlist.ClaimOptions{}); !errors.Is(err, serverlist.ErrInvalidInstance) {
+		t.Fatalf("Claim without an owner = %v", err)
+	}
+}
