@@ -1,7 +1,9 @@
 // Package natsconn sets up the NATS connection that pushlb's binaries share:
-// the same flags (-nats, -creds, -user, -password, -token, -tls-ca,
-// -tls-cert, -tls-key, -nats-timeout), the same checks of conflicting
-// options, and the same connection policy.
+// the same flags (-nats, -creds, -user, -password, -password-file, -token,
+// -token-file, -nkey, -tls-ca, -tls-cert, -tls-key, -nats-timeout), the
+// same environment variables for secrets (PUSHLB_NATS_PASSWORD,
+// PUSHLB_NATS_TOKEN, PUSHLB_NATS_NKEY_SEED_FILE), the same checks of
+// conflicting options, and the same connection policy.
 //
 // The policy has two phases:
 //
@@ -23,5 +25,9 @@
 //	flag.Parse()
 //	conn, err := natsconn.Connect(ctx, nc, log)
 //
-// Passwords and tokens embedded in a URL are masked in errors and logs.
+// Secrets stay off the command line with the -...-file flags and the
+// environment (see [Config.Resolve] for the precedence: a flag wins over
+// the environment). Passwords and tokens embedded in a URL are masked in
+// errors and logs; -h never shows a password or token, even one a
+// configuration file set.
 package natsconn

@@ -4,6 +4,8 @@ import (
 	"github.com/pushlb/pushlb/internal/commalist"
 
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,6 +40,21 @@ const (
 	minDialTimeout = 250 * time.Millisecond
 )
 
+// The environment variables that supply secrets kept off the command line
+// and out of configuration files. A variable that is empty counts as unset.
+// A secret given by flag or file (-password, -password-file...) wins over its
+// variable. See [Config.Resolve] for when each one applies.
+const (
+	// EnvPassword is the password of -user, when neither -password nor
+	// -password-file is given.
+	EnvPassword = "PUSHLB_NATS_PASSWORD"
+	// EnvToken is the token, when no other credentials are given.
+	EnvToken = "PUSHLB_NATS_TOKEN"
+	// EnvNkeySeedFile is the path of an NKey seed file (as -nkey), when no
+	// other credentials are given.
+	EnvNkeySeedFile = "PUSHLB_NATS_NKEY_SEED_FILE"
+)
+
 // Config describes how to reach NATS. The zero value connects to DefaultURL
 // without credentials. Fields map one to one to the flags of RegisterFlags
 // and to the keys of a gateway configuration file's nats section (the yaml
@@ -56,8 +73,20 @@ type Config struct {
 	// password needs a user; a user excludes Token. Flags -user, -password.
 	User     string `yaml:"user"`
 	Password string `yaml:"password"`
+	// PasswordFile is a file holding the password (its content, without a
+	// final line ending), so that the password is not on the command line.
+	// It excludes Password and needs User. Flag -password-file.
+	PasswordFile string `yaml:"passwordFile"`
 	// Token authenticates with a token. Flag -token.
 	Token string `yaml:"token"`
+	// TokenFile is a file holding the token, as PasswordFile holds the
+	// password. It excludes Token. Flag -token-file.
+	TokenFile string `yaml:"tokenFile"`
+	// NkeyFile is a file holding an NKey user seed ("SU..."), for plain
+	// NKey authentication (a user that the server knows by its public key,
+	// without a JWT). The seed is read at every connection and never kept
+	// in memory. It excludes CredsFile, User and Token. Flag -nkey.
+	NkeyFile string `yaml:"nkeyFile"`
 	// TLSCA is a PEM file of root certificates to verify the server with;
 	// setting it requires TLS. Flag -tls-ca.
 	TLSCA string `yaml:"tlsCA"`
@@ -86,9 +115,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	}
 	fs.StringVar(&c.URL, "nats", c.URL, "NATS server `URL`s, comma-separated")
 	fs.StringVar(&c.CredsFile, "creds", c.CredsFile, "NATS credentials `file` (JWT and seed); excludes -user, -password and -token")
-	fs.StringVar(&c.User, "user", c.User, "NATS user `name`; excludes -token")
-	fs.StringVar(&c.Password, "password", c.Password, "NATS `password`, with -user")
-	fs.StringVar(&c.Token, "token", c.Token, "NATS authentication `token`")
+	fs.StringVar(&c.User, "user", c.User, "NATS user `name`; excludes -token and -nkey")
+	// Secrets given on the command line are visible to every user of the
+	// machine (ps); the -...-file flags and the environment are not.
+	fs.Var(secretValue{&c.Password}, "password", "NATS `password`, with -user; prefer -password-file or "+EnvPassword)
+	fs.StringVar(&c.PasswordFile, "password-file", c.PasswordFile, "`file` holding the NATS password, with -user (default $"+EnvPassword+")")
+	fs.Var(secretValue{&c.Token}, "token", "NATS authentication `token`; prefer -token-file or "+EnvToken)
+	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "`file` holding the NATS token (default $"+EnvToken+")")
+	fs.StringVar(&c.NkeyFile, "nkey", c.NkeyFile, "NKey user seed `file` for NKey authentication (default $"+EnvNkeySeedFile+")")
 	fs.StringVar(&c.TLSCA, "tls-ca", c.TLSCA, "PEM `file` of CA certificates to verify the NATS server (enables TLS)")
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM `file` of the client certificate, with -tls-key")
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM `file` of the client key, with -tls-cert")
@@ -99,14 +133,31 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // ErrInvalidConfig. It does not read any file.
 func (c Config) Validate() error {
 	var problems []string
-	if c.User != "" && c.Token != "" {
-		problems = append(problems, "-user and -token cannot be used together")
+	// One way to authenticate: a credentials file, a user, a token or an
+	// NKey.
+	var ways []string
+	for _, w := range []struct {
+		flag  string
+		given bool
+	}{
+		{"-creds", c.CredsFile != ""},
+		{"-user", c.User != ""},
+		{"-token", c.Token != ""},
+		{"-token-file", c.TokenFile != ""},
+		{"-nkey", c.NkeyFile != ""},
+	} {
+		if w.given {
+			ways = append(ways, w.flag)
+		}
 	}
-	if c.Password != "" && c.User == "" {
+	if len(ways) > 1 {
+		problems = append(problems, strings.Join(ways, " and ")+" cannot be used together: choose one way to authenticate")
+	}
+	if c.Password != "" && c.PasswordFile != "" {
+		problems = append(problems, "-password and -password-file cannot be used together")
+	}
+	if (c.Password != "" || c.PasswordFile != "") && c.User == "" {
 		problems = append(problems, "-password needs -user")
-	}
-	if c.CredsFile != "" && (c.User != "" || c.Password != "" || c.Token != "") {
-		problems = append(problems, "-creds cannot be combined with -user, -password or -token")
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		problems = append(problems, "-tls-cert and -tls-key go together")
@@ -152,6 +203,10 @@ func (c Config) withDefaults() Config {
 // nats.ErrAuthorization).
 func Connect(ctx context.Context, c Config, log zerolog.Logger) (*nats.Conn, error) {
 	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	c, err := c.Resolve()
+	if err != nil {
 		return nil, err
 	}
 	c = c.withDefaults()
@@ -234,6 +289,15 @@ func (c Config) options(shown string, log zerolog.Logger) (nats.Options, error) 
 	if c.User != "" {
 		list = append(list, nats.UserInfo(c.User, c.Password))
 	}
+	if c.NkeyFile != "" {
+		// The option reads the seed now to check it, and again to sign
+		// each connection's challenge.
+		o, err := nats.NkeyOptionFromSeed(c.NkeyFile)
+		if err != nil {
+			return opts, fmt.Errorf("%w: -nkey: %w", ErrInvalidConfig, err)
+		}
+		list = append(list, o)
+	}
 	if c.Token != "" {
 		list = append(list, nats.Token(c.Token))
 	}
@@ -252,10 +316,109 @@ func (c Config) options(shown string, log zerolog.Logger) (nats.Options, error) 
 	return opts, nil
 }
 
+// Resolve returns c with its secrets in place: the password and the token
+// read from PasswordFile and TokenFile (without a final line ending), and
+// the environment variables applied where c leaves a secret unset. Connect
+// calls it; a command may call it earlier to report a problem as a usage
+// error. It is idempotent.
+//
+// The environment applies as follows; a flag or file value always wins:
+//
+//   - EnvPassword is the password of User, when c has a User but no
+//     Password or PasswordFile. Without a User it is ignored.
+//   - EnvToken is the token and EnvNkeySeedFile the NKey seed file when c
+//     has no credentials at all (no CredsFile, User, Token, TokenFile or
+//     NkeyFile, and no user information in a URL). Both set is an error:
+//     the choice would be a guess.
+//
+// Errors wrap ErrInvalidConfig; they name files and variables, never a
+// secret.
+func (c Config) Resolve() (Config, error) {
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	// A URL's user information (nats://user:pass@host, nats://token@host)
+	// counts as credentials given.
+	none := c.CredsFile == "" && c.User == "" && c.Token == "" && c.TokenFile == "" && c.NkeyFile == "" &&
+		!strings.Contains(c.URL, "@")
+	if c.User != "" && c.Password == "" && c.PasswordFile == "" {
+		c.Password = os.Getenv(EnvPassword)
+	}
+	if none {
+		token, seed := os.Getenv(EnvToken), os.Getenv(EnvNkeySeedFile)
+		if token != "" && seed != "" {
+			return c, fmt.Errorf("%w: both %s and %s are set and no credentials are given: unset one", ErrInvalidConfig, EnvToken, EnvNkeySeedFile)
+		}
+		c.Token, c.NkeyFile = token, seed
+	}
+	if c.PasswordFile != "" {
+		p, err := readSecret(c.PasswordFile)
+		if err != nil {
+			return c, fmt.Errorf("%w: -password-file: %w", ErrInvalidConfig, err)
+		}
+		c.Password, c.PasswordFile = p, ""
+	}
+	if c.TokenFile != "" {
+		t, err := readSecret(c.TokenFile)
+		if err != nil {
+			return c, fmt.Errorf("%w: -token-file: %w", ErrInvalidConfig, err)
+		}
+		c.Token, c.TokenFile = t, ""
+	}
+	return c, nil
+}
+
+// maxSecretSize bounds a password or token file: a larger one is not a
+// secret but a mistake (a key or a log named by error).
+const maxSecretSize = 64 << 10
+
+// readSecret reads a password or token file: its content without a final
+// line ending, so that `echo secret > file` works. An empty secret is an
+// error.
+func readSecret(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxSecretSize+1))
+	if err != nil {
+		return "", err
+	}
+	if len(b) > maxSecretSize {
+		return "", fmt.Errorf("%s: larger than %d bytes", path, maxSecretSize)
+	}
+	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if s == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return s, nil
+}
+
+// secretValue is a string flag whose value is never printed: a password
+// or token that a configuration file set would otherwise be shown as the
+// flag's default by -h.
+type secretValue struct{ p *string }
+
+func (v secretValue) String() string {
+	if v.p == nil || *v.p == "" {
+		return ""
+	}
+	return "(hidden)"
+}
+
+func (v secretValue) Set(s string) error {
+	*v.p = s
+	return nil
+}
+
 // transient reports whether waiting may cure a failed first connection: the
 // server is not listening yet, the network or DNS is not up yet, or the
-// connection broke during the handshake.
+// connection broke during the NATS handshake. A TLS failure is not.
 func transient(err error) bool {
+	if tlsFailure(err) {
+		return false
+	}
 	var netErr net.Error
 	return errors.Is(err, nats.ErrNoServers) ||
 		errors.Is(err, nats.ErrTimeout) ||
@@ -264,6 +427,33 @@ func transient(err error) bool {
 		errors.Is(err, syscall.ECONNREFUSED) ||
 		errors.Is(err, syscall.ECONNRESET) ||
 		errors.As(err, &netErr)
+}
+
+// tlsFailure reports whether err is a TLS failure that a retry would meet
+// again: the server refused the handshake with an alert (a client
+// certificate missing, expired or signed by a CA it does not trust), or
+// closed the connection right after it (nats.ErrTLS: how the refusal looks
+// when the alert is lost), or the server's certificate failed verification
+// here. crypto/tls reports the server's alert as a *net.OpError, which
+// would otherwise pass for a network error.
+func tlsFailure(err error) bool {
+	if errors.Is(err, nats.ErrTLS) {
+		return true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "remote error" {
+		return true
+	}
+	var (
+		verify    *tls.CertificateVerificationError
+		record    tls.RecordHeaderError
+		authority x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		alert     tls.AlertError
+	)
+	return errors.As(err, &verify) || errors.As(err, &record) || errors.As(err, &authority) ||
+		errors.As(err, &hostname) || errors.As(err, &invalid) || errors.As(err, &alert)
 }
 
 // unreachableError is returned when the first connection timed out.

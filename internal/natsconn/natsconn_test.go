@@ -32,20 +32,46 @@ func TestRegisterFlags(t *testing.T) {
 	if c.URL != "" || c.ConnectTimeout != natsconn.DefaultConnectTimeout {
 		t.Fatalf("defaults: %+v", c)
 	}
-	for _, name := range []string{"nats", "creds", "user", "password", "token", "tls-ca", "tls-cert", "tls-key", "nats-timeout"} {
+	for _, name := range []string{"nats", "creds", "user", "password", "password-file", "token", "token-file", "nkey", "tls-ca", "tls-cert", "tls-key", "nats-timeout"} {
 		if fs.Lookup(name) == nil {
 			t.Errorf("flag -%s not registered", name)
 		}
 	}
 	err := fs.Parse([]string{"-nats", "nats://n1:4222,nats://n2:4222", "-user", "u", "-password", "p",
-		"-tls-ca", "ca.pem", "-tls-cert", "c.pem", "-tls-key", "k.pem", "-nats-timeout", "3s", "-creds", "x.creds", "-token", "t"})
+		"-tls-ca", "ca.pem", "-tls-cert", "c.pem", "-tls-key", "k.pem", "-nats-timeout", "3s", "-creds", "x.creds", "-token", "t",
+		"-password-file", "pw", "-token-file", "tok", "-nkey", "seed.nk"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := natsconn.Config{URL: "nats://n1:4222,nats://n2:4222", User: "u", Password: "p", TLSCA: "ca.pem",
-		TLSCert: "c.pem", TLSKey: "k.pem", ConnectTimeout: 3 * time.Second, CredsFile: "x.creds", Token: "t"}
+		TLSCert: "c.pem", TLSKey: "k.pem", ConnectTimeout: 3 * time.Second, CredsFile: "x.creds", Token: "t",
+		PasswordFile: "pw", TokenFile: "tok", NkeyFile: "seed.nk"}
 	if c != want {
 		t.Fatalf("parsed %+v, want %+v", c, want)
+	}
+}
+
+// A password or token that a configuration file set is bound to its flag
+// as the default; -h must not print it.
+func TestHelpHidesSecrets(t *testing.T) {
+	c := natsconn.Config{User: "u", Password: "hunter2-password", Token: "hunter2-token"}
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	var out strings.Builder
+	fs.SetOutput(&out)
+	c.RegisterFlags(fs)
+	fs.PrintDefaults()
+	help := out.String()
+	if strings.Contains(help, "hunter2") {
+		t.Fatalf("-h shows a secret:\n%s", help)
+	}
+	for _, want := range []string{"-password-file", "-token-file", "-nkey", natsconn.EnvPassword, natsconn.EnvToken, natsconn.EnvNkeySeedFile} {
+		if !strings.Contains(help, want) {
+			t.Errorf("-h does not mention %s:\n%s", want, help)
+		}
+	}
+	// The values are still there, and a flag still sets them.
+	if err := fs.Parse([]string{"-token", "other"}); err != nil || c.Password != "hunter2-password" || c.Token != "other" {
+		t.Fatalf("parse: %v, %+v", err, c)
 	}
 }
 
@@ -60,7 +86,16 @@ func TestValidate(t *testing.T) {
 		{"cert and key", natsconn.Config{TLSCert: "c", TLSKey: "k"}, ""},
 		{"user and token", natsconn.Config{User: "u", Token: "t"}, "-user and -token"},
 		{"password alone", natsconn.Config{Password: "p"}, "-password needs -user"},
-		{"creds and token", natsconn.Config{CredsFile: "f", Token: "t"}, "-creds cannot be combined"},
+		{"creds and token", natsconn.Config{CredsFile: "f", Token: "t"}, "-creds and -token cannot be used together"},
+		{"user and password file", natsconn.Config{User: "u", PasswordFile: "f"}, ""},
+		{"token file", natsconn.Config{TokenFile: "f"}, ""},
+		{"nkey", natsconn.Config{NkeyFile: "f"}, ""},
+		{"password and password file", natsconn.Config{User: "u", Password: "p", PasswordFile: "f"}, "-password and -password-file"},
+		{"password file alone", natsconn.Config{PasswordFile: "f"}, "-password needs -user"},
+		{"token and token file", natsconn.Config{Token: "t", TokenFile: "f"}, "-token and -token-file cannot be used together"},
+		{"user and nkey", natsconn.Config{User: "u", NkeyFile: "f"}, "-user and -nkey"},
+		{"creds and nkey", natsconn.Config{CredsFile: "c", NkeyFile: "f"}, "-creds and -nkey"},
+		{"user and token file", natsconn.Config{User: "u", TokenFile: "f"}, "-user and -token-file"},
 		{"cert without key", natsconn.Config{TLSCert: "c"}, "-tls-cert and -tls-key"},
 		{"key without cert", natsconn.Config{TLSKey: "k"}, "-tls-cert and -tls-key"},
 		{"negative timeout", natsconn.Config{ConnectTimeout: -time.Second}, "-nats-timeout"},
@@ -90,6 +125,9 @@ func TestMissingFilesAreConfigErrors(t *testing.T) {
 		{CredsFile: "/nonexistent/x.creds"},
 		{TLSCA: "/nonexistent/ca.pem"},
 		{TLSCert: "/nonexistent/c.pem", TLSKey: "/nonexistent/k.pem"},
+		{User: "u", PasswordFile: "/nonexistent/password"},
+		{TokenFile: "/nonexistent/token"},
+		{NkeyFile: "/nonexistent/seed.nk"},
 	} {
 		start := time.Now()
 		_, err := natsconn.Connect(t.Context(), cfg, zerolog.Nop())

@@ -16,8 +16,8 @@ import (
 // accept connections.
 const readyTimeout = 10 * time.Second
 
-// Option adjusts the server options before the server first starts. Restart
-// reuses the options, so changes made here persist across restarts.
+// Option adjusts the server options. Options are applied, in order, every
+// time the server starts, so changes made here persist across restarts.
 type Option func(*server.Options)
 
 // WithStoreDir stores JetStream data in dir instead of a fresh t.TempDir().
@@ -37,12 +37,54 @@ func WithoutJetStream() Option {
 	return func(o *server.Options) { o.JetStream = false }
 }
 
+// WithConfigFile configures the server from a nats-server configuration
+// file, as `nats-server -c path` would: accounts, users and their
+// permissions, TLS, JetStream. The file is parsed when the option is made
+// (a parse error fails the test) and again on every start, so that a
+// restart gets fresh accounts. Variables the file leaves undefined come
+// from the environment, as in nats-server.
+//
+// Whatever the file says, the server listens on 127.0.0.1 on a random port,
+// keeps its JetStream data in the test's directory (or WithStoreDir's), and
+// does not log (WithLogging) or handle signals: the test owns those. JetStream
+// runs only if the file enables it. Give WithConfigFile first: it replaces
+// the options the ones before it set.
+func WithConfigFile(tb testing.TB, path string) Option {
+	tb.Helper()
+	if _, err := server.ProcessConfigFile(path); err != nil {
+		tb.Fatalf("natstest: config file %s: %v", path, err)
+	}
+	return func(o *server.Options) {
+		parsed, err := server.ProcessConfigFile(path)
+		if err != nil { // it parsed a moment ago: the file changed meanwhile
+			panic(fmt.Sprintf("natstest: config file %s: %v", path, err))
+		}
+		keep := *o
+		*o = *parsed
+		o.ServerName = keep.ServerName
+		o.Host, o.Port = keep.Host, keep.Port
+		o.StoreDir = keep.StoreDir
+		o.NoLog, o.NoSigs = true, true
+		// The monitoring, cluster and other listeners of a production file
+		// would clash between tests.
+		o.HTTPPort, o.HTTPSPort = 0, 0
+		o.Cluster = server.ClusterOpts{}
+		o.Gateway = server.GatewayOpts{}
+		o.LeafNode = server.LeafNodeOpts{}
+		o.Websocket = server.WebsocketOpts{}
+		o.MQTT = server.MQTTOpts{}
+	}
+}
+
 // Server is an in-process nats-server with JetStream enabled. Its methods are
 // safe for concurrent use.
 type Server struct {
-	mu   sync.Mutex
-	opts server.Options // template; a copy is handed to every start
-	srv  *server.Server // nil while shut down
+	mu       sync.Mutex
+	opts     []Option
+	storeDir string
+	port     int            // server.RANDOM_PORT until the first start
+	host     string         // the address the server listens on
+	srv      *server.Server // nil while shut down
 }
 
 // Start starts a nats-server with JetStream on 127.0.0.1 and a random port,
@@ -50,37 +92,44 @@ type Server struct {
 // tb.Cleanup. It fails the test if the server cannot start.
 func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
-	s := &Server{opts: server.Options{
-		ServerName: "natstest",
-		Host:       "127.0.0.1",
-		Port:       server.RANDOM_PORT,
-		JetStream:  true,
-		StoreDir:   tb.TempDir(),
-		NoLog:      true,
-		NoSigs:     true,
-	}}
-	for _, opt := range opts {
-		opt(&s.opts)
-	}
+	s := &Server{opts: opts, storeDir: tb.TempDir(), port: server.RANDOM_PORT}
 	srv, err := s.start()
 	if err != nil {
 		tb.Fatalf("natstest: %v", err)
-	}
-	// The first start picked a random port: pin it so that Restart comes back
-	// where the clients look for it.
-	if addr, ok := srv.Addr().(*net.TCPAddr); ok {
-		s.opts.Port = addr.Port
 	}
 	s.srv = srv
 	tb.Cleanup(s.Shutdown)
 	return s
 }
 
-// start builds and starts a server from a copy of the template options and
-// waits until it accepts connections.
+// options builds the options of one start: the test defaults, then the
+// Options in order, then the port the first start picked.
+func (s *Server) options() *server.Options {
+	o := &server.Options{
+		ServerName: "natstest",
+		Host:       "127.0.0.1",
+		Port:       server.RANDOM_PORT,
+		JetStream:  true,
+		StoreDir:   s.storeDir,
+		NoLog:      true,
+		NoSigs:     true,
+	}
+	for _, opt := range s.opts {
+		opt(o)
+	}
+	if s.port != server.RANDOM_PORT {
+		// The first start picked the port: Restart comes back where the
+		// clients look for it.
+		o.Port = s.port
+	}
+	return o
+}
+
+// start builds and starts a server and waits until it accepts connections.
+// It pins the port the server listens on.
 func (s *Server) start() (*server.Server, error) {
-	o := s.opts
-	srv, err := server.NewServer(&o)
+	o := s.options()
+	srv, err := server.NewServer(o)
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
@@ -93,6 +142,10 @@ func (s *Server) start() (*server.Server, error) {
 		srv.WaitForShutdown()
 		return nil, errors.New("server not ready for connections")
 	}
+	if addr, ok := srv.Addr().(*net.TCPAddr); ok {
+		s.host, s.port = o.Host, addr.Port
+	}
+	s.storeDir = o.StoreDir
 	return srv, nil
 }
 
@@ -101,14 +154,14 @@ func (s *Server) start() (*server.Server, error) {
 func (s *Server) URL() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return fmt.Sprintf("nats://%s:%d", s.opts.Host, s.opts.Port)
+	return fmt.Sprintf("nats://%s:%d", s.host, s.port)
 }
 
 // StoreDir is the JetStream store directory.
 func (s *Server) StoreDir() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.opts.StoreDir
+	return s.storeDir
 }
 
 // NATS returns the running server, or nil while it is shut down.
@@ -154,7 +207,19 @@ func (s *Server) Restart(tb testing.TB) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	tb.Fatalf("natstest: restart on port %d: %v", s.opts.Port, err)
+	tb.Fatalf("natstest: restart on port %d: %v", s.port, err)
+}
+
+// RestartWithoutStore is Restart with a fresh, empty JetStream store, as a
+// server that lost its disk comes back: every stream, the registry bucket
+// included, is gone. (A WithStoreDir option still picks the directory.)
+func (s *Server) RestartWithoutStore(tb testing.TB) {
+	tb.Helper()
+	dir := tb.TempDir()
+	s.mu.Lock()
+	s.storeDir = dir
+	s.mu.Unlock()
+	s.Restart(tb)
 }
 
 // Connect connects a client to the server and closes it in tb.Cleanup. The

@@ -97,3 +97,50 @@ func TestShutdownIsIdempotent(t *testing.T) {
 		t.Fatal("NATS() after Shutdown should be nil")
 	}
 }
+
+// A configuration file sets the accounts and permissions; the server still
+// listens on a random loopback port, and a restart parses the file again.
+func TestWithConfigFile(t *testing.T) {
+	conf := t.TempDir() + "/server.conf"
+	if err := os.WriteFile(conf, []byte(`
+listen: 0.0.0.0:4222
+jetstream: enabled
+authorization {
+  users: [
+    {user: reader, password: $NATSTEST_PASSWORD, permissions: {publish: {deny: ">"}, subscribe: {allow: "x.>"}}}
+  ]
+}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NATSTEST_PASSWORD", "pw")
+	srv := natstest.Start(t, natstest.WithConfigFile(t, conf))
+	if u := srv.URL(); u == "nats://127.0.0.1:4222" || u[:17] != "nats://127.0.0.1:" {
+		t.Fatalf("URL %s, want a random loopback port", u)
+	}
+	if _, err := nats.Connect(srv.URL()); !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("anonymous connection: %v, want an authorization error", err)
+	}
+	refused := make(chan error, 1)
+	nc := srv.Connect(t, nats.UserInfo("reader", "pw"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		select {
+		case refused <- err:
+		default:
+		}
+	}))
+	srv.Restart(t)
+	if err := nc.Publish("x.y", nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-refused:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Fatalf("error %v, want a permissions violation", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the publish was not refused")
+	}
+	if srv.NATS().JetStreamEnabled() != true {
+		t.Fatal("the file enables JetStream")
+	}
+}
