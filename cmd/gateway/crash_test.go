@@ -3,6 +3,7 @@ package main
 import (
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +143,117 @@ func TestCrashDetectedByLease(t *testing.T) {
 	t.Logf("lease path: crash removed after %v (TTL 1 s)", took)
 	if took > 3*time.Second {
 		t.Fatalf("took %v, want within the TTL plus a margin (3 s)", took)
+	}
+}
+
+// TestInstancesShareAHostWithTheDefaultGossipBind: two announce -gossip
+// on one host, both with the default bind (a free port each), both join,
+// and each one's SIGKILL is noticed through gossip with the fast profile,
+// long before the 30 s lease.
+func TestInstancesShareAHostWithTheDefaultGossipBind(t *testing.T) {
+	g, gossipAddr := startGossipGateway(t)
+	var anns []*testutil.Proc
+	var nodes []string
+	for _, name := range []string{"d1", "d2"} {
+		a := start(t, bin.announce, "-nats", "nats://"+g.nats, "-service", "orders", "-addr", named(t, name).Listener.Addr().String(),
+			"-gossip", gossipAddr, "-gossip-profile", "fast")
+		// 0.0.0.0 without a key: announce warns (before the line below).
+		a.WaitFor(t, "gossip has no key", lineTimeout)
+		node := gossipMember(t, a)
+		if strings.HasSuffix(node, ":"+strconv.Itoa(gossip.DefaultPort)) || slices.Contains(nodes, node) {
+			t.Fatalf("announce %s gossips at %s, want a free port of its own (others: %v)", name, node, nodes)
+		}
+		anns, nodes = append(anns, a), append(nodes, node)
+	}
+	testutil.Eventually(t, "both instances listed and gossip members", func() bool {
+		return g.servers(t) == 2 && g.metric("pushlb_gossip_members") == 3
+	})
+
+	const bound = 5 * time.Second // ProfileFast expects ~1 s
+	var took []time.Duration
+	for i, a := range anns {
+		a.Kill(t)
+		began := time.Now()
+		testutil.Eventually(t, "the crashed instance to leave", func() bool { return g.servers(t) == len(anns)-1-i })
+		took = append(took, time.Since(began))
+		if took[i] > bound {
+			t.Errorf("instance %d (gossip %s): removed %v after its kill, want within %v", i+1, nodes[i], took[i], bound)
+		}
+	}
+	if n := g.metric("pushlb_gossip_removals_total"); n != 2 {
+		t.Fatalf("gossip removed %v instances, want both (the lease did the rest?)", n)
+	}
+	t.Logf("two instances on one host, default gossip bind (%v): crashes removed after %v", nodes, took)
+}
+
+var (
+	idField          = regexp.MustCompile(`"id":"([^"]+)"`)
+	incarnationField = regexp.MustCompile(`"incarnation":(\d+)`)
+)
+
+// TestRogueGossipNodeChangesNothing: a gossip node that claims a real
+// instance's Meta (same service, ID and incarnation) under another name
+// and address, then leaves, or dies, is ignored: the instance stays routed,
+// and the gateway counts and logs each claim it refused.
+func TestRogueGossipNodeChangesNothing(t *testing.T) {
+	g, gossipAddr := startGossipGateway(t)
+	a := announceGossip(t, g, gossipAddr, named(t, "real").Listener.Addr().String())
+	online := a.WaitFor(t, "announced online", lineTimeout)
+	id, inc := idField.FindStringSubmatch(online.Text), incarnationField.FindStringSubmatch(online.Text)
+	if id == nil || inc == nil {
+		t.Fatalf("no id or incarnation in %q", online.Text)
+	}
+	incarnation, err := strconv.ParseInt(inc[1], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the instance listed and a gossip member", func() bool {
+		return g.servers(t) == 1 && g.metric("pushlb_gossip_members") == 2
+	})
+	claim := gossip.Meta{Role: gossip.RoleInstance, Service: "orders", InstanceID: id[1], Incarnation: incarnation}
+
+	rogue := func(name string) *gossip.Node {
+		n, err := gossip.New(gossip.Config{BindAddr: "127.0.0.1:0", Join: []string{gossipAddr}, Profile: gossip.ProfileFast,
+			NodeName: name, Meta: claim}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		if err := n.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// refused waits for the gateway's log of the refused report.
+	refused := func(node, report string) {
+		t.Helper()
+		re := regexp.MustCompile(`"report":"` + report + `","node":"` + regexp.QuoteMeta(node) + `".*ignored a report`)
+		g.WaitForRegexp(t, re, 2*lineTimeout)
+	}
+
+	left := rogue("rogue-left")
+	refused("rogue-left", "alive")
+	if err := left.Leave(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	left.Close()
+	refused("rogue-left", "(left|dead)") // dead when the leave flag had not reached the gateway yet
+
+	dead := rogue("rogue-dead")
+	refused("rogue-dead", "alive")
+	dead.Close() // a crash: the gateway declares it dead
+	refused("rogue-dead", "dead")
+
+	if n := g.metric("pushlb_gossip_ignored_total"); n < 4 {
+		t.Fatalf("pushlb_gossip_ignored_total = %v, want at least the 4 refused reports", n)
+	}
+	if n := g.metric("pushlb_gossip_removals_total"); n != 0 {
+		t.Fatalf("gossip removed %v instances", n)
+	}
+	if n := g.servers(t); n != 1 {
+		t.Fatalf("the gateway lists %d instances, want the real one", n)
+	}
+	if code, body, err := g.hit("/orders/"); err != nil || code != 200 || body != "real" {
+		t.Fatalf("GET /orders/ = %d %q %v, want the real instance", code, body, err)
 	}
 }
