@@ -94,25 +94,18 @@ func (g *Gateway) State() State {
 	return st
 }
 
-// adminHandler serves /-/lb, /metrics and /healthz.
+// adminHandler serves /-/lb, /metrics, /healthz and /readyz.
 func (g *Gateway) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /-/lb", g.serveState)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", g.serveHealth)
+	mux.HandleFunc("GET /readyz", g.serveReady)
 	if g.demo != nil {
 		mux.HandleFunc("POST /-/demo/stop/{name}", g.demo.serveStop)
 		mux.HandleFunc("POST /-/demo/start/{name}", g.demo.serveStart)
 	}
 	return mux
-}
-
-func (g *Gateway) serveHealth(w http.ResponseWriter, _ *http.Request) {
-	if !g.nc.IsConnected() {
-		http.Error(w, "nats: not connected", http.StatusServiceUnavailable)
-		return
-	}
-	w.Write([]byte("ok\n"))
 }
 
 func (g *Gateway) serveState(w http.ResponseWriter, r *http.Request) {

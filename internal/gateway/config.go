@@ -28,9 +28,11 @@ var ErrConfig = errors.New("gateway: invalid config")
 type Config struct {
 	// Listen is the proxy's address. Default 127.0.0.1:8080.
 	Listen string `yaml:"listen"`
-	// Admin is the admin listener (/-/lb, /metrics, /healthz). Default
-	// 127.0.0.1:8081; "off" disables it.
+	// Admin is the admin listener (/-/lb, /metrics, /healthz, /readyz).
+	// Default 127.0.0.1:8081; "off" disables it.
 	Admin string `yaml:"admin"`
+	// HTTP holds the timeouts and limits of the proxy listener.
+	HTTP HTTPConfig `yaml:"http"`
 	// Zone is the gateway's own zone, for the zone filters of every client
 	// that does not set one.
 	Zone string `yaml:"zone"`
@@ -98,6 +100,7 @@ func DefaultConfig() Config {
 		Lease:           serverlist.DefaultTTL,
 		EmbeddedNATS:    "127.0.0.1:4222",
 		ShutdownTimeout: 10 * time.Second,
+		HTTP:            DefaultHTTPConfig(),
 		Subscriber:      SubscriberConfig{Coalesce: subscriber.DefaultCoalesce, AntiEntropy: subscriber.DefaultAntiEntropy},
 	}
 }
@@ -143,6 +146,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Admin == "" {
 		return bad(`admin: empty address (use "off" to disable)`)
+	}
+	if err := c.HTTP.Validate(); err != nil {
+		return bad("http.%w", err)
 	}
 	if err := events.ValidatePrefix(c.Prefix); err != nil {
 		return bad("prefix: %w", err)

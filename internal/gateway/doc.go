@@ -4,8 +4,10 @@
 // Start wires, in order: NATS (an embedded server with JetStream when no URL
 // is configured), the registry bucket, the balancer factory (per-client
 // settings from YAML or Ribbon properties), the subscriber (which owns the
-// registry mirror) with one lbvisitor per service, the lbhttp proxy, and the
-// admin listener (/-/lb, /metrics, /healthz). Shutdown stops accepting,
-// finishes in-flight requests within a bound, and stops everything in the
-// reverse order.
+// registry mirror) with one lbvisitor per service, the lbhttp proxy on a
+// listener with read, idle and header limits and a connection limit
+// (HTTPConfig), and the admin listener (/-/lb, /metrics, /healthz for
+// liveness, /readyz for routing state, which stays ready while NATS is
+// down). Shutdown stops accepting, finishes in-flight requests within a
+// bound, and stops everything in the reverse order.
 package gateway

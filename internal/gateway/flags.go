@@ -9,7 +9,8 @@ import "flag"
 // natsconn's and the gossip flags gossipflag's, shared with announce.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "proxy `address`")
-	fs.StringVar(&c.Admin, "admin", c.Admin, `admin `+"`address`"+` for /-/lb, /metrics, /healthz ("off" to disable)`)
+	fs.StringVar(&c.Admin, "admin", c.Admin, `admin `+"`address`"+` for /-/lb, /metrics, /healthz, /readyz ("off" to disable)`)
+	c.HTTP.RegisterFlags(fs)
 	c.NATS.RegisterFlags(fs)
 	fs.Lookup("nats").Usage = "NATS server `URL`s, comma-separated; empty starts an embedded server with JetStream"
 	fs.StringVar(&c.EmbeddedNATS, "embedded-nats", c.EmbeddedNATS, "`address` of the embedded NATS server")

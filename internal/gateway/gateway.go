@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -27,11 +26,12 @@ type Gateway struct {
 	cfg Config
 	log zerolog.Logger
 
-	metrics  *metrics
-	embedded *embeddedNATS
-	nc       *nats.Conn
-	client   *pushlb.Client
-	demo     *demo
+	metrics   *metrics
+	embedded  *embeddedNATS
+	nc        *nats.Conn
+	natsWatch *natsWatch
+	client    *pushlb.Client
+	demo      *demo
 
 	proxyLn, adminLn   net.Listener
 	proxySrv, adminSrv *http.Server
@@ -74,6 +74,8 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	if g.nc, err = natsconn.Connect(ctx, nccfg, g.log); err != nil {
 		return err
 	}
+	g.natsWatch = watchNATS(g.nc)
+	g.metrics.reg.MustRegister(natsCollector{g.natsWatch})
 	if g.client, err = pushlb.New(g.nc, g.options()...); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
@@ -85,16 +87,20 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("gateway: demo: %w", err)
 		}
 	}
-	if g.proxyLn, err = net.Listen("tcp", g.cfg.Listen); err != nil {
+	ln, err := net.Listen("tcp", g.cfg.Listen)
+	if err != nil {
 		return fmt.Errorf("gateway: listen %s: %w", g.cfg.Listen, err)
 	}
-	g.proxySrv = &http.Server{Handler: g.client.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	limited := newLimitListener(ln, g.cfg.HTTP.MaxConns)
+	g.proxyLn = limited
+	g.metrics.reg.MustRegister(listenerCollector{limited})
+	g.proxySrv = g.cfg.HTTP.server(g.client.Handler())
 	g.serve(g.proxySrv, g.proxyLn)
 	if g.cfg.Admin != "off" {
 		if g.adminLn, err = net.Listen("tcp", g.cfg.Admin); err != nil {
 			return fmt.Errorf("gateway: admin listen %s: %w", g.cfg.Admin, err)
 		}
-		g.adminSrv = &http.Server{Handler: g.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		g.adminSrv = g.cfg.HTTP.server(g.adminHandler())
 		g.serve(g.adminSrv, g.adminLn)
 	}
 	g.log.Info().Str("listen", g.proxyLn.Addr().String()).Str("admin", g.AdminAddr()).Str("nats", g.nc.ConnectedUrl()).Msg("gateway started")
@@ -202,6 +208,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		}
 		if g.client != nil {
 			g.client.Close()
+		}
+		if g.natsWatch != nil {
+			g.natsWatch.stop()
 		}
 		if g.nc != nil {
 			g.nc.Close()
