@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,6 +23,10 @@ var (
 	ErrNotAnnounced = errors.New("publisher: not announced")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("publisher: closed")
+	// ErrReplaced is returned by Withdraw once the instance was replaced by
+	// a newer process (see Publisher.Replaced): there is nothing left to
+	// withdraw.
+	ErrReplaced = errors.New("publisher: replaced by a newer process")
 )
 
 // Config configures a Publisher. Zero values take the defaults.
@@ -46,6 +50,16 @@ type Config struct {
 	// gracefully; Close closes the node without leaving, which gateways see
 	// as a crash.
 	Gossip *gossip.Config
+	// Replace makes Announce take the instance ID over even when another
+	// live process holds it; that process yields (see Publisher.Replaced).
+	// Without it, Announce refuses a live holder's ID with an error
+	// wrapping serverlist.ErrInUse and writes nothing.
+	Replace bool
+	// ClaimProbe is how long Announce watches a record of another owner for
+	// a refresh before it presumes its holder dead (a crash whose lease has
+	// not run out). Zero means half the registry's TTL. See
+	// serverlist.Registry.Claim.
+	ClaimProbe time.Duration
 }
 
 // Publisher announces one instance. Its methods are safe for concurrent
@@ -66,6 +80,14 @@ type Publisher struct {
 	done      chan struct{}
 	node      *gossip.Node // the gossip member of the current incarnation, or nil
 	nodeMeta  gossip.Meta
+	attempt   serverlist.Instance // the last instance Announce tried to claim
+
+	// owner names this process in its record (serverlist.Instance.Owner).
+	owner string
+	// replaced is closed once a newer process replaced the instance.
+	replaced     chan struct{}
+	replacedOnce sync.Once
+	replacedBy   atomic.Pointer[serverlist.Instance]
 }
 
 // New builds a Publisher. It publishes nothing and starts no goroutine
@@ -87,7 +109,7 @@ func New(nc *nats.Conn, reg *serverlist.Registry, cfg Config) (*Publisher, error
 	if cfg.LeaseInterval <= 0 || cfg.LeaseInterval >= ttl {
 		return nil, fmt.Errorf("%w: lease interval %v must be positive and below the registry TTL %v", ErrInvalidConfig, cfg.LeaseInterval, ttl)
 	}
-	return &Publisher{nc: nc, reg: reg, cfg: cfg, log: cfg.Logger}, nil
+	return &Publisher{nc: nc, reg: reg, cfg: cfg, log: cfg.Logger, owner: newOwner(), replaced: make(chan struct{})}, nil
 }
 
 // Instance returns the instance as last announced.
@@ -97,13 +119,19 @@ func (p *Publisher) Instance() serverlist.Instance {
 	return p.inst.Clone()
 }
 
-// Announce registers the instance and publishes it online, then keeps its
-// lease alive until Withdraw or Close. Announcing again replaces the
-// instance (a new incarnation if the caller sets one).
+// Announce claims the instance's ID in the registry, publishes it online,
+// then keeps its lease alive until Withdraw or Close. Announcing again
+// replaces the instance (a new incarnation if the caller sets one).
+//
+// The ID must be free, or held by this publisher: a record of another live
+// process is refused with an error wrapping serverlist.ErrInUse, after
+// watching it for Config.ClaimProbe, unless Config.Replace is set (see
+// serverlist.Registry.Claim). in.Owner is set to this publisher's token.
 func (p *Publisher) Announce(ctx context.Context, in serverlist.Instance) error {
 	if in.Incarnation == 0 {
 		in.Incarnation = time.Now().UnixNano()
 	}
+	in.Owner = p.owner
 	if err := in.Validate(); err != nil {
 		return fmt.Errorf("publisher: %w", err)
 	}
@@ -116,14 +144,19 @@ func (p *Publisher) Announce(ctx context.Context, in serverlist.Instance) error 
 	// The gossip node starts first, so that the record names it: gateways
 	// accept gossip about the instance only from that node.
 	in = p.joinGossipLocked(ctx, in)
-	registered, err := p.announce(ctx, in)
+	p.attempt = in
+	rev, registered, err := p.announce(ctx, in)
 	if registered {
 		// From the registry put on, gateways may route to the instance
 		// (the registry is the truth), even if the online event failed or
 		// ctx ended while flushing it: Withdraw must clean up, and the
 		// lease must be kept.
 		p.inst, p.announced = in.Clone(), true
-		p.startLeaseLocked()
+		p.startLeaseLocked(rev)
+	} else if errors.Is(err, serverlist.ErrInUse) {
+		// Refused: this process holds nothing, not even a gossip node
+		// naming the ID.
+		p.leaveGossipLocked()
 	}
 	return err
 }
@@ -197,14 +230,15 @@ func (p *Publisher) GossipAddr() string {
 // announce puts the registry entry, then publishes online and flushes, so
 // when it returns the event has reached the NATS server. registered
 // reports whether the registry put succeeded.
-func (p *Publisher) announce(ctx context.Context, in serverlist.Instance) (registered bool, err error) {
-	if _, err := p.reg.Register(ctx, in); err != nil {
-		return false, fmt.Errorf("publisher: announce %s/%s: %w", in.Service, in.InstanceID, err)
+func (p *Publisher) announce(ctx context.Context, in serverlist.Instance) (rev uint64, registered bool, err error) {
+	rev, err = p.claim(ctx, in)
+	if err != nil {
+		return 0, false, fmt.Errorf("publisher: announce %s/%s: %w", in.Service, in.InstanceID, err)
 	}
 	if err := p.publish(ctx, in, events.Online, ""); err != nil {
-		return true, fmt.Errorf("publisher: announce %s/%s: %w", in.Service, in.InstanceID, err)
+		return rev, true, fmt.Errorf("publisher: announce %s/%s: %w", in.Service, in.InstanceID, err)
 	}
-	return true, nil
+	return rev, true, nil
 }
 
 func (p *Publisher) publish(ctx context.Context, in serverlist.Instance, k events.Kind, reason string) error {
@@ -231,19 +265,38 @@ func (p *Publisher) publish(ctx context.Context, in serverlist.Instance, k event
 }
 
 // Withdraw publishes the offline event, so gateways stop routing at once,
-// then deregisters the instance. The lease loop stops first, so no refresh
-// can bring the entry back.
+// then deregisters the instance: it removes the record only if it is still
+// this publisher's, never one another process wrote. The lease loop stops
+// first, so no refresh can bring the entry back.
+//
+// Before a successful Announce it returns ErrNotAnnounced, after removing
+// a record a half-done announcement may have left (only if this publisher's
+// own). Once the instance was replaced by a newer process it returns
+// ErrReplaced and touches neither the registry nor the events: the ID is
+// the newer process's now.
 func (p *Publisher) Withdraw(ctx context.Context, reason string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.replacedBy.Load() != nil {
+		p.stopLeaseLocked()
+		p.announced = false
+		p.leaveGossipLocked()
+		return ErrReplaced
+	}
 	if !p.announced {
+		if in := p.attempt; in.Service != "" {
+			// A signal may have cut an announcement short after its write.
+			if err := p.reg.DeregisterOwned(ctx, in.Service, in.InstanceID, p.owner); err != nil {
+				return fmt.Errorf("%w (removing a half-done registration: %w)", ErrNotAnnounced, err)
+			}
+		}
 		return ErrNotAnnounced
 	}
 	p.stopLeaseLocked()
 	in := p.inst
 	p.announced = false
 	perr := p.publish(ctx, in, events.Offline, reason)
-	derr := p.reg.Deregister(ctx, in.Service, in.InstanceID)
+	derr := p.reg.DeregisterOwned(ctx, in.Service, in.InstanceID, p.owner)
 	p.leaveGossipLocked()
 	if perr != nil || derr != nil {
 		return fmt.Errorf("publisher: withdraw %s/%s: %w", in.Service, in.InstanceID, errors.Join(perr, derr))
@@ -272,10 +325,10 @@ func (p *Publisher) Close() error {
 	return nil
 }
 
-func (p *Publisher) startLeaseLocked() {
+func (p *Publisher) startLeaseLocked(rev uint64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel, p.done = cancel, make(chan struct{})
-	go p.lease(ctx, p.inst.Clone(), p.done)
+	go p.lease(ctx, p.inst.Clone(), rev, p.done)
 }
 
 func (p *Publisher) stopLeaseLocked() {
@@ -285,61 +338,4 @@ func (p *Publisher) stopLeaseLocked() {
 	p.cancel()
 	<-p.done
 	p.cancel, p.done = nil, nil
-}
-
-// lease refreshes the registry entry every LeaseInterval and re-announces
-// after a reconnect.
-// reannounceDelay is the least wait between a reconnect and the
-// re-announcement; a random extra of up to as much again is added.
-const reannounceDelay = 100 * time.Millisecond
-
-func (p *Publisher) lease(ctx context.Context, in serverlist.Instance, done chan struct{}) {
-	defer close(done)
-	refresh := time.NewTicker(p.cfg.LeaseInterval)
-	defer refresh.Stop()
-	// The connection tells of reconnects itself, as the registry mirror
-	// hears of them: no polling.
-	connected := p.nc.StatusChanged(nats.CONNECTED)
-	defer p.nc.RemoveStatusListener(connected)
-	var retry <-chan time.Time // armed while a re-announcement is due
-	backoff := 100 * time.Millisecond
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-refresh.C:
-			rctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseInterval)
-			_, err := p.reg.Refresh(rctx, in)
-			cancel()
-			if err != nil && ctx.Err() == nil {
-				p.log.Warn().Err(err).Str("service", in.Service).Str("id", in.InstanceID).Msg("lease refresh failed")
-			}
-			continue
-		case _, ok := <-connected:
-			if !ok {
-				connected = nil // the connection is closed for good
-				continue
-			}
-			// Re-announce shortly, not at once: after a server restart every
-			// client reconnects, and gateways must have resubscribed to hear
-			// the event; the jitter spreads the instances' re-announcements.
-			backoff = 100 * time.Millisecond
-			retry = time.After(reannounceDelay + rand.N(reannounceDelay))
-			continue
-		case <-retry:
-		}
-		rctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseInterval)
-		_, err := p.announce(rctx, in)
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				p.log.Warn().Err(err).Str("service", in.Service).Str("id", in.InstanceID).Stringer("retry_in", backoff).Msg("re-announce after reconnect failed")
-			}
-			retry = time.After(backoff)
-			backoff = min(2*backoff, p.cfg.LeaseInterval)
-			continue
-		}
-		retry = nil
-		p.log.Info().Str("service", in.Service).Str("id", in.InstanceID).Msg("re-announced after reconnect")
-	}
 }

@@ -16,11 +16,24 @@ const (
 )
 
 // member is what the table knows of one instance.
+//
+// Two orders meet here. The registry's revisions are assigned by the NATS
+// server and nobody can forge them; incarnations are claimed by whoever
+// publishes an event. The registry decides what is current: a registry
+// write observed after an offline (rev above offRev) brings the instance
+// back with the registry's incarnation, whatever incarnation the offline
+// claimed. Incarnations only order events about the life the registry last
+// showed (or a newer one an event announced since).
 type member struct {
 	incarnation int64
-	// off says why the instance is offline in this incarnation; offNone
-	// means it is live.
-	off     offReason
+	// rev is the registry revision (the mirror's, see
+	// serverlist.MirrorStats.Revision) of the entry last seen; 0: none yet.
+	rev uint64
+	// off says why the instance is offline; offNone means it is live.
+	off offReason
+	// offRev is, while offline, the mirror's revision when the offline was
+	// recorded: a registry write above it is newer than the offline.
+	offRev  uint64
 	changed time.Time // when it last went online or offline; tombstones are collected by age
 }
 
@@ -32,8 +45,8 @@ type offReason uint8
 
 const (
 	offNone      offReason = iota
-	offAnnounced           // the instance announced offline: final for the incarnation
-	offRegistry            // the registry lost it (deregistered, lease expired): the registry may bring it back
+	offAnnounced           // an offline event: final for the incarnation, until the registry is written again
+	offRegistry            // the registry lost it (deregistered, lease expired)
 	offGossip              // gossip declared it dead: gossip may bring it back (a refuted suspicion)
 )
 
@@ -42,20 +55,8 @@ type source uint8
 
 const (
 	fromEvent source = iota
-	fromRegistry
 	fromGossip
 )
-
-// offBy is the reason an offline observation from src records.
-func offBy(src source) offReason {
-	switch src {
-	case fromRegistry:
-		return offRegistry
-	case fromGossip:
-		return offGossip
-	}
-	return offAnnounced
-}
 
 // membership is the table service -> instance ID -> member. It keeps
 // tombstones (offline members) so that a late event of an old incarnation
@@ -69,25 +70,33 @@ func newMembership() *membership {
 	return &membership{services: make(map[string]map[string]*member)}
 }
 
-// apply records that instance id of service is online (or offline) in
-// incarnation inc, as src observed it. The ordering rules:
-//   - a lower incarnation than the one known is stale;
-//   - a higher incarnation replaces what is known (a restart is a change
-//     even when the instance stays live: its address may differ);
-//   - within one incarnation an instance announces online once and
-//     offline once, so an announced offline is final: nothing of the same
-//     incarnation brings it back. An instance the registry lost comes
-//     back only when the registry holds it again (its publisher re-put the
-//     entry); one gossip declared dead, only when gossip sees it alive (a
-//     refuted suspicion). An online event never revives: it is the
-//     announcement the instance already made.
-func (m *membership) apply(service, id string, inc int64, online bool, src source, now time.Time) outcome {
-	ids := m.services[service]
+func (m *membership) member(service, id string) (cur *member, ids map[string]*member) {
+	ids = m.services[service]
 	if ids == nil {
 		ids = make(map[string]*member)
 		m.services[service] = ids
 	}
-	cur := ids[id]
+	return ids[id], ids
+}
+
+// event records that instance id of service is online (or offline) in
+// incarnation inc, as an event or gossip (src) says; regRev is the mirror's
+// revision now. The ordering rules:
+//   - a lower incarnation than the one known is stale;
+//   - a higher incarnation replaces what is known (a restart is a change
+//     even when the instance stays live: its address may differ);
+//   - within one incarnation an instance announces online once and
+//     offline once, so an announced offline stays until the registry is
+//     written again (a refresh, a re-registration: see registered); one
+//     gossip declared dead comes back when gossip sees it alive (a refuted
+//     suspicion) or the registry is written again. An online event never
+//     revives: it is the announcement the instance already made.
+func (m *membership) event(service, id string, inc int64, online bool, src source, regRev uint64, now time.Time) outcome {
+	cur, ids := m.member(service, id)
+	off := offAnnounced
+	if src == fromGossip {
+		off = offGossip
+	}
 	switch {
 	case online && src == fromGossip && (cur == nil || inc != cur.incarnation):
 		// Gossip seeing a node alive only undoes its own suspicion: an
@@ -100,7 +109,7 @@ func (m *membership) apply(service, id string, inc int64, online bool, src sourc
 		if !online {
 			// Remember the tombstone: an online of this incarnation that
 			// arrives late must not resurrect the instance.
-			cur.off = offBy(src)
+			cur.off, cur.offRev = off, regRev
 			return unchanged
 		}
 		return applied
@@ -112,7 +121,7 @@ func (m *membership) apply(service, id string, inc int64, online bool, src sourc
 		if online {
 			cur.off = offNone
 		} else {
-			cur.off = offBy(src)
+			cur.off, cur.offRev = off, regRev
 		}
 		if !wasLive && !online {
 			return unchanged
@@ -124,13 +133,13 @@ func (m *membership) apply(service, id string, inc int64, online bool, src sourc
 		switch {
 		case src == fromEvent && cur.off != offAnnounced:
 			wasLive := cur.live()
-			cur.off, cur.changed = offAnnounced, now
+			cur.off, cur.offRev, cur.changed = offAnnounced, max(cur.offRev, regRev), now
 			if wasLive {
 				return applied
 			}
 			return unchanged
 		case cur.live():
-			cur.off, cur.changed = offBy(src), now
+			cur.off, cur.offRev, cur.changed = off, regRev, now
 			return applied
 		}
 		return duplicate
@@ -138,21 +147,74 @@ func (m *membership) apply(service, id string, inc int64, online bool, src sourc
 	switch {
 	case cur.live():
 		return duplicate
-	case src == fromRegistry && cur.off == offRegistry, src == fromGossip && cur.off == offGossip:
+	case src == fromGossip && cur.off == offGossip:
 		cur.off, cur.changed = offNone, now
 		return applied
 	}
 	return stale
 }
 
-// addRegistered applies every registered instance of service as online:
-// truth maps instance ID to incarnation. The ordering rules hold, so an
-// instance whose offline arrived before its deregistration stays offline.
-// It reports whether the live set changed.
-func (m *membership) addRegistered(service string, truth map[string]int64, now time.Time) bool {
+// registered records that the registry holds instance id of service in
+// incarnation inc at (mirror) revision rev; rev 0 means a direct read whose
+// revision is not comparable: it keeps a live instance live and revives
+// nothing. A write newer than what the table knows is authoritative: its
+// incarnation becomes the one events are ordered against, and an instance
+// taken offline before it (offRev below rev), by whatever event, comes back.
+func (m *membership) registered(service, id string, inc int64, rev uint64, now time.Time) outcome {
+	cur, ids := m.member(service, id)
+	switch {
+	case cur == nil:
+		ids[id] = &member{incarnation: inc, rev: rev, changed: now}
+		return applied
+	case rev == 0:
+		if cur.live() {
+			return duplicate
+		}
+		return stale
+	case rev <= cur.rev:
+		if cur.live() {
+			return duplicate
+		}
+		return stale
+	}
+	cur.rev = rev
+	if cur.live() {
+		cur.incarnation = inc
+		return unchanged
+	}
+	if rev <= cur.offRev {
+		// The write came before the offline did: it stays offline.
+		return unchanged
+	}
+	cur.incarnation, cur.off, cur.changed = inc, offNone, now
+	return applied
+}
+
+// unregistered records that a direct read found instance id gone from the
+// registry; asOf is the mirror's revision when the read began. An entry
+// written since (rev above asOf) wins over the read.
+func (m *membership) unregistered(service, id string, asOf uint64, now time.Time) outcome {
+	cur := m.services[service][id]
+	if cur == nil || !cur.live() || cur.rev > asOf {
+		return unchanged
+	}
+	cur.off, cur.offRev, cur.changed = offRegistry, asOf, now
+	return applied
+}
+
+// regEntry is what the registry holds of one instance.
+type regEntry struct {
+	inc int64
+	rev uint64
+}
+
+// addRegistered applies every registered instance of service: truth maps
+// instance ID to its registry entry. It reports whether the live set
+// changed.
+func (m *membership) addRegistered(service string, truth map[string]regEntry, now time.Time) bool {
 	changed := false
-	for id, inc := range truth {
-		if m.apply(service, id, inc, true, fromRegistry, now) == applied {
+	for id, e := range truth {
+		if m.registered(service, id, e.inc, e.rev, now) == applied {
 			changed = true
 		}
 	}
@@ -160,18 +222,16 @@ func (m *membership) addRegistered(service string, truth map[string]int64, now t
 }
 
 // liveAbsent returns the live instances of service that truth does not
-// hold, with their incarnations: candidates for removal once the registry
-// confirms their absence (a local mirror may lag an event by a moment).
-func (m *membership) liveAbsent(service string, truth map[string]int64) map[string]int64 {
-	var out map[string]int64
+// hold: candidates for removal once the registry confirms their absence (a
+// local mirror may lag an event by a moment).
+func (m *membership) liveAbsent(service string, truth map[string]regEntry) []string {
+	var out []string
 	for id, mem := range m.services[service] {
 		if _, ok := truth[id]; !ok && mem.live() {
-			if out == nil {
-				out = make(map[string]int64)
-			}
-			out[id] = mem.incarnation
+			out = append(out, id)
 		}
 	}
+	slices.Sort(out)
 	return out
 }
 

@@ -6,64 +6,103 @@ import (
 	"time"
 )
 
+// huge is an incarnation far beyond any real one, as a forger would claim.
+const huge = int64(1) << 62
+
 func TestMembershipOrdering(t *testing.T) {
+	// kind: e (event), g (gossip), r (registry put at rev), u (registry
+	// read found it gone, as of rev). For e and g, rev is the mirror's
+	// revision when the observation is applied.
 	type step struct {
+		kind   byte
 		inc    int64
 		online bool
-		src    source
+		rev    uint64
 		want   outcome
 		live   bool
 	}
-	ev, reg, gos := fromEvent, fromRegistry, fromGossip
 	for name, steps := range map[string][]step{
 		"online, duplicate, offline": {
-			{1, true, ev, applied, true}, {1, true, ev, duplicate, true}, {1, false, ev, applied, false}, {1, false, ev, duplicate, false},
+			{'e', 1, true, 0, applied, true}, {'e', 1, true, 0, duplicate, true}, {'e', 1, false, 0, applied, false}, {'e', 1, false, 0, duplicate, false},
 		},
-		"late online of same incarnation is stale": {
-			{1, true, ev, applied, true}, {1, false, ev, applied, false}, {1, true, ev, stale, false}, {1, true, reg, stale, false},
+		"late online of same incarnation is stale, and so is the registry write before the offline": {
+			{'r', 1, true, 5, applied, true}, {'e', 1, false, 5, applied, false}, {'e', 1, true, 5, stale, false}, {'r', 1, true, 5, stale, false},
 		},
 		"offline before online (reordered)": {
-			{1, false, ev, unchanged, false}, {1, true, ev, stale, false},
+			{'e', 1, false, 0, unchanged, false}, {'e', 1, true, 0, stale, false},
 		},
 		"restart then delayed offline of the old incarnation": {
-			{1, true, ev, applied, true}, {2, true, ev, applied, true}, {1, false, ev, stale, true},
+			{'e', 1, true, 0, applied, true}, {'e', 2, true, 0, applied, true}, {'e', 1, false, 0, stale, true},
 		},
 		"restart reported before the old offline": {
-			{1, true, ev, applied, true}, {1, false, ev, applied, false}, {2, true, ev, applied, true},
+			{'e', 1, true, 0, applied, true}, {'e', 1, false, 0, applied, false}, {'e', 2, true, 0, applied, true},
 		},
-		"registry loss is revived by the registry": {
-			{1, true, ev, applied, true}, {1, false, reg, applied, false}, {1, true, ev, stale, false}, {1, true, reg, applied, true},
+		"registry loss is revived by a later registry write": {
+			{'r', 1, true, 1, applied, true}, {'u', 0, false, 1, applied, false}, {'e', 1, true, 1, stale, false}, {'r', 1, true, 2, applied, true},
+		},
+		"a direct read older than the entry the mirror holds removes nothing": {
+			{'r', 1, true, 3, applied, true}, {'u', 0, false, 2, unchanged, true},
 		},
 		"gossip dead, refuted": {
-			{1, true, ev, applied, true}, {1, false, gos, applied, false}, {1, true, reg, stale, false}, {1, true, ev, stale, false}, {1, true, gos, applied, true},
+			{'e', 1, true, 0, applied, true}, {'g', 1, false, 0, applied, false}, {'e', 1, true, 0, stale, false}, {'g', 1, true, 0, applied, true},
 		},
 		"late gossip dead of an old incarnation": {
-			{1, true, ev, applied, true}, {2, true, ev, applied, true}, {1, false, gos, stale, true},
+			{'e', 1, true, 0, applied, true}, {'e', 2, true, 0, applied, true}, {'g', 1, false, 0, stale, true},
 		},
 		"gossip dead then restart": {
-			{1, true, ev, applied, true}, {1, false, gos, applied, false}, {2, true, ev, applied, true},
+			{'e', 1, true, 0, applied, true}, {'g', 1, false, 0, applied, false}, {'e', 2, true, 0, applied, true},
+		},
+		"gossip dead, then a lease refresh proves it alive": {
+			{'r', 1, true, 1, applied, true}, {'g', 1, false, 1, applied, false}, {'r', 1, true, 2, applied, true},
 		},
 		"gossip alone does not add, nor block the announcement": {
-			{1, true, gos, unchanged, false}, {1, true, ev, applied, true},
+			{'g', 1, true, 0, unchanged, false}, {'e', 1, true, 0, applied, true},
 		},
 		"gossip alive of a newer incarnation waits for its announcement": {
-			{1, true, ev, applied, true}, {2, true, gos, unchanged, true}, {1, false, ev, applied, false}, {2, true, ev, applied, true},
+			{'e', 1, true, 0, applied, true}, {'g', 2, true, 0, unchanged, true}, {'e', 1, false, 0, applied, false}, {'e', 2, true, 0, applied, true},
 		},
 		"gossip alive does not undo an announced offline": {
-			{1, true, ev, applied, true}, {1, false, ev, applied, false}, {1, true, gos, stale, false},
+			{'e', 1, true, 0, applied, true}, {'e', 1, false, 0, applied, false}, {'g', 1, true, 0, stale, false},
 		},
-		"newer offline for unknown-live": {
-			{1, true, reg, applied, true}, {3, false, ev, applied, false}, {2, true, ev, stale, false}, {3, true, reg, stale, false},
+		"a forged offline of any incarnation lasts until the next registry write": {
+			{'r', 1, true, 3, applied, true}, {'e', huge, false, 3, applied, false}, {'e', 1, true, 3, stale, false},
+			{'r', 1, true, 3, stale, false}, {'r', 1, true, 4, applied, true},
+			// Events order the registry's incarnation again: its real offline applies.
+			{'e', 1, false, 4, applied, false},
+		},
+		"a restarted instance is routed whatever an offline claimed": {
+			{'r', 1, true, 1, applied, true}, {'e', huge, false, 1, applied, false}, {'e', 2, true, 1, stale, false}, {'r', 2, true, 2, applied, true},
+		},
+		"a tombstone for an unknown ID does not shut out its registration": {
+			{'e', huge, false, 7, unchanged, false}, {'r', 5, true, 8, applied, true},
+		},
+		"a forged online of a huge incarnation is undone by the next registry write": {
+			{'r', 1, true, 1, applied, true}, {'e', huge, true, 1, applied, true}, {'e', 1, false, 1, stale, true},
+			{'r', 1, true, 2, unchanged, true}, {'e', 1, false, 2, applied, false},
+		},
+		"a direct read whose revision is unknown keeps a live instance, revives nothing": {
+			{'e', 1, true, 0, applied, true}, {'r', 1, true, 0, duplicate, true}, {'e', 1, false, 0, applied, false}, {'r', 1, true, 0, stale, false},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			m := newMembership()
 			for i, s := range steps {
-				if got := m.apply("svc", "i-1", s.inc, s.online, s.src, time.Now()); got != s.want {
-					t.Fatalf("step %d: outcome %v, want %v", i, got, s.want)
+				var got outcome
+				switch s.kind {
+				case 'e':
+					got = m.event("svc", "i-1", s.inc, s.online, fromEvent, s.rev, time.Now())
+				case 'g':
+					got = m.event("svc", "i-1", s.inc, s.online, fromGossip, s.rev, time.Now())
+				case 'r':
+					got = m.registered("svc", "i-1", s.inc, s.rev, time.Now())
+				case 'u':
+					got = m.unregistered("svc", "i-1", s.rev, time.Now())
+				}
+				if got != s.want {
+					t.Fatalf("step %d (%c): outcome %v, want %v", i, s.kind, got, s.want)
 				}
 				if live := slices.Contains(m.live("svc"), "i-1"); live != s.live {
-					t.Fatalf("step %d: live %v, want %v", i, live, s.live)
+					t.Fatalf("step %d (%c): live %v, want %v", i, s.kind, live, s.live)
 				}
 			}
 		})
@@ -73,15 +112,15 @@ func TestMembershipOrdering(t *testing.T) {
 func TestMembershipRegistryAndCollect(t *testing.T) {
 	m := newMembership()
 	now := time.Now()
-	if !m.addRegistered("svc", map[string]int64{"a": 1, "b": 1}, now) {
+	if !m.addRegistered("svc", map[string]regEntry{"a": {1, 1}, "b": {1, 2}}, now) {
 		t.Fatal("registering two instances is a change")
 	}
-	m.apply("svc", "c", 5, true, fromEvent, now)
-	absent := m.liveAbsent("svc", map[string]int64{"a": 1})
-	if len(absent) != 2 || absent["b"] != 1 || absent["c"] != 5 {
+	m.event("svc", "c", 5, true, fromEvent, 2, now)
+	absent := m.liveAbsent("svc", map[string]regEntry{"a": {1, 1}})
+	if !slices.Equal(absent, []string{"b", "c"}) {
 		t.Fatalf("absent %v", absent)
 	}
-	m.apply("svc", "b", 1, false, fromEvent, now)
+	m.event("svc", "b", 1, false, fromEvent, 2, now)
 	m.collect(now.Add(time.Second))
 	if _, ok := m.services["svc"]["b"]; ok {
 		t.Fatal("old tombstone not collected")

@@ -499,9 +499,9 @@ var nopLog = zerologNop()
 func TestLeaseExpiryRemovesCrashedInstance(t *testing.T) {
 	const ttl = time.Second
 	srv := natstest.Start(t)
-	g := startGateway(t, srv, subscriber.Config{})
 	nc := srv.Connect(t)
-	reg := openRegistryTTL(t, nc, ttl) // the last Open sets the bucket's TTL
+	reg := openRegistryTTL(t, nc, ttl) // the first Open creates the bucket: the TTL is its
+	g := startGateway(t, srv, subscriber.Config{})
 	crashing, err := publisher.New(nc, reg, publisher.Config{})
 	if err != nil {
 		t.Fatal(err)

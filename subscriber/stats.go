@@ -23,6 +23,7 @@ const (
 	DropStale                          // lower incarnation than known, or online after offline
 	DropDuplicate                      // already known
 	DropUnsubscribed                   // a service this subscriber does not follow
+	DropFuture                         // incarnation beyond the clock + events.MaxIncarnationAhead
 
 	numDropReasons // the number of reasons; not a reason
 )
@@ -37,11 +38,12 @@ var dropReasonNames = [numDropReasons]string{
 	DropStale:        "stale",
 	DropDuplicate:    "duplicate",
 	DropUnsubscribed: "unsubscribed",
+	DropFuture:       "future",
 }
 
 // String returns the reason's metric label ("malformed", "too_large",
 // "bad_subject", "invalid", "mismatch", "version", "stale", "duplicate",
-// "unsubscribed"), or "unknown" for a value that is not a reason.
+// "unsubscribed", "future"), or "unknown" for a value that is not a reason.
 func (r DropReason) String() string {
 	if r >= numDropReasons {
 		return "unknown"
@@ -102,6 +104,11 @@ type Stats struct {
 	// RegistryRemovals the instances they took offline (deleted or expired
 	// entries).
 	Reconciles, RegistryRemovals uint64
+	// RegistryRevivals counts instances a registry write brought back after
+	// an offline event or a gossip death recorded before it: a forged
+	// offline undone by the instance's next lease refresh, or an instance
+	// that re-asserted its record.
+	RegistryRevivals uint64
 	// GossipRemovals counts instances taken offline because gossip declared
 	// them dead or gone; GossipRevivals those it brought back.
 	GossipRemovals, GossipRevivals uint64
@@ -110,6 +117,7 @@ type Stats struct {
 type counters struct {
 	received, applied, delivered, handlerErrors atomic.Uint64
 	reconciles, registryRemovals                atomic.Uint64
+	registryRevivals                            atomic.Uint64
 	gossipRemovals, gossipRevivals              atomic.Uint64
 	dropped                                     [numDropReasons]atomic.Uint64
 }
@@ -124,6 +132,7 @@ func (c *counters) snapshot() Stats {
 		HandlerErrors:    c.handlerErrors.Load(),
 		Reconciles:       c.reconciles.Load(),
 		RegistryRemovals: c.registryRemovals.Load(),
+		RegistryRevivals: c.registryRevivals.Load(),
 		GossipRemovals:   c.gossipRemovals.Load(),
 		GossipRevivals:   c.gossipRevivals.Load(),
 	}

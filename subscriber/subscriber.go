@@ -166,6 +166,7 @@ func New(nc *nats.Conn, reg *serverlist.Registry, h Handler, cfg Config) (*Subsc
 	}
 	mcfg := cfg.Mirror
 	mcfg.OnChange = s.registryChanged
+	mcfg.OnRefresh = s.registryRefreshed
 	mcfg.Logger = cfg.Logger.With().Str("component", "mirror").Logger()
 	s.mirror = serverlist.NewMirror(reg, mcfg)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -328,8 +329,14 @@ func (s *Subscriber) gossip(service, id string, incarnation int64, alive bool) {
 	if s.follow != nil && !s.follow[service] {
 		return
 	}
+	now := time.Now()
+	if err := events.CheckIncarnation(incarnation, now); err != nil {
+		s.stats.drop(DropFuture)
+		s.dropLog.Warn().Err(err).Str("service", service).Str("id", id).Bool("alive", alive).Msg("ignored a gossip report with an incarnation in the future")
+		return
+	}
 	s.mu.Lock()
-	out := s.table.apply(service, id, incarnation, alive, fromGossip, time.Now())
+	out := s.table.event(service, id, incarnation, alive, fromGossip, s.mirror.Revision(), now)
 	s.mu.Unlock()
 	if out != applied {
 		return
@@ -360,11 +367,20 @@ func (s *Subscriber) onMsg(msg *nats.Msg) {
 		s.stats.drop(DropUnsubscribed)
 		return
 	}
+	now := time.Now()
+	if err := events.CheckIncarnation(ev.Incarnation, now); err != nil {
+		s.stats.drop(DropFuture)
+		s.dropLog.Warn().Err(err).Str("service", ev.Service).Str("id", truncate(ev.InstanceID, 200)).
+			Stringer("kind", ev.Kind).Msg("dropped event with an incarnation in the future")
+		return
+	}
 	if s.cfg.OnEvent != nil {
 		s.cfg.OnEvent(ev)
 	}
 	s.mu.Lock()
-	out := s.table.apply(ev.Service, ev.InstanceID, ev.Incarnation, ev.Kind == events.Online, fromEvent, time.Now())
+	// The mirror's revision now: a registry write after it is newer than
+	// this event, and may undo an offline it records.
+	out := s.table.event(ev.Service, ev.InstanceID, ev.Incarnation, ev.Kind == events.Online, fromEvent, s.mirror.Revision(), now)
 	s.mu.Unlock()
 	switch out {
 	case applied:
@@ -384,6 +400,27 @@ func truncate(s string, n int) string {
 		return s[:n] + "..."
 	}
 	return s
+}
+
+// registryRefreshed is the mirror's OnRefresh: a put that left an
+// instance's value unchanged (a lease refresh) at a new revision. It costs a
+// map lookup, and a rebuild only when the write brings back an instance an
+// event or gossip took offline before it: the registry's order wins over
+// any incarnation an offline claimed.
+func (s *Subscriber) registryRefreshed(service, id string, incarnation int64, revision uint64) {
+	if s.follow != nil && !s.follow[service] {
+		return
+	}
+	s.mu.Lock()
+	out := s.table.registered(service, id, incarnation, revision, time.Now())
+	s.mu.Unlock()
+	if out != applied {
+		return
+	}
+	s.stats.registryRevivals.Add(1)
+	s.log.Warn().Str("service", service).Str("id", id).Int64("incarnation", incarnation).Uint64("revision", revision).
+		Msg("a registry write after an offline brought the instance back (the offline was forged, or the instance re-asserted itself)")
+	s.markDirty(service)
 }
 
 // registryChanged is the mirror's OnChange: it queues the service for
@@ -465,23 +502,34 @@ func (s *Subscriber) work() {
 // may lag an online event by a moment.
 func (s *Subscriber) reconcile(ctx context.Context, service string) bool {
 	s.stats.reconciles.Add(1)
-	truth := make(map[string]int64)
-	for _, in := range s.mirror.Service(service) {
-		truth[in.InstanceID] = in.Incarnation
+	truth := make(map[string]regEntry)
+	for _, e := range s.mirror.Entries(service) {
+		truth[e.InstanceID] = regEntry{inc: e.Incarnation, rev: e.Revision}
 	}
 	now := time.Now()
 	s.mu.Lock()
-	changed := s.table.addRegistered(service, truth, now)
+	changed := false
+	for id, e := range truth {
+		mem := s.table.services[service][id]
+		wasOff := mem != nil && !mem.live()
+		if s.table.registered(service, id, e.inc, e.rev, now) == applied {
+			changed = true
+			if wasOff {
+				s.stats.registryRevivals.Add(1)
+			}
+		}
+	}
 	absent := s.table.liveAbsent(service, truth)
 	s.mu.Unlock()
-	for id, inc := range absent {
+	for _, id := range absent {
+		asOf := s.mirror.Revision()
 		rctx, cancel := context.WithTimeout(ctx, s.cfg.RegistryTimeout)
 		in, err := s.reg.Get(rctx, service, id)
 		cancel()
 		switch {
 		case errors.Is(err, serverlist.ErrNotFound):
 			s.mu.Lock()
-			out := s.table.apply(service, id, inc, false, fromRegistry, time.Now())
+			out := s.table.unregistered(service, id, asOf, time.Now())
 			s.mu.Unlock()
 			if out == applied {
 				changed = true
@@ -493,8 +541,10 @@ func (s *Subscriber) reconcile(ctx context.Context, service string) bool {
 			// reconciliation decides.
 			s.log.Warn().Err(err).Str("service", service).Str("id", id).Msg("registry read failed; instance kept")
 		default:
+			// The mirror lags the registry: the instance is there. Its
+			// revision comes with the mirror's put, soon.
 			s.mu.Lock()
-			if s.table.apply(service, id, in.Incarnation, true, fromRegistry, time.Now()) == applied {
+			if s.table.registered(service, id, in.Incarnation, 0, time.Now()) == applied {
 				changed = true
 			}
 			s.mu.Unlock()

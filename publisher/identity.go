@@ -1,0 +1,202 @@
+package publisher
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mathrand "math/rand/v2"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+// newOwner returns a random token naming this publisher in its record.
+func newOwner() string {
+	b := make([]byte, 12)
+	rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}
+
+// Owner returns the token that names this publisher in its registry record
+// (serverlist.Instance.Owner).
+func (p *Publisher) Owner() string { return p.owner }
+
+// Replaced is closed once a newer process replaced the instance: the lease
+// loop found the record under another owner with a later incarnation (a
+// process started with Config.Replace). The publisher has then stopped
+// refreshing, and yields for good: it does not fight for the ID. The
+// caller should stop serving as this instance (announce exits with status
+// 1). ReplacedBy tells by whom.
+func (p *Publisher) Replaced() <-chan struct{} { return p.replaced }
+
+// ReplacedBy returns the record of the process that replaced this one, once
+// Replaced is closed.
+func (p *Publisher) ReplacedBy() (serverlist.Instance, bool) {
+	in := p.replacedBy.Load()
+	if in == nil {
+		return serverlist.Instance{}, false
+	}
+	return in.Clone(), true
+}
+
+// claim claims the instance's ID (serverlist.Registry.Claim). A bucket that
+// is gone is recreated first, when this process may create it; otherwise the
+// claim fails until a gateway recreates it.
+func (p *Publisher) claim(ctx context.Context, in serverlist.Instance) (uint64, error) {
+	opts := serverlist.ClaimOptions{Replace: p.cfg.Replace, Probe: p.cfg.ClaimProbe}
+	rev, err := p.reg.Claim(ctx, in, opts)
+	if err == nil || errors.Is(err, serverlist.ErrInUse) || errors.Is(err, serverlist.ErrInvalidInstance) {
+		return rev, err
+	}
+	if created, eerr := p.reg.Ensure(ctx); eerr == nil && created {
+		return p.reg.Claim(ctx, in, opts)
+	}
+	return rev, err
+}
+
+// supersededError reports that a newer process holds the instance's ID.
+type supersededError struct{ by serverlist.Instance }
+
+func (e *supersededError) Error() string {
+	return fmt.Sprintf("replaced by owner %q at %s (incarnation %d)", e.by.Owner, e.by.Addr(), e.by.Incarnation)
+}
+
+// assert refreshes the record at revision rev, and re-asserts it when it
+// is not there any more: the record was removed (deregistered, expired,
+// purged, the bucket lost) or overwritten by another owner. It returns the
+// record's new revision; a *supersededError when a newer process holds the
+// ID.
+func (p *Publisher) assert(ctx context.Context, in serverlist.Instance, rev uint64) (uint64, error) {
+	next, err := p.reg.Update(ctx, in, rev)
+	if err == nil {
+		return next, nil
+	}
+	if !errors.Is(err, serverlist.ErrRevisionMismatch) {
+		// No verdict on the record: NATS is away, or the bucket is gone.
+		if created, eerr := p.reg.Ensure(ctx); eerr != nil || !created {
+			return rev, err
+		}
+	}
+	return p.reassert(ctx, in)
+}
+
+// reassert reads the record and takes it back, as memberlist refutes a
+// suspicion, unless a newer process legitimately replaced this one.
+func (p *Publisher) reassert(ctx context.Context, in serverlist.Instance) (uint64, error) {
+	log := p.log.Warn().Str("service", in.Service).Str("id", in.InstanceID).Int64("incarnation", in.Incarnation)
+	held, err := p.reg.GetEntry(ctx, in.Service, in.InstanceID)
+	switch {
+	case err == nil && held.Owner == in.Owner:
+		// Our own write, whose answer was lost: nothing happened.
+		log = nil
+	case err == nil && serverlist.Superseded(in, held.Instance, time.Now()):
+		return 0, &supersededError{by: held.Instance}
+	case err == nil:
+		log = log.Str("by_owner", held.Owner).Str("by_addr", held.Addr()).Int64("by_incarnation", held.Incarnation)
+		log.Msg("the instance's registry record was overwritten by another owner (an older or forged registration); re-asserting it")
+	case errors.Is(err, serverlist.ErrNotFound):
+		log.Msg("the instance's registry record was removed while it lives (deregistered, expired, purged or the bucket lost); re-asserting it")
+	case errors.Is(err, serverlist.ErrInvalidInstance):
+		log.Err(err).Msg("the instance's registry record was overwritten with a malformed value; re-asserting it")
+	default:
+		return 0, err
+	}
+	return p.reg.Claim(ctx, in, serverlist.ClaimOptions{Replace: true})
+}
+
+// yield gives the ID up to the process that replaced this one.
+func (p *Publisher) yield(in serverlist.Instance, by serverlist.Instance) {
+	p.replacedOnce.Do(func() {
+		p.replacedBy.Store(&by)
+		p.log.Error().Str("service", in.Service).Str("id", in.InstanceID).Int64("incarnation", in.Incarnation).
+			Str("by_owner", by.Owner).Str("by_addr", by.Addr()).Int64("by_incarnation", by.Incarnation).
+			Msg("replaced by a newer process for this instance ID; yielding: no more refreshes")
+		close(p.replaced)
+	})
+}
+
+// reannounceDelay is the least wait between a reconnect and the
+// re-announcement; a random extra of up to as much again is added.
+const reannounceDelay = 100 * time.Millisecond
+
+// lease refreshes the record every LeaseInterval, re-asserting it when it
+// was removed or overwritten, and re-announces (record, then online event)
+// after a reconnect or a failed refresh, with backoff. rev is the record's
+// revision after the announcement. It ends when ctx does, or when a newer
+// process replaced the instance.
+func (p *Publisher) lease(ctx context.Context, in serverlist.Instance, rev uint64, done chan struct{}) {
+	defer close(done)
+	refresh := time.NewTicker(p.cfg.LeaseInterval)
+	defer refresh.Stop()
+	// The connection tells of reconnects itself, as the registry mirror
+	// hears of them: no polling.
+	connected := p.nc.StatusChanged(nats.CONNECTED)
+	defer p.nc.RemoveStatusListener(connected)
+	var retry <-chan time.Time // armed while a re-announcement is due
+	backoff := 100 * time.Millisecond
+	log := func() *zerolog.Event { return p.log.Warn().Str("service", in.Service).Str("id", in.InstanceID) }
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-refresh.C:
+			rctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseInterval)
+			next, err := p.assert(rctx, in, rev)
+			cancel()
+			var sup *supersededError
+			switch {
+			case errors.As(err, &sup):
+				p.yield(in, sup.by)
+				return
+			case err != nil && ctx.Err() == nil:
+				log().Err(err).Stringer("retry_in", backoff).Msg("lease refresh failed")
+				if retry == nil {
+					retry = time.After(backoff)
+				}
+			case err == nil:
+				rev = next
+			}
+			continue
+		case _, ok := <-connected:
+			if !ok {
+				connected = nil // the connection is closed for good
+				continue
+			}
+			// Re-announce shortly, not at once: after a server restart every
+			// client reconnects, and gateways must have resubscribed to hear
+			// the event; the jitter spreads the instances' re-announcements.
+			backoff = 100 * time.Millisecond
+			retry = time.After(reannounceDelay + mathrand.N(reannounceDelay))
+			continue
+		case <-retry:
+		}
+		rctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseInterval)
+		next, err := p.assert(rctx, in, rev)
+		if err == nil {
+			rev = next
+			err = p.publish(rctx, in, events.Online, "")
+		}
+		cancel()
+		var sup *supersededError
+		if errors.As(err, &sup) {
+			p.yield(in, sup.by)
+			return
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				log().Err(err).Stringer("retry_in", backoff).Msg("re-announce failed")
+			}
+			retry = time.After(backoff)
+			backoff = min(2*backoff, p.cfg.LeaseInterval)
+			continue
+		}
+		retry, backoff = nil, 100*time.Millisecond
+		p.log.Info().Str("service", in.Service).Str("id", in.InstanceID).Msg("re-announced")
+	}
+}
