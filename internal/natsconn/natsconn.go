@@ -114,7 +114,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.ConnectTimeout = DefaultConnectTimeout
 	}
 	fs.StringVar(&c.URL, "nats", c.URL, "NATS server `URL`s, comma-separated")
-	fs.StringVar(&c.CredsFile, "creds", c.CredsFile, "NATS credentials `file` (JWT and seed); excludes -user, -password and -token")
+	fs.StringVar(&c.CredsFile, "creds", c.CredsFile, "NATS credentials `file` (JWT and seed); excludes -user, -token and -nkey")
 	fs.StringVar(&c.User, "user", c.User, "NATS user `name`; excludes -token and -nkey")
 	// Secrets given on the command line are visible to every user of the
 	// machine (ps); the -...-file flags and the environment are not.
