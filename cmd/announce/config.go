@@ -65,6 +65,7 @@ type config struct {
 	readyTimeout time.Duration
 	drain        time.Duration
 	lease        time.Duration
+	replace      bool
 	command      []string
 	gossip       gossipflag.Settings
 
@@ -98,6 +99,7 @@ type flagValues struct {
 	health                  string
 	readyTimeout, drain     time.Duration
 	lease                   time.Duration
+	replace                 bool
 	gossip                  gossipflag.Settings
 	prefix, logLevel        string
 	reason                  string
@@ -106,7 +108,7 @@ type flagValues struct {
 
 // flag groups, in the order the help lists them.
 var (
-	instanceFlags = []string{"service", "addr", "id", "zone", "meta", "secure", "health", "ready-timeout", "drain", "lease", "gossip", "gossip-bind", "gossip-profile", "gossip-key", "gossip-label"}
+	instanceFlags = []string{"service", "addr", "id", "zone", "meta", "secure", "health", "ready-timeout", "drain", "lease", "replace", "gossip", "gossip-bind", "gossip-profile", "gossip-key", "gossip-label"}
 	offlineFlags  = []string{"service", "id", "reason", "incarnation"}
 	commonFlags   = []string{"nats", "nats-timeout", "creds", "user", "password", "token", "tls-ca", "tls-cert", "tls-key", "prefix", "log-level"}
 )
@@ -130,7 +132,8 @@ func newFlagSet(m mode, v *flagValues, nc *natsconn.Config) *flag.FlagSet {
 		fs.StringVar(&v.health, "health", "", "readiness check `URL`: wait for a 2xx answer instead of a TCP connect to -addr")
 		fs.DurationVar(&v.readyTimeout, "ready-timeout", defaultReadyTimeout, "how long to wait for readiness (0: forever)")
 		fs.DurationVar(&v.drain, "drain", defaultDrain, "supervise mode: wait between the offline event and forwarding the signal to the command")
-		fs.DurationVar(&v.lease, "lease", serverlist.DefaultTTL, "registry lease (TTL, at least 1s), refreshed every third of it; a deployment must agree on it")
+		fs.DurationVar(&v.lease, "lease", 0, "registry lease (TTL, at least 1s) used if announce creates the bucket (0: 30s); an existing bucket's TTL wins (a warning says when they differ), refreshed every third of it")
+		fs.BoolVar(&v.replace, "replace", false, "take the instance ID over even if another live process holds it; that process yields and exits with status 1")
 		v.gossip.Register(fs)
 	}
 	if nc.URL == "" {
@@ -266,7 +269,7 @@ func (v *flagValues) checkInstance(cfg *config) error {
 	if v.drain < 0 {
 		return usagef("-drain %v is negative", v.drain)
 	}
-	if v.lease < serverlist.MinTTL {
+	if v.lease != 0 && v.lease < serverlist.MinTTL {
 		return usagef("-lease %v: at least %v", v.lease, serverlist.MinTTL)
 	}
 	cfg.instance = serverlist.Instance{
@@ -280,6 +283,7 @@ func (v *flagValues) checkInstance(cfg *config) error {
 	}
 	cfg.dialAddr = net.JoinHostPort(dialHost, strconv.Itoa(port))
 	cfg.health, cfg.readyTimeout, cfg.drain, cfg.lease = v.health, v.readyTimeout, v.drain, v.lease
+	cfg.replace = v.replace
 	return nil
 }
 

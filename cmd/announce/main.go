@@ -177,7 +177,7 @@ func (a *app) openRegistry(ctx context.Context, nc *nats.Conn) (*session, error)
 	if err != nil {
 		return nil, fmt.Errorf("open the registry (is JetStream enabled, nats-server 2.11+?): %w", err)
 	}
-	pcfg := publisher.Config{Prefix: a.cfg.prefix, Logger: a.log}
+	pcfg := publisher.Config{Prefix: a.cfg.prefix, Logger: a.log, Replace: a.cfg.replace}
 	if a.cfg.gossip.Enabled() {
 		g, err := a.cfg.gossip.Config(gossipCheckMeta, a.log)
 		if err != nil {
@@ -200,7 +200,8 @@ func (s *session) close() {
 
 // announce announces the instance, retrying with backoff until it
 // succeeds or ctx ends: once the instance is ready, an outage of NATS only
-// delays its announcement.
+// delays its announcement. An ID that another live process holds is not
+// retried: it returns the error wrapping serverlist.ErrInUse.
 func (a *app) announce(ctx context.Context, s *session) error {
 	backoff := 100 * time.Millisecond
 	for {
@@ -219,6 +220,9 @@ func (a *app) announce(ctx context.Context, s *session) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if errors.Is(err, serverlist.ErrInUse) {
+			return err
+		}
 		a.log.Warn().Err(err).Stringer("retry_in", backoff).Msg("announce failed; retrying")
 		if err := ctxutil.Sleep(ctx, backoff); err != nil {
 			return err
@@ -229,15 +233,22 @@ func (a *app) announce(ctx context.Context, s *session) error {
 
 // withdraw announces the instance offline and removes its registry entry.
 // If it was never fully announced (a signal came during the announcement),
-// it only removes the entry a half-done announcement may have left.
+// it only removes the entry a half-done announcement may have left, and
+// only if that entry is this process's: a refused duplicate removes
+// nothing.
 func (a *app) withdraw(s *session, reason string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), withdrawTimeout)
 	defer cancel()
 	err := s.pub.Withdraw(ctx, reason)
-	if errors.Is(err, publisher.ErrNotAnnounced) {
-		return s.reg.Deregister(ctx, a.cfg.instance.Service, a.cfg.instance.InstanceID)
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, publisher.ErrNotAnnounced):
+		// Nothing announced; a record a cut-short announcement left was
+		// removed if it was this process's (never another's).
+		a.log.Debug().Msg("nothing to withdraw")
+		return nil
+	case errors.Is(err, publisher.ErrReplaced):
+		return nil // the ID is the replacing process's
+	case err != nil:
 		return err
 	}
 	a.log.Info().Str("reason", reason).Msg("announced offline and deregistered")

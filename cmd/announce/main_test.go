@@ -77,6 +77,12 @@ func newWorld(t *testing.T) *world {
 
 func newWorldWith(t *testing.T, srv *natstest.Server) *world {
 	t.Helper()
+	return newWorldTTL(t, srv, serverlist.DefaultTTL)
+}
+
+// newWorldTTL is newWorldWith over a registry bucket it creates with ttl.
+func newWorldTTL(t *testing.T, srv *natstest.Server, ttl time.Duration) *world {
+	t.Helper()
 	w := &world{srv: srv, evs: make(chan seen, 32), barrier: make(chan struct{}, 1)}
 	nc := w.srv.Connect(t)
 	w.nc = nc
@@ -101,8 +107,8 @@ func newWorldWith(t *testing.T, srv *natstest.Server) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The same TTL as announce's default -lease: Open updates the bucket.
-	w.reg, err = serverlist.Open(testCtx(t), js, serverlist.RegistryConfig{TTL: serverlist.DefaultTTL})
+	// The world's Open creates the bucket: announce adopts its TTL.
+	w.reg, err = serverlist.Open(testCtx(t), js, serverlist.RegistryConfig{TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"syscall"
 	"time"
+
+	"github.com/pushlb/pushlb/serverlist"
 )
 
 // killGrace is how long a command that was not ready in time has to exit
@@ -111,8 +113,19 @@ func (a *app) supervise() int {
 	}
 	for {
 		select {
-		case <-announced:
-			announced = nil // done; it only fails when cancelled
+		case err := <-announced:
+			announced = nil // done; it fails when cancelled, or refused
+			if err != nil && errors.Is(err, serverlist.ErrInUse) {
+				a.log.Error().Err(err).Msg("refusing to take over the instance ID; stopping the command (stop the other process first, or pass -replace)")
+				a.stopChild(c)
+				return exitFailure
+			}
+		case <-s.pub.Replaced():
+			stopAnnouncing()
+			a.replaced(s)
+			a.log.Info().Msg("stopping the command: the instance ID is the newer process's")
+			a.stopChild(c)
+			return exitFailure
 		case <-c.done:
 			stopAnnouncing()
 			a.log.Info().Int("status", c.status).Msg("command exited on its own")

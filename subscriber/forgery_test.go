@@ -1,0 +1,141 @@
+package subscriber_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/internal/natstest"
+	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/publisher"
+	"github.com/pushlb/pushlb/serverlist"
+	"github.com/pushlb/pushlb/subscriber"
+)
+
+// leasedPublisher is a publisher over a bucket whose TTL is ttl (created by
+// the first Open), refreshing every interval.
+func leasedPublisher(t *testing.T, srv *natstest.Server, ttl, interval time.Duration) *publisher.Publisher {
+	t.Helper()
+	nc := srv.Connect(t, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	p, err := publisher.New(nc, openRegistryTTL(t, nc, ttl), publisher.Config{LeaseInterval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func (g *gateway) live(service, id string) bool { return slices.Contains(g.sub.Live()[service], id) }
+
+// TestForgedOfflineLastsUntilTheNextRegistryWrite: an offline event that
+// claims a later incarnation than the instance's (any within the clock
+// bound) takes a healthy instance out only until its next lease refresh,
+// which the registry orders after the offline; one beyond the bound is
+// dropped as "future" and changes nothing.
+func TestForgedOfflineLastsUntilTheNextRegistryWrite(t *testing.T) {
+	const interval = 500 * time.Millisecond
+	srv := natstest.Start(t)
+	p := leasedPublisher(t, srv, 3*time.Second, interval)
+	g := startGateway(t, srv, subscriber.Config{})
+	in := instance("orders", 1, time.Now().UnixNano())
+	if err := p.Announce(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the instance routed", func() bool { return slices.Equal(g.ids("orders"), []string{in.InstanceID}) })
+	forger := srv.Connect(t)
+
+	// Beyond the bound: dropped and counted, nothing changes.
+	received := g.sub.Stats().Received
+	publishEvent(t, forger, events.Event{Kind: events.Offline, Service: "orders", InstanceID: in.InstanceID, Incarnation: 1<<63 - 1, At: time.Now()})
+	testutil.Eventually(t, "the forged event to be handled", func() bool { return g.sub.Stats().Received > received })
+	if d := g.sub.Stats().Dropped[subscriber.DropFuture]; d != 1 {
+		t.Fatalf("future drops %d, want 1", d)
+	}
+	if !g.live("orders", in.InstanceID) {
+		t.Fatal("a forged offline with the largest incarnation took the instance out")
+	}
+
+	// Within the bound: it applies, until the next refresh.
+	publishEvent(t, forger, events.Event{Kind: events.Offline, Service: "orders", InstanceID: in.InstanceID,
+		Incarnation: time.Now().Add(50 * time.Minute).UnixNano(), At: time.Now()})
+	testutil.Eventually(t, "the forged offline to apply", func() bool { return !g.live("orders", in.InstanceID) })
+	out := time.Now()
+	testutil.Eventually(t, "the next refresh to bring the instance back", func() bool { return g.live("orders", in.InstanceID) })
+	took := time.Since(out)
+	testutil.Eventually(t, "the instance routed again", func() bool { return slices.Equal(g.ids("orders"), []string{in.InstanceID}) })
+	t.Logf("a forged offline kept the instance out %v (refresh interval %v)", took, interval)
+	if took > interval+time.Second {
+		t.Fatalf("out for %v, want within one refresh interval (%v)", took, interval)
+	}
+	if g.sub.Stats().RegistryRevivals == 0 {
+		t.Fatal("the revival should be counted")
+	}
+
+	// Events still order within the registry's incarnation: the real
+	// offline applies.
+	if err := p.Withdraw(t.Context(), "shutdown"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the real withdrawal", func() bool { return len(g.ids("orders")) == 0 })
+}
+
+// TestRestartIsRoutedWhateverAnOfflineClaimed: after a forged offline that
+// claimed a far later incarnation, the restarted real instance (a lower
+// incarnation, its start time) is routed: its registration is a later
+// registry write.
+func TestRestartIsRoutedWhateverAnOfflineClaimed(t *testing.T) {
+	srv := natstest.Start(t)
+	g := startGateway(t, srv, subscriber.Config{})
+	in := instance("orders", 1, time.Now().UnixNano())
+	p := newPublisher(t, srv)
+	if err := p.Announce(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the instance", func() bool { return g.live("orders", in.InstanceID) })
+	publishEvent(t, g.nc, events.Event{Kind: events.Offline, Service: "orders", InstanceID: in.InstanceID,
+		Incarnation: time.Now().Add(50 * time.Minute).UnixNano(), At: time.Now()})
+	testutil.Eventually(t, "the forged offline to apply", func() bool { return !g.live("orders", in.InstanceID) })
+	if err := p.Withdraw(t.Context(), "shutdown"); err != nil { // the instance stops...
+		t.Fatal(err)
+	}
+	restarted := in
+	restarted.Incarnation, restarted.Port = time.Now().UnixNano(), 9999 // ...and starts again
+	if err := newPublisher(t, srv).Announce(t.Context(), restarted); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the restarted instance to be routed", func() bool {
+		return slices.Equal(g.servers("orders"), []string{in.InstanceID + "@10.0.0.1:9999/b"})
+	})
+}
+
+// TestLostBucketIsRecreatedAndResynced: NATS comes back without its store.
+// The gateway's mirror recreates the bucket, the publishers re-register,
+// and the gateway routes them again; the registry holds them.
+func TestLostBucketIsRecreatedAndResynced(t *testing.T) {
+	srv := natstest.Start(t)
+	g := startGateway(t, srv, subscriber.Config{Mirror: serverlist.MirrorConfig{RetryBackoff: 10 * time.Millisecond, MaxRetryBackoff: 200 * time.Millisecond}})
+	var ids []string
+	for i := 1; i <= 2; i++ {
+		in := instance("orders", i, time.Now().UnixNano())
+		if err := newPublisher(t, srv).Announce(t.Context(), in); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, in.InstanceID)
+	}
+	testutil.Eventually(t, "both instances", func() bool { return slices.Equal(g.ids("orders"), ids) })
+
+	began := time.Now()
+	srv.RestartWithoutStore(t)
+	testutil.Eventually(t, "the gateway to resync over the new bucket", func() bool { return g.sub.Mirror().Stats().Syncs >= 2 })
+	testutil.Eventually(t, "the registry to hold both again", func() bool {
+		list, err := g.reg.List(t.Context(), "orders")
+		return err == nil && len(list) == 2
+	})
+	testutil.Eventually(t, "the gateway to route both", func() bool {
+		return slices.Equal(g.ids("orders"), ids) && slices.Equal(g.sub.Live()["orders"], ids)
+	})
+	t.Logf("recovered %v after the restart without store; mirror %+v", time.Since(began), g.sub.Mirror().Stats())
+}
