@@ -26,8 +26,10 @@
 //
 // An event is a hint: a gateway trusts the registry (a JetStream KV bucket),
 // not the event, for an instance's address. Per instance, events are ordered
-// by [Event.Incarnation]; ordering and the registry belong to the subscriber
-// and serverlist packages.
+// by [Event.Incarnation] within the life the registry holds, and the
+// registry's own revisions order lives; ordering and the registry belong to
+// the subscriber and serverlist packages. [CheckIncarnation] rejects an
+// incarnation more than [MaxIncarnationAhead] ahead of the receiver's clock.
 //
 // # ListChanged
 //

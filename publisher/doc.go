@@ -27,6 +27,20 @@
 // gossip declares the node dead); it is idempotent and ends the Publisher.
 // A service calls Withdraw, then Close.
 //
+// # Identity
+//
+// One live process holds an instance ID. Announce claims it
+// (serverlist.Registry.Claim): a record of another live process is refused
+// with an error wrapping serverlist.ErrInUse, unless Config.Replace. The
+// lease loop refreshes with a compare-and-set; a record found removed
+// (deregistered, expired, purged, the bucket lost: the bucket is recreated
+// when the publisher may) or overwritten by an older or forged registration
+// is re-asserted and a warning logged. A record of a newer incarnation
+// under another owner means a newer process replaced this one: the
+// publisher yields for good, Replaced is closed, and Withdraw returns
+// ErrReplaced without touching the registry or the events. Withdraw only
+// ever removes this publisher's own record.
+//
 // The incarnation orders events about one instance ID: it grows with every
 // start of the instance. Announce uses the instance's Incarnation when set,
 // else the current time in nanoseconds. Re-announcements (lease, reconnect)

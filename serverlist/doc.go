@@ -13,6 +13,22 @@
 // (nats-server 2.11+), so an expiry reaches every watcher as a purge, the
 // same way a deregistration does.
 //
+// The bucket's configuration belongs to the deployment: [Open] creates the
+// bucket when it is missing and otherwise uses it as it is, its TTL being
+// the lease in effect (a configured TTL that disagrees is logged as a
+// warning). [Registry.Ensure] recreates a lost bucket.
+//
+// # Identity
+//
+// One live process holds an instance ID. [Registry.Claim] registers with a
+// create-only write; a record of another owner ([Instance].Owner) is
+// watched for a refresh (its holder lives: [ErrInUse]) or taken over once
+// it proves dead, or at once with ClaimOptions.Replace. Conditional writes
+// ([Registry.Create], [Registry.Update], [Registry.DeregisterRevision],
+// [Registry.DeregisterOwned]) let a publisher refresh, re-assert and remove
+// only its own record; [Superseded] tells a legitimate replacement (a newer
+// incarnation) from an older or forged record.
+//
 // Key encoding: KV keys allow only [-/_=.a-zA-Z0-9], while instance IDs are
 // opaque (Eureka's "host:service:port", anything with '.', '/', spaces,
 // Unicode). A key is therefore
@@ -36,7 +52,13 @@
 // [MirrorStats].Revision is the last bucket revision the mirror applied,
 // published after its effect and its OnChange call: a caller that wrote at
 // revision r (Register returns it) waits for Revision >= r rather than for
-// time to pass.
+// time to pass. The mirror keeps each instance's revision ([Entry],
+// [Mirror.Entries]); a put that leaves a value unchanged (a lease refresh)
+// only updates it and calls OnRefresh, so it costs no copy and no rebuild.
+// Revisions are the server's, so no client can forge their order; the
+// subscriber orders membership by them. When the bucket is gone (a server
+// restarted without its store, a deleted bucket), the mirror recreates it
+// and resyncs, and keeps its revisions growing across the new bucket.
 //
 // # Lifecycle
 //

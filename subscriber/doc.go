@@ -6,11 +6,24 @@
 //
 // # Ordering
 //
-// Per instance, an event with a lower incarnation than the one known is
-// stale and dropped; within one incarnation an instance goes online once and
-// offline once, so a late online after the offline is stale too. Offline
-// members are remembered (tombstones) for TombstoneTTL so late events of an
-// old incarnation cannot resurrect them. Duplicates are harmless.
+// The registry's revisions, which the NATS server assigns and nobody can
+// forge, decide what is current: the table keeps per instance the revision
+// of the registry entry it saw last, and the mirror's revision when an
+// offline was recorded. A registry write observed after an offline (a lease
+// refresh, a re-registration) brings the instance back whatever incarnation
+// the offline claimed, so a forged offline lasts at most one refresh
+// interval and a restarted instance is always routed. A refresh with an
+// unchanged value costs a map lookup (the mirror's OnRefresh), not a
+// rebuild. Stats.RegistryRevivals counts the instances brought back so.
+//
+// Incarnations order events within the life the registry last showed: an
+// event with a lower incarnation than the one known is stale and dropped;
+// within one incarnation an instance goes online once and offline once, so
+// a late online after the offline is stale too. An incarnation more than
+// events.MaxIncarnationAhead (1 h) ahead of the clock is dropped as
+// DropFuture ("future"), from events and gossip alike. Offline members are
+// remembered (tombstones) for TombstoneTTL so late events of an old
+// incarnation cannot resurrect them. Duplicates are harmless.
 //
 // # The registry is the truth
 //

@@ -41,6 +41,28 @@
 // In hold mode a stop signal before the announcement ends announce with
 // status 0: there is nothing to undo.
 //
+// # One live process per instance ID
+//
+// announce claims the instance ID in the registry (docs/protocol.md,
+// "Identity"). If another live process holds it (its record is refreshed
+// while announce watches it, up to half the bucket's TTL), announce refuses:
+// it logs why, publishes and removes nothing, stops COMMAND in supervise
+// mode, and exits 1. A record whose holder stopped refreshing (a crash whose
+// lease has not run out) is taken over after that wait. -replace takes the
+// ID over at once: the replaced announce notices at its next refresh, logs
+// an error, exits 1 without withdrawing (stopping its COMMAND in supervise
+// mode), and never fights back. While it runs, announce re-asserts its
+// record at its next refresh if it finds it removed (deregistered, expired,
+// purged, the bucket lost) or overwritten by an older or forged
+// registration, and logs a warning.
+//
+// # Lease
+//
+// The lease is the registry bucket's TTL, which belongs to the deployment:
+// announce never changes the bucket. It creates it when missing (with
+// -lease, default 30 s) and otherwise uses its TTL, warning when a given
+// -lease disagrees; it refreshes at a third of the TTL.
+//
 // Offline mode announces an instance offline on its behalf, for example
 // after its host died:
 //
@@ -73,9 +95,12 @@
 //	-ready-timeout D     how long to wait for readiness (default 30s; 0 waits forever)
 //	-drain D             supervise mode: wait between the offline event and
 //	                     forwarding the signal (default 1s)
-//	-lease D             registry TTL (default 30s, at least 1s); the entry is
-//	                     refreshed every third of it. All publishers and
-//	                     gateways of a deployment must agree on it
+//	-lease D             registry TTL used if announce creates the bucket
+//	                     (0, the default: 30s; else at least 1s). An existing
+//	                     bucket's TTL wins, with a warning if they differ; the
+//	                     entry is refreshed every third of the TTL in effect
+//	-replace             take the instance ID over even if another live process
+//	                     holds it; that process yields and exits 1
 //	-gossip HOST:PORT,.. gossip (memberlist) peers to join, usually the gateways'
 //	                     -gossip-bind addresses; gossip is on when this or
 //	                     -gossip-bind is set, off otherwise
@@ -123,7 +148,9 @@
 //
 //	0    stopped by SIGINT or SIGTERM after withdrawing (hold), or done (offline)
 //	1    NATS unreachable after -nats-timeout, the registry unusable, the
-//	     address not ready within -ready-timeout, a withdrawal that failed
+//	     address not ready within -ready-timeout, a withdrawal that failed,
+//	     the instance ID held by another live process (refused), or this
+//	     process replaced by a newer one (-replace)
 //	2    usage error: a missing or invalid flag (a bad gossip key or profile too),
 //	     unexpected arguments
 //	N    supervise mode: COMMAND's status (128+signal if a signal killed it;

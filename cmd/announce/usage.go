@@ -44,13 +44,21 @@ registry entry, on its behalf. The event carries the incarnation stored in
 the registry, since gateways ignore an offline event older than what they
 know; without an entry, the current time in ns (or -incarnation).
 
+One live process per instance ID: if another live process holds the ID,
+announce refuses it and exits 1 (supervise mode stops COMMAND); -replace
+takes it over, and the replaced announce exits 1 without withdrawing. A
+record found removed or overwritten while running is re-asserted.
+The lease is the registry bucket's TTL: -lease only applies when announce
+creates the bucket; a different existing TTL wins, with a warning.
+
 The default instance ID is Eureka's HOST:SERVICE:PORT. An -addr host that is
 empty, 0.0.0.0 or :: registers this machine's host name and is checked on
 127.0.0.1. The incarnation is the start time of announce in ns.
 
 Exit status: 0 done; 1 NATS unreachable after -nats-timeout, registry
-unusable, not ready within -ready-timeout, or a failed withdrawal; 2 usage
-error; in supervise mode, COMMAND's status.
+unusable, not ready within -ready-timeout, a failed withdrawal, the ID held by
+another live process, or replaced by a newer one; 2 usage error; in
+supervise mode, COMMAND's status.
 
 Examples:
   announce -service orders -addr 10.0.0.5:8080 -zone eu-west-1a -meta version=1.4.2
