@@ -25,13 +25,21 @@ func startGossipGateway(t testing.TB) (*gw, string) {
 	return g, gossipAddr
 }
 
-func announceGossip(t testing.TB, g *gw, gossipAddr, addr string) *testutil.Proc {
-	return announceGossipAs(t, g, gossipAddr, "orders", addr)
+func announceGossip(t testing.TB, g *gw, gossipAddr, addr string, flags ...string) *testutil.Proc {
+	return announceGossipAs(t, g, gossipAddr, "orders", addr, flags...)
 }
 
-func announceGossipAs(t testing.TB, g *gw, gossipAddr, service, addr string) *testutil.Proc {
-	return start(t, bin.announce, "-nats", "nats://"+g.nats, "-service", service, "-addr", addr,
-		"-gossip", gossipAddr, "-gossip-bind", "127.0.0.1:0", "-gossip-profile", "fast")
+func announceGossipAs(t testing.TB, g *gw, gossipAddr, service, addr string, flags ...string) *testutil.Proc {
+	args := []string{"-nats", "nats://" + g.nats, "-service", service, "-addr", addr,
+		"-gossip", gossipAddr, "-gossip-bind", "127.0.0.1:0", "-gossip-profile", "fast"}
+	return start(t, bin.announce, append(args, flags...)...)
+}
+
+// restartGossip starts a crashed instance again under the same ID: its
+// predecessor's record, still in the registry until its lease ends, is
+// taken over (-replace), as a supervisor restarting it would.
+func restartGossip(t testing.TB, g *gw, gossipAddr, addr string) *testutil.Proc {
+	return announceGossip(t, g, gossipAddr, addr, "-replace")
 }
 
 var gossipField = regexp.MustCompile(`"gossip":"([^"]+)"`)
@@ -84,7 +92,7 @@ func TestCrashDetectedByGossip(t *testing.T) {
 		if took[i] > bound {
 			t.Errorf("round %d: detection took %v, bound %v", i, took[i], bound)
 		}
-		anns[0] = announceGossip(t, g, gossipAddr, addrs[0]) // a new incarnation
+		anns[0] = restartGossip(t, g, gossipAddr, addrs[0]) // a new incarnation
 		testutil.Eventually(t, "the instance back", func() bool { return g.servers(t) == 3 })
 	}
 	slices.Sort(took)
@@ -106,7 +114,7 @@ func TestLateDeadOfOldIncarnation(t *testing.T) {
 		return g.servers(t) == 2 && g.metric("pushlb_gossip_members") == 3
 	})
 	a.Kill(t)
-	announceGossip(t, g, gossipAddr, addr) // restarted at once
+	restartGossip(t, g, gossipAddr, addr) // restarted at once
 	_, bound := gossip.ProfileFast.DetectionTime(4)
 	began := time.Now()
 	g.waitGone(t, old, bound+lineTimeout)
