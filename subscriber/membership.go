@@ -35,6 +35,10 @@ type member struct {
 	// recorded: a registry write above it is newer than the offline.
 	offRev  uint64
 	changed time.Time // when it last went online or offline; tombstones are collected by age
+	// confirmed says the registry has held the instance: only events or
+	// gossip know an unconfirmed member, and the table keeps few of them,
+	// for a short while (see membership.expire).
+	confirmed bool
 }
 
 func (m *member) live() bool { return m.off == offNone }
@@ -64,19 +68,114 @@ const (
 // Subscriber guards it with its mutex.
 type membership struct {
 	services map[string]map[string]*member
+
+	// Unconfirmed members (known from events or gossip only), oldest
+	// first, so expire can drop those the registry never confirmed.
+	unconfirmed  []pendingMember
+	nUnconfirmed int
+}
+
+// pendingMember is an unconfirmed member and when it was recorded.
+type pendingMember struct {
+	service, id string
+	at          time.Time
 }
 
 func newMembership() *membership {
 	return &membership{services: make(map[string]map[string]*member)}
 }
 
-func (m *membership) member(service, id string) (cur *member, ids map[string]*member) {
-	ids = m.services[service]
+// admits reports whether an event about service/id may be recorded:
+// members the table knows are, and a new one only within the limits on
+// unconfirmed members, services and instances per service. A zero limit is
+// no limit.
+func (m *membership) admits(service, id string, lim limits) bool {
+	ids, ok := m.services[service]
+	if ok && ids[id] != nil {
+		return true
+	}
+	switch {
+	case lim.unconfirmed > 0 && m.nUnconfirmed >= lim.unconfirmed:
+		return false
+	case !ok && lim.services > 0 && len(m.services) >= lim.services:
+		return false
+	case lim.perService > 0 && len(ids) >= lim.perService:
+		return false
+	}
+	return true
+}
+
+// limits bound what events alone can add to the table.
+type limits struct {
+	unconfirmed, services, perService int
+}
+
+// addUnconfirmed records a member created by an event or gossip.
+func (m *membership) addUnconfirmed(service, id string, now time.Time) {
+	m.nUnconfirmed++
+	m.unconfirmed = append(m.unconfirmed, pendingMember{service, id, now})
+}
+
+// confirm marks a member as held by the registry.
+func (m *membership) confirm(mem *member) {
+	if !mem.confirmed {
+		mem.confirmed = true
+		m.nUnconfirmed--
+	}
+}
+
+// remove deletes a member, and its service once empty.
+func (m *membership) remove(service, id string) {
+	ids := m.services[service]
+	mem := ids[id]
+	if mem == nil {
+		return
+	}
+	if !mem.confirmed {
+		m.nUnconfirmed--
+	}
+	delete(ids, id)
+	if len(ids) == 0 {
+		delete(m.services, service)
+	}
+}
+
+// expire drops the members recorded before cutoff that the registry never
+// confirmed: events naming instances nobody registered (an online event
+// reaches a gateway after the registry write it follows, so a real instance
+// is confirmed within the mirror's lag). It returns the services whose live
+// set changed.
+func (m *membership) expire(cutoff time.Time) (changed []string, dropped int) {
+	i := 0
+	for ; i < len(m.unconfirmed) && m.unconfirmed[i].at.Before(cutoff); i++ {
+		p := m.unconfirmed[i]
+		mem := m.services[p.service][p.id]
+		if mem == nil || mem.confirmed {
+			continue // gone or confirmed since
+		}
+		if mem.live() {
+			changed = append(changed, p.service)
+		}
+		m.remove(p.service, p.id)
+		dropped++
+	}
+	m.unconfirmed = slices.Delete(m.unconfirmed, 0, i)
+	slices.Sort(changed)
+	return slices.Compact(changed), dropped
+}
+
+func (m *membership) member(service, id string) *member {
+	return m.services[service][id]
+}
+
+// add records a new member.
+func (m *membership) add(service, id string, mem *member) {
+	ids := m.services[service]
 	if ids == nil {
 		ids = make(map[string]*member)
 		m.services[service] = ids
 	}
-	return ids[id], ids
+	ids[id] = mem
 }
 
 // event records that instance id of service is online (or offline) in
@@ -92,7 +191,7 @@ func (m *membership) member(service, id string) (cur *member, ids map[string]*me
 //     suspicion) or the registry is written again. An online event never
 //     revives: it is the announcement the instance already made.
 func (m *membership) event(service, id string, inc int64, online bool, src source, regRev uint64, now time.Time) outcome {
-	cur, ids := m.member(service, id)
+	cur := m.member(service, id)
 	off := offAnnounced
 	if src == fromGossip {
 		off = offGossip
@@ -105,7 +204,8 @@ func (m *membership) event(service, id string, inc int64, online bool, src sourc
 		return unchanged
 	case cur == nil:
 		cur = &member{incarnation: inc, changed: now}
-		ids[id] = cur
+		m.add(service, id, cur)
+		m.addUnconfirmed(service, id, now)
 		if !online {
 			// Remember the tombstone: an online of this incarnation that
 			// arrives late must not resurrect the instance.
@@ -161,10 +261,13 @@ func (m *membership) event(service, id string, inc int64, online bool, src sourc
 // incarnation becomes the one events are ordered against, and an instance
 // taken offline before it (offRev below rev), by whatever event, comes back.
 func (m *membership) registered(service, id string, inc int64, rev uint64, now time.Time) outcome {
-	cur, ids := m.member(service, id)
+	cur := m.member(service, id)
+	if cur != nil {
+		m.confirm(cur)
+	}
 	switch {
 	case cur == nil:
-		ids[id] = &member{incarnation: inc, rev: rev, changed: now}
+		m.add(service, id, &member{incarnation: inc, rev: rev, changed: now, confirmed: true})
 		return applied
 	case rev == 0:
 		if cur.live() {
@@ -263,6 +366,9 @@ func (m *membership) collect(cutoff time.Time) {
 	for service, ids := range m.services {
 		for id, mem := range ids {
 			if !mem.live() && mem.changed.Before(cutoff) {
+				if !mem.confirmed {
+					m.nUnconfirmed--
+				}
 				delete(ids, id)
 			}
 		}

@@ -129,3 +129,44 @@ func TestMembershipRegistryAndCollect(t *testing.T) {
 		t.Fatalf("live %v", got)
 	}
 }
+
+func TestMembershipLimitsAndExpiry(t *testing.T) {
+	m := newMembership()
+	lim := limits{unconfirmed: 3, services: 2, perService: 2}
+	t0 := time.Unix(100, 0)
+	add := func(svc, id string, at time.Time) bool {
+		if !m.admits(svc, id, lim) {
+			return false
+		}
+		m.event(svc, id, 1, true, fromEvent, 0, at)
+		return true
+	}
+	if !add("a", "1", t0) || !add("a", "2", t0) {
+		t.Fatal("within the limits")
+	}
+	if add("a", "3", t0) {
+		t.Fatal("a third instance of a: beyond instances per service")
+	}
+	if !add("b", "1", t0.Add(time.Second)) {
+		t.Fatal("a second service")
+	}
+	if add("c", "1", t0) {
+		t.Fatal("a third service, and beyond the unconfirmed limit")
+	}
+	if !m.admits("a", "1", lim) {
+		t.Fatal("a known member is always admitted")
+	}
+	// a/1 is confirmed by the registry: it stays; a/2 expires.
+	m.registered("a", "1", 1, 5, t0)
+	changed, dropped := m.expire(t0.Add(500 * time.Millisecond))
+	if dropped != 1 || !slices.Equal(changed, []string{"a"}) || m.member("a", "2") != nil || m.member("a", "1") == nil {
+		t.Fatalf("expire: changed %v, dropped %d", changed, dropped)
+	}
+	if m.nUnconfirmed != 1 {
+		t.Fatalf("unconfirmed count %d, want 1 (b/1)", m.nUnconfirmed)
+	}
+	changed, dropped = m.expire(t0.Add(2 * time.Second))
+	if dropped != 1 || !slices.Equal(changed, []string{"b"}) || m.services["b"] != nil || m.nUnconfirmed != 0 {
+		t.Fatalf("second expire: changed %v, dropped %d, services %v", changed, dropped, m.serviceNames())
+	}
+}

@@ -552,3 +552,36 @@ func TestGossipGoneAndAlive(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// Events naming instances nobody registered are forgotten once the
+// registry has not shown them for ConfirmWithin, and events beyond the
+// limits are dropped and counted: a flood cannot grow the table.
+func TestUnregisteredInstancesAreForgottenAndLimited(t *testing.T) {
+	srv := natstest.Start(t)
+	g := startGateway(t, srv, subscriber.Config{ConfirmWithin: 100 * time.Millisecond, MaxUnconfirmed: 50, MaxServices: 1000, MaxInstancesPerService: 1000})
+	if err := newPublisher(t, srv).Announce(t.Context(), instance("cart", 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the registered instance", func() bool { return len(g.ids("cart")) == 1 })
+	now := time.Now()
+	for i := range 80 {
+		publishEvent(t, g.nc, events.Event{Kind: events.Online, Service: fmt.Sprintf("invented-%d", i), InstanceID: "x", Incarnation: 1, At: now})
+	}
+	testutil.Eventually(t, "the 80 events (and the online of cart) to be processed", func() bool { return g.sub.Stats().Received >= 81 })
+	// Each event is either dropped for the limit or admitted and, the
+	// registry never showing it, forgotten: at most 50 are held at once.
+	limited := g.sub.Stats().Dropped[subscriber.DropLimit]
+	if limited < 1 {
+		t.Fatalf("no event was dropped for the limit of 50 unconfirmed instances")
+	}
+	testutil.Eventually(t, "the invented instances to be forgotten", func() bool { return g.sub.Stats().Unconfirmed == 80-limited })
+	live := g.sub.Live()
+	if len(live) != 1 || len(live["cart"]) != 1 {
+		t.Fatalf("membership after the flood: %v", live)
+	}
+	// The limit is free again: a new registration and its event go through.
+	if err := newPublisher(t, srv).Announce(t.Context(), instance("cart", 2, 1)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the second instance", func() bool { return len(g.ids("cart")) == 2 })
+}

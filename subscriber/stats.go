@@ -24,6 +24,7 @@ const (
 	DropDuplicate                      // already known
 	DropUnsubscribed                   // a service this subscriber does not follow
 	DropFuture                         // incarnation beyond the clock + events.MaxIncarnationAhead
+	DropLimit                          // a new instance beyond the limits on unconfirmed instances, services or instances per service
 
 	numDropReasons // the number of reasons; not a reason
 )
@@ -39,11 +40,12 @@ var dropReasonNames = [numDropReasons]string{
 	DropDuplicate:    "duplicate",
 	DropUnsubscribed: "unsubscribed",
 	DropFuture:       "future",
+	DropLimit:        "limit",
 }
 
 // String returns the reason's metric label ("malformed", "too_large",
 // "bad_subject", "invalid", "mismatch", "version", "stale", "duplicate",
-// "unsubscribed", "future"), or "unknown" for a value that is not a reason.
+// "unsubscribed", "future", "limit"), or "unknown" for a value that is not a reason.
 func (r DropReason) String() string {
 	if r >= numDropReasons {
 		return "unknown"
@@ -112,6 +114,10 @@ type Stats struct {
 	// GossipRemovals counts instances taken offline because gossip declared
 	// them dead or gone; GossipRevivals those it brought back.
 	GossipRemovals, GossipRevivals uint64
+	// Unconfirmed counts instances known only from events (or gossip) that
+	// were forgotten because the registry did not show them within
+	// Config.ConfirmWithin: announcements of instances nobody registered.
+	Unconfirmed uint64
 }
 
 type counters struct {
@@ -119,6 +125,7 @@ type counters struct {
 	reconciles, registryRemovals                atomic.Uint64
 	registryRevivals                            atomic.Uint64
 	gossipRemovals, gossipRevivals              atomic.Uint64
+	unconfirmed                                 atomic.Uint64
 	dropped                                     [numDropReasons]atomic.Uint64
 }
 
@@ -135,6 +142,7 @@ func (c *counters) snapshot() Stats {
 		RegistryRevivals: c.registryRevivals.Load(),
 		GossipRemovals:   c.gossipRemovals.Load(),
 		GossipRevivals:   c.gossipRevivals.Load(),
+		Unconfirmed:      c.unconfirmed.Load(),
 	}
 	for i := range c.dropped {
 		s.Dropped[i] = c.dropped[i].Load()

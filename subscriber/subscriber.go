@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -34,6 +35,16 @@ const (
 	DefaultTombstoneTTL = 10 * time.Minute
 	// DefaultRegistryTimeout bounds each direct registry read.
 	DefaultRegistryTimeout = 2 * time.Second
+	// DefaultConfirmWithin is how long an instance known only from events
+	// may wait for the registry to show it.
+	DefaultConfirmWithin = 5 * time.Second
+	// DefaultMaxUnconfirmed bounds the instances known only from events.
+	DefaultMaxUnconfirmed = 10000
+	// DefaultMaxServices bounds the services events may add.
+	DefaultMaxServices = 10000
+	// DefaultMaxInstancesPerService bounds the instances of one service
+	// events may add.
+	DefaultMaxInstancesPerService = 10000
 )
 
 // Config configures a Subscriber. Zero values take the defaults.
@@ -57,6 +68,24 @@ type Config struct {
 	// RegistryTimeout bounds each direct registry read. Zero means
 	// DefaultRegistryTimeout (2 s).
 	RegistryTimeout time.Duration
+
+	// ConfirmWithin is how long an instance known only from events (or
+	// gossip) stays in the table without the registry showing it. An
+	// announcer registers before it announces, so a real instance is
+	// confirmed within the mirror's lag; an event naming an instance nobody
+	// registered is forgotten after this long (counted in
+	// Stats.Unconfirmed), while the mirror is synced. Zero means
+	// DefaultConfirmWithin (5 s).
+	ConfirmWithin time.Duration
+	// MaxUnconfirmed bounds the instances known only from events; an event
+	// that would add one more is dropped (DropLimit). Zero means
+	// DefaultMaxUnconfirmed (10,000); negative means no limit.
+	MaxUnconfirmed int
+	// MaxServices and MaxInstancesPerService bound the services, and the
+	// instances of one service, that events may add; instances the
+	// registry holds are always followed. Zero means the defaults (10,000
+	// each); negative means no limit.
+	MaxServices, MaxInstancesPerService int
 	// Mirror configures the registry mirror the subscriber owns (its
 	// OnChange is the subscriber's).
 	Mirror serverlist.MirrorConfig
@@ -93,7 +122,21 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RegistryTimeout == 0 {
 		c.RegistryTimeout = DefaultRegistryTimeout
 	}
-	if c.AntiEntropy < 0 || c.TombstoneTTL < 0 || c.RegistryTimeout < 0 {
+	if c.ConfirmWithin == 0 {
+		c.ConfirmWithin = DefaultConfirmWithin
+	}
+	for _, l := range []struct {
+		v   *int
+		def int
+	}{{&c.MaxUnconfirmed, DefaultMaxUnconfirmed}, {&c.MaxServices, DefaultMaxServices}, {&c.MaxInstancesPerService, DefaultMaxInstancesPerService}} {
+		switch {
+		case *l.v == 0:
+			*l.v = l.def
+		case *l.v < 0:
+			*l.v = 0 // no limit
+		}
+	}
+	if c.AntiEntropy < 0 || c.TombstoneTTL < 0 || c.RegistryTimeout < 0 || c.ConfirmWithin < 0 {
 		return c, fmt.Errorf("%w: negative interval", ErrInvalidConfig)
 	}
 	return c, nil
@@ -117,8 +160,11 @@ type Subscriber struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // worker and deliveries
 
-	mu    sync.Mutex // guards table
-	table *membership
+	mu     sync.Mutex // guards table
+	table  *membership
+	limits limits
+
+	deliveries atomic.Uint64 // ListChanged revisions, one sequence for every service
 
 	dmu       sync.Mutex // guards delivery state
 	svcs      map[string]*svcState
@@ -136,7 +182,6 @@ type svcState struct {
 	timer          *time.Timer
 	lastFire       time.Time
 	failures       int
-	rev            uint64 // only touched by the running delivery
 }
 
 // New builds a Subscriber over a NATS connection and the registry. It
@@ -154,6 +199,7 @@ func New(nc *nats.Conn, reg *serverlist.Registry, h Handler, cfg Config) (*Subsc
 		log:       cfg.Logger,
 		dropLog:   cfg.Logger.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second}),
 		table:     newMembership(),
+		limits:    limits{unconfirmed: cfg.MaxUnconfirmed, services: cfg.MaxServices, perService: cfg.MaxInstancesPerService},
 		svcs:      make(map[string]*svcState),
 		regDirty:  make(map[string]bool),
 		regSignal: make(chan struct{}, 1),
@@ -336,6 +382,11 @@ func (s *Subscriber) gossip(service, id string, incarnation int64, alive bool) {
 		return
 	}
 	s.mu.Lock()
+	if !s.table.admits(service, id, s.limits) {
+		s.mu.Unlock()
+		s.stats.drop(DropLimit)
+		return
+	}
 	out := s.table.event(service, id, incarnation, alive, fromGossip, s.mirror.Revision(), now)
 	s.mu.Unlock()
 	if out != applied {
@@ -378,6 +429,13 @@ func (s *Subscriber) onMsg(msg *nats.Msg) {
 		s.cfg.OnEvent(ev)
 	}
 	s.mu.Lock()
+	if !s.table.admits(ev.Service, ev.InstanceID, s.limits) {
+		s.mu.Unlock()
+		s.stats.drop(DropLimit)
+		s.dropLog.Warn().Str("service", ev.Service).Str("id", truncate(ev.InstanceID, 200)).Stringer("kind", ev.Kind).
+			Msg("dropped event: a new instance beyond the limits (unconfirmed instances, services, instances per service)")
+		return
+	}
 	// The mirror's revision now: a registry write after it is newer than
 	// this event, and may undo an offline it records.
 	out := s.table.event(ev.Service, ev.InstanceID, ev.Incarnation, ev.Kind == events.Online, fromEvent, s.mirror.Revision(), now)
@@ -471,10 +529,14 @@ func (s *Subscriber) work() {
 	defer s.wg.Done()
 	t := time.NewTicker(s.cfg.AntiEntropy)
 	defer t.Stop()
+	confirm := time.NewTicker(max(s.cfg.ConfirmWithin/4, 10*time.Millisecond))
+	defer confirm.Stop()
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
+		case now := <-confirm.C:
+			s.expireUnconfirmed(now)
 		case <-s.regSignal:
 			for _, svc := range s.takeRegistryDirty() {
 				s.reconcile(s.ctx, svc)
@@ -493,6 +555,28 @@ func (s *Subscriber) work() {
 			s.table.collect(time.Now().Add(-s.cfg.TombstoneTTL))
 			s.mu.Unlock()
 		}
+	}
+}
+
+// expireUnconfirmed forgets the instances known only from events that the
+// registry has not shown within ConfirmWithin. While the mirror is not
+// synced (NATS away, a resync), nothing is forgotten: the registry cannot
+// be seen.
+func (s *Subscriber) expireUnconfirmed(now time.Time) {
+	if !s.mirror.Synced() || !s.nc.IsConnected() {
+		return
+	}
+	s.mu.Lock()
+	changed, dropped := s.table.expire(now.Add(-s.cfg.ConfirmWithin))
+	s.mu.Unlock()
+	if dropped == 0 {
+		return
+	}
+	s.stats.unconfirmed.Add(uint64(dropped))
+	s.dropLog.Warn().Int("instances", dropped).Strs("services", changed[:min(len(changed), 10)]).Int("live_services", len(changed)).
+		Msg("forgot instances that events announced but the registry never held")
+	for _, svc := range changed {
+		s.markDirty(svc)
 	}
 }
 
@@ -610,9 +694,12 @@ func (s *Subscriber) deliver(service string, st *svcState) {
 	defer s.wg.Done()
 	s.mu.Lock()
 	ids := s.table.live(service)
+	_, known := s.table.services[service]
 	s.mu.Unlock()
-	st.rev++
-	err := s.handler(s.ctx, events.ListChanged{Service: service, InstanceIDs: ids, Revision: st.rev})
+	// One sequence for every service, so that a service whose delivery
+	// state was dropped (below) and comes back still gets growing
+	// revisions.
+	err := s.handler(s.ctx, events.ListChanged{Service: service, InstanceIDs: ids, Revision: s.deliveries.Add(1)})
 	s.stats.delivered.Add(1)
 
 	s.dmu.Lock()
@@ -629,5 +716,12 @@ func (s *Subscriber) deliver(service string, st *svcState) {
 	}
 	if st.dirty {
 		s.scheduleLocked(service, st)
+		return
+	}
+	if !known && err == nil && st.timer == nil {
+		// The table forgot the service and its last (empty) list went out:
+		// its delivery state goes too, so that services that come and go
+		// do not accumulate.
+		delete(s.svcs, service)
 	}
 }
