@@ -60,8 +60,13 @@ type RegistryConfig struct {
 	// means TTL; otherwise at least 1 s.
 	MarkerTTL time.Duration
 
-	// Replicas is the number of JetStream replicas of the bucket, 1 to 5,
-	// used when Open creates the bucket. Zero means 1.
+	// Replicas is the number of JetStream replicas of the bucket, 1 to 5
+	// (MaxReplicas), used when Open creates the bucket and as the target of
+	// [Registry.ScaleUp]. Zero means min(DefaultReplicas (3), the JetStream
+	// servers of the cluster), discovered by the server's placement (see
+	// replicas.go): R1 on a lone server, R3 on a cluster of three or more.
+	// An existing bucket keeps its own count ([Registry.Config] reports
+	// it); a non-zero Replicas above it is logged as a warning.
 	Replicas int
 
 	// Storage is where JetStream keeps the bucket (when Open creates it). The zero value is
@@ -96,11 +101,8 @@ func (c RegistryConfig) withDefaults() (RegistryConfig, error) {
 	case c.MarkerTTL < time.Second:
 		return c, fmt.Errorf("%w: MarkerTTL %v: at least 1s", ErrInvalidConfig, c.MarkerTTL)
 	}
-	switch {
-	case c.Replicas == 0:
-		c.Replicas = 1
-	case c.Replicas < 1 || c.Replicas > 5:
-		return c, fmt.Errorf("%w: Replicas %d: 1 to 5", ErrInvalidConfig, c.Replicas)
+	if c.Replicas < 0 || c.Replicas > MaxReplicas {
+		return c, fmt.Errorf("%w: Replicas %d: 1 to %d (0: automatic)", ErrInvalidConfig, c.Replicas, MaxReplicas)
 	}
 	return c, nil
 }
@@ -138,6 +140,8 @@ type Registry struct {
 	kv  jetstream.KeyValue
 	cfg RegistryConfig
 	log zerolog.Logger
+	// wantReplicas is the configured replica count, 0 for automatic.
+	wantReplicas int
 
 	malformed atomic.Uint64
 }
@@ -145,9 +149,10 @@ type Registry struct {
 // Open returns a Registry over the bucket cfg names, creating the bucket
 // (with cfg's TTL, MarkerTTL, Replicas and Storage) when it does not exist.
 // An existing bucket is never changed: its configuration belongs to the
-// deployment, not to whichever process starts last. Its TTL is the lease in
-// effect ([Registry.Config] reports it); a cfg.TTL that disagrees is logged
-// as a warning and ignored. It returns an error wrapping ErrInvalidConfig
+// deployment, not to whichever process starts last (a gateway may raise its
+// replicas with [Registry.ScaleUp]). Its TTL is the lease in effect
+// ([Registry.Config] reports it and its replicas); a cfg.TTL that disagrees
+// is logged as a warning and ignored. It returns an error wrapping ErrInvalidConfig
 // for a bad cfg and jetstream.ErrLimitMarkerTTLNotSupported on a server
 // older than 2.11.
 func Open(ctx context.Context, js jetstream.JetStream, cfg RegistryConfig) (*Registry, error) {
@@ -156,7 +161,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg RegistryConfig) (*Reg
 	if err != nil {
 		return nil, err
 	}
-	r := &Registry{js: js, cfg: cfg, log: cfg.Logger}
+	r := &Registry{js: js, cfg: cfg, log: cfg.Logger, wantReplicas: cfg.Replicas}
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound):
@@ -174,16 +179,16 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg RegistryConfig) (*Reg
 	return r, nil
 }
 
-// create creates the bucket from the registry's configuration. A bucket
+// create creates the bucket from the registry's configuration, with the
+// configured replicas or the most the cluster places (replicas.go). A bucket
 // created meanwhile by another process is opened instead.
 func (r *Registry) create(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := r.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := r.createReplicated(ctx, jetstream.KeyValueConfig{
 		Bucket:         r.cfg.Bucket,
 		Description:    "pushlb instance registry",
 		History:        1,
 		TTL:            r.cfg.TTL,
 		LimitMarkerTTL: r.cfg.MarkerTTL,
-		Replicas:       r.cfg.Replicas,
 		Storage:        r.cfg.Storage,
 	})
 	if errors.Is(err, jetstream.ErrBucketExists) {
@@ -201,6 +206,13 @@ func (r *Registry) adopt(ctx context.Context, asked time.Duration) error {
 	st, err := r.kv.Status(ctx)
 	if err != nil {
 		return fmt.Errorf("serverlist: bucket %s status: %w", r.cfg.Bucket, err)
+	}
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
+		r.cfg.Replicas = max(bs.StreamInfo().Config.Replicas, 1)
+		if r.wantReplicas > r.cfg.Replicas {
+			r.log.Warn().Str("bucket", r.cfg.Bucket).Int("configured_replicas", r.wantReplicas).Int("bucket_replicas", r.cfg.Replicas).
+				Msg("serverlist: the registry bucket has fewer replicas than configured; it is not changed here (a gateway scales it up at start)")
+		}
 	}
 	ttl, marker := st.TTL(), st.LimitMarkerTTL()
 	switch {
@@ -241,8 +253,8 @@ func (r *Registry) Ensure(ctx context.Context) (created bool, err error) {
 	return true, nil
 }
 
-// Config returns the configuration in effect, defaults filled in; its TTL
-// and MarkerTTL are the bucket's.
+// Config returns the configuration in effect, defaults filled in; its TTL,
+// MarkerTTL and Replicas are the bucket's as Open found or made it.
 func (r *Registry) Config() RegistryConfig { return r.cfg }
 
 // KeyValue returns the underlying bucket, for tools and tests.
