@@ -58,9 +58,9 @@ type parts struct {
 	sub      *subscriber.Subscriber
 	lookup   *serverlist.Lookup
 	visitors *lbvisitor.Registry
-	gossip  *gossip.Node
-	guard   *gossipGuard // checks gossip reports; nil with gossip off
-	janitor *janitor
+	gossip   *gossip.Node
+	guard    *gossipGuard // checks gossip reports; nil with gossip off
+	janitor  *janitor
 }
 
 // New builds a client over nc. It checks every option, builds the balancer
@@ -158,6 +158,8 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	}, subscriber.Config{
 		Prefix: o.prefix, Services: o.services, Coalesce: o.coalesce, AntiEntropy: o.antiEntropy,
 		Logger: o.log, OnEvent: o.onEvent,
+		ConfirmWithin: o.limits.ConfirmWithin, MaxUnconfirmed: o.limits.UnconfirmedInstances,
+		MaxServices: o.limits.Services, MaxInstancesPerService: o.limits.InstancesPerService,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pushlb: subscriber: %w", err)

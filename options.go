@@ -29,6 +29,8 @@ type options struct {
 	coalesce     time.Duration
 	antiEntropy  time.Duration
 	serviceGrace time.Duration
+	replicas     int
+	limits       Limits
 	log          zerolog.Logger
 	gossip       *gossip.Config
 	onEvent      func(events.Event)
@@ -67,6 +69,24 @@ func WithLease(d time.Duration) Option {
 			return optionError("WithLease: %v is below the minimum %v", d, serverlist.MinTTL)
 		}
 		o.lease = d
+		return nil
+	}
+}
+
+// WithRegistryReplicas sets the replicas of the registry bucket (1 to 5):
+// those it gets when the client creates it, and the count Start raises an
+// existing bucket with fewer to (a stream update of its replicas only, in
+// the background, logged; never lowered). Default 0: min(3, the JetStream
+// servers of the cluster), which the server's placement decides (R1 on a
+// lone server); see serverlist.RegistryConfig.Replicas. Without the
+// permission to update the stream (docs/security.md) the client logs a
+// warning and goes on.
+func WithRegistryReplicas(n int) Option {
+	return func(o *options) error {
+		if n < 0 || n > serverlist.MaxReplicas {
+			return optionError("WithRegistryReplicas: %d: 1 to %d, or 0 for min(3, the cluster's JetStream servers)", n, serverlist.MaxReplicas)
+		}
+		o.replicas = n
 		return nil
 	}
 }
@@ -149,6 +169,36 @@ func WithServiceGrace(d time.Duration) Option {
 			return optionError("WithServiceGrace: %v is not positive", d)
 		}
 		o.serviceGrace = d
+		return nil
+	}
+}
+
+// Limits bound what announcements alone (events, without a registry
+// entry) can make a client hold. Instances the registry holds are always
+// followed: the registry is access-controlled, the bus may not be. Zero
+// fields take the defaults; a negative one means no limit.
+type Limits struct {
+	// UnconfirmedInstances bounds the instances known only from events, at
+	// any moment. Default 10,000.
+	UnconfirmedInstances int `yaml:"unconfirmedInstances"`
+	// Services and InstancesPerService bound the services, and the
+	// instances of one service, that events may add. Default 10,000 each.
+	Services            int `yaml:"services"`
+	InstancesPerService int `yaml:"instancesPerService"`
+	// ConfirmWithin is how long an instance known only from events waits
+	// for the registry to show it before it is forgotten. Default 5s.
+	ConfirmWithin time.Duration `yaml:"confirmWithin"`
+}
+
+// WithLimits sets the limits on what events alone can add (see Limits).
+// Events beyond them are dropped and counted (Stats.Events.Dropped,
+// reason "limit").
+func WithLimits(l Limits) Option {
+	return func(o *options) error {
+		if l.ConfirmWithin < 0 {
+			return optionError("WithLimits: negative ConfirmWithin %v", l.ConfirmWithin)
+		}
+		o.limits = l
 		return nil
 	}
 }

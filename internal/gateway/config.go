@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/balancer/lbconfig"
 	"github.com/pushlb/pushlb/events"
@@ -56,6 +57,14 @@ type Config struct {
 	// Subscriber tunes the push path.
 	Subscriber SubscriberConfig `yaml:"subscriber"`
 
+	// Limits bound what announcements alone (events without a registry
+	// entry) can make the gateway hold; zero fields take the defaults.
+	Limits pushlb.Limits `yaml:"limits"`
+	// ServiceGrace is how long a service with no instance left and no
+	// request keeps its balancer (services the balancer section names keep
+	// theirs). Default 5m.
+	ServiceGrace time.Duration `yaml:"serviceGrace"`
+
 	// Routes map path prefixes to services, in addition to the default
 	// /<service>/<rest> rule (unless DefaultRoutes is false).
 	Routes        []lbhttp.Route `yaml:"routes"`
@@ -100,6 +109,7 @@ func DefaultConfig() Config {
 		Lease:           serverlist.DefaultTTL,
 		EmbeddedNATS:    "127.0.0.1:4222",
 		ShutdownTimeout: 10 * time.Second,
+		ServiceGrace:    pushlb.DefaultServiceGrace,
 		HTTP:            DefaultHTTPConfig(),
 		Subscriber:      SubscriberConfig{Coalesce: subscriber.DefaultCoalesce, AntiEntropy: subscriber.DefaultAntiEntropy},
 	}
@@ -163,6 +173,12 @@ func (c *Config) Validate() error {
 		if err := events.ValidateService(s); err != nil {
 			return bad("subscriber.services: %w", err)
 		}
+	}
+	if c.ServiceGrace <= 0 {
+		return bad("serviceGrace: %v is not positive", c.ServiceGrace)
+	}
+	if c.Limits.ConfirmWithin < 0 {
+		return bad("limits.confirmWithin: negative duration %v", c.Limits.ConfirmWithin)
 	}
 	if c.Subscriber.AntiEntropy < 0 || c.ShutdownTimeout < 0 {
 		return bad("negative duration")

@@ -119,6 +119,8 @@ func (g *Gateway) options() []pushlb.Option {
 		pushlb.WithServices(c.Subscriber.Services...),
 		pushlb.WithCoalesce(c.Subscriber.Coalesce),
 		pushlb.WithAntiEntropy(c.Subscriber.AntiEntropy),
+		pushlb.WithLimits(c.Limits),
+		pushlb.WithServiceGrace(c.ServiceGrace),
 		pushlb.WithEventHook(g.metrics.observeEvent),
 		pushlb.WithTransportOptions(lbhttp.WithObserver(g.metrics.observer())),
 	}

@@ -113,6 +113,10 @@ var (
 	descHandlerErr      = prometheus.NewDesc("pushlb_list_delivery_errors_total", "List deliveries that failed and were retried.", nil, nil)
 	descReconciles      = prometheus.NewDesc("pushlb_reconciles_total", "Reconciliations of a service with the registry.", nil, nil)
 	descRemovals        = prometheus.NewDesc("pushlb_registry_removals_total", "Instances taken offline because the registry lost them (deregistered, lease expired).", nil, nil)
+	descRevivals        = prometheus.NewDesc("pushlb_registry_revivals_total", "Instances a registry write brought back after an offline recorded before it (a forged offline undone, an instance that re-asserted itself).", nil, nil)
+	descRefreshes       = prometheus.NewDesc("pushlb_registry_refreshes_total", "Lease refreshes seen (unchanged registry values): they cost no rebuild.", nil, nil)
+	descRecreated       = prometheus.NewDesc("pushlb_registry_buckets_recreated_total", "Times the registry bucket was found lost and recreated.", nil, nil)
+	descUnconfirmed     = prometheus.NewDesc("pushlb_unconfirmed_forgotten_total", "Instances known only from events that the registry never showed, forgotten after limits.confirmWithin.", nil, nil)
 	descResyncs         = prometheus.NewDesc("pushlb_registry_resyncs_total", "Full resynchronisations of the registry mirror (start, reconnects).", nil, nil)
 	descLookupHit       = prometheus.NewDesc("pushlb_lookups_total", "Instance-ID lookups, by result (hit, fallback, failure; negative and rate_limited are failures answered without a registry read).", []string{"result"}, nil)
 	descServers         = prometheus.NewDesc("pushlb_servers", "Servers listed per service.", []string{"service"}, nil)
@@ -132,7 +136,7 @@ type stateCollector struct{ g *Gateway }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReceived, descApplied, descDropped, descDelivered, descHandlerErr,
-		descReconciles, descRemovals, descResyncs, descLookupHit, descServers, descReachable, descTrips, descUpdates, descUnregistered, descServicesRemoved, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored} {
+		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descUnconfirmed, descResyncs, descLookupHit, descServers, descReachable, descTrips, descUpdates, descUnregistered, descServicesRemoved, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored} {
 		ch <- d
 	}
 }
@@ -158,6 +162,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descHandlerErr, ev.HandlerErrors)
 	counter(descReconciles, ev.Reconciles)
 	counter(descRemovals, ev.RegistryRemovals)
+	counter(descRevivals, ev.RegistryRevivals)
+	counter(descRefreshes, st.Registry.Refreshes)
+	counter(descRecreated, st.Registry.BucketsRecreated)
+	counter(descUnconfirmed, ev.Unconfirmed)
 	counter(descResyncs, st.Registry.Syncs)
 	counter(descGossipGone, ev.GossipRemovals)
 	counter(descGossipBack, ev.GossipRevivals)
