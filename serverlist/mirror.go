@@ -1,10 +1,12 @@
 package serverlist
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb/events"
 )
 
 const (
@@ -180,10 +184,16 @@ type mirrorState struct {
 type mirrorEntry struct {
 	in  Instance
 	rev atomic.Uint64
+	// raw is the value of the put that stored in, so that a refresh (the
+	// same bytes again) is told from a change without decoding. Only the
+	// mirror's goroutine reads or writes it: readers never see it.
+	raw []byte
 }
 
-func newMirrorEntry(in Instance, rev uint64) *mirrorEntry {
-	e := &mirrorEntry{in: in}
+// newMirrorEntry keeps a copy of raw: the watch does not promise that an
+// entry's value is a buffer of its own.
+func newMirrorEntry(in Instance, raw []byte, rev uint64) *mirrorEntry {
+	e := &mirrorEntry{in: in, raw: bytes.Clone(raw)}
 	e.rev.Store(rev)
 	return e
 }
@@ -563,13 +573,23 @@ func (m *Mirror) applyFresh(fresh map[string]map[string]*mirrorEntry, e jetstrea
 	if fresh[service] == nil {
 		fresh[service] = make(map[string]*mirrorEntry)
 	}
-	fresh[service][id] = newMirrorEntry(in, rev)
+	fresh[service][id] = newMirrorEntry(in, e.Value(), rev)
 }
 
 // apply applies a live entry at (mirror) revision rev and calls OnChange or
 // OnRefresh for it. Only the mirror's goroutine calls it, so it needs no lock
 // to copy and store.
+//
+// A lease refresh re-puts the bytes already stored: it is found by its key
+// and a byte comparison, without decoding the value or allocating, since it
+// arrives for every instance every lease period. Anything else is decoded
+// and validated.
 func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
+	if old := m.sameBytes(e); old != nil {
+		m.puts.Add(1)
+		m.refresh(old, rev)
+		return
+	}
 	service, id, in, remove, ok := m.entryChange(e)
 	if !ok {
 		return
@@ -580,13 +600,11 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
 	case remove && !had:
 		return
 	case !remove && had && old.in.Equal(in):
-		// A lease refresh: a new revision, nothing else. The entry's
-		// revision is the one mutable field of the state.
-		old.rev.Store(rev)
-		m.refreshes.Add(1)
-		if m.cfg.OnRefresh != nil {
-			m.cfg.OnRefresh(service, id, in.Incarnation, rev)
-		}
+		// The same instance in other bytes (a publisher that encodes
+		// differently, another field order): a refresh. Keep these bytes
+		// so that the next refresh takes the cheap path.
+		old.raw = bytes.Clone(e.Value())
+		m.refresh(old, rev)
 		return
 	}
 	ids := maps.Clone(cur.services[service])
@@ -601,7 +619,7 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
 		delete(ids, id)
 		next.count--
 	} else {
-		ids[id] = newMirrorEntry(in, rev)
+		ids[id] = newMirrorEntry(in, e.Value(), rev)
 		if !had {
 			next.count++
 		}
@@ -615,6 +633,52 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
 	if m.cfg.OnChange != nil {
 		m.cfg.OnChange(service)
 	}
+}
+
+// refresh records a put that left old's instance as it was: a new revision,
+// nothing else. The entry's revision is the one mutable field of the state,
+// so a refresh copies nothing.
+func (m *Mirror) refresh(old *mirrorEntry, rev uint64) {
+	old.rev.Store(rev)
+	m.refreshes.Add(1)
+	if m.cfg.OnRefresh != nil {
+		m.cfg.OnRefresh(old.in.Service, old.in.InstanceID, old.in.Incarnation, rev)
+	}
+}
+
+// maxEncodedID is the length of the longest key part EncodeKey makes of an
+// instance ID.
+var maxEncodedID = keyEncoding.EncodedLen(events.MaxInstanceIDLength)
+
+// sameBytes returns the entry that e refreshes: a put whose key the mirror
+// holds, with the very bytes stored. It returns nil for anything else (a
+// change, a removal, a new or malformed key), which the full path then
+// decodes, validates and counts. It does not allocate: the key's ID is
+// decoded on the stack, and a map read with string(bytes) copies nothing.
+// A key accepted here is canonical (see DecodeKey), so it is the key of
+// the entry found, which was validated when stored.
+func (m *Mirror) sameBytes(e jetstream.KeyValueEntry) *mirrorEntry {
+	if e.Operation() != jetstream.KeyValuePut {
+		return nil
+	}
+	service, enc, ok := strings.Cut(e.Key(), ".")
+	if !ok || len(enc) > maxEncodedID {
+		return nil
+	}
+	ids := m.state.Load().services[service]
+	if ids == nil {
+		return nil
+	}
+	var buf [events.MaxInstanceIDLength]byte
+	n, err := keyEncoding.Decode(buf[:], []byte(enc))
+	if err != nil || keyEncoding.EncodedLen(n) != len(enc) {
+		return nil
+	}
+	old := ids[string(buf[:n])]
+	if old == nil || !bytes.Equal(old.raw, e.Value()) {
+		return nil
+	}
+	return old
 }
 
 // swap installs a freshly synced copy, whose last entry has revision rev,
