@@ -146,6 +146,8 @@ func (m *membership) remove(service, id string) {
 // is confirmed within the mirror's lag). It returns the services whose live
 // set changed.
 func (m *membership) expire(cutoff time.Time) (changed []string, dropped int) {
+	servicesBefore := len(m.services)
+	sizeBefore := map[string]int{} // of the services this pass shrinks
 	i := 0
 	for ; i < len(m.unconfirmed) && m.unconfirmed[i].at.Before(cutoff); i++ {
 		p := m.unconfirmed[i]
@@ -153,15 +155,44 @@ func (m *membership) expire(cutoff time.Time) (changed []string, dropped int) {
 		if mem == nil || mem.confirmed {
 			continue // gone or confirmed since
 		}
+		if _, ok := sizeBefore[p.service]; !ok {
+			sizeBefore[p.service] = len(m.services[p.service])
+		}
 		if mem.live() {
 			changed = append(changed, p.service)
 		}
 		m.remove(p.service, p.id)
 		dropped++
 	}
-	m.unconfirmed = slices.Delete(m.unconfirmed, 0, i)
+	if i == len(m.unconfirmed) {
+		m.unconfirmed = nil // let a flood's backlog go
+	} else {
+		m.unconfirmed = slices.Delete(m.unconfirmed, 0, i)
+	}
+	// Go maps keep their size when entries go: after a flood, copy the
+	// maps that shrank a lot, so that memory returns to its idle figure.
+	if servicesBefore >= shrinkMin && len(m.services) <= servicesBefore/4 {
+		m.services = copyMap(m.services)
+	}
+	for svc, before := range sizeBefore {
+		if ids := m.services[svc]; before >= shrinkMin && len(ids) <= before/4 && ids != nil {
+			m.services[svc] = copyMap(ids)
+		}
+	}
 	slices.Sort(changed)
 	return slices.Compact(changed), dropped
+}
+
+// shrinkMin is the map size below which shrinking is not worth a copy.
+const shrinkMin = 256
+
+// copyMap returns a copy of m sized for its content.
+func copyMap[K comparable, V any](m map[K]V) map[K]V {
+	out := make(map[K]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }
 
 func (m *membership) member(service, id string) *member {

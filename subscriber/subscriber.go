@@ -168,6 +168,7 @@ type Subscriber struct {
 
 	dmu       sync.Mutex // guards delivery state
 	svcs      map[string]*svcState
+	svcsPeak  int // len(svcs) at its largest since it was last copied
 	ready     bool
 	stopped   bool
 	started   bool
@@ -653,6 +654,7 @@ func (s *Subscriber) stateLocked(service string) *svcState {
 	if st == nil {
 		st = &svcState{}
 		s.svcs[service] = st
+		s.svcsPeak = max(s.svcsPeak, len(s.svcs))
 	}
 	return st
 }
@@ -723,5 +725,8 @@ func (s *Subscriber) deliver(service string, st *svcState) {
 		// its delivery state goes too, so that services that come and go
 		// do not accumulate.
 		delete(s.svcs, service)
+		if s.svcsPeak >= shrinkMin && len(s.svcs) <= s.svcsPeak/4 {
+			s.svcs, s.svcsPeak = copyMap(s.svcs), len(s.svcs)
+		}
 	}
 }
