@@ -2,6 +2,7 @@ package pushlb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
@@ -23,6 +25,11 @@ import (
 
 // gossipLeaveTimeout bounds the graceful gossip leave on Close.
 const gossipLeaveTimeout = time.Second
+
+// registryScaleTimeout bounds the scale-up of the registry bucket. A server
+// that refuses the update for want of permission never answers, so this is
+// also how long a gateway without the permission waits before it says so.
+const registryScaleTimeout = 10 * time.Second
 
 // Client is the push path over one NATS connection: a balancer per service,
 // rebuilt from the registry whenever an instance comes or goes, behind a
@@ -57,6 +64,7 @@ const (
 type parts struct {
 	sub      *subscriber.Subscriber
 	lookup   *serverlist.Lookup
+	scaler   *registryScaler // raises the bucket's replicas (started last)
 	visitors *lbvisitor.Registry
 	gossip   *gossip.Node
 	guard    *gossipGuard // checks gossip reports; nil with gossip off
@@ -137,7 +145,7 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("pushlb: jetstream: %w", err)
 	}
-	reg, err := serverlist.Open(ctx, js, serverlist.RegistryConfig{Prefix: o.prefix, TTL: o.lease, Logger: o.log})
+	reg, err := serverlist.Open(ctx, js, serverlist.RegistryConfig{Prefix: o.prefix, TTL: o.lease, Replicas: o.replicas, Logger: o.log})
 	if err != nil {
 		return nil, fmt.Errorf("pushlb: registry: %w", err)
 	}
@@ -187,7 +195,45 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	}
 	p.janitor = newJanitor(c, visitors)
 	p.janitor.start()
+	p.scaler = startRegistryScaler(reg, o.log)
 	return p, nil
+}
+
+// registryScaler raises the registry bucket's replicas in the background
+// (serverlist.Registry.ScaleUp), so that a gateway whose user may not update
+// the stream starts as fast as any other.
+type registryScaler struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startRegistryScaler(reg *serverlist.Registry, log zerolog.Logger) *registryScaler {
+	ctx, cancel := context.WithTimeout(context.Background(), registryScaleTimeout)
+	s := &registryScaler{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		defer cancel()
+		bucket := reg.Config().Bucket
+		from, to, err := reg.ScaleUp(ctx)
+		switch {
+		case errors.Is(err, serverlist.ErrNotPermitted):
+			log.Warn().Err(err).Str("bucket", bucket).Int("replicas", from).
+				Msg("cannot scale the registry bucket up: this NATS user may not update the stream; going on with its replicas (the operator raises them: nats kv edit --replicas)")
+		case err != nil && ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled):
+			// closed meanwhile
+		case err != nil:
+			log.Warn().Err(err).Str("bucket", bucket).Msg("cannot scale the registry bucket up; going on with its replicas")
+		case to > from:
+			log.Info().Str("bucket", bucket).Int("from", from).Int("to", to).Msg("scaled the registry bucket up")
+		}
+	}()
+	return s
+}
+
+// close stops the scale-up, if it still runs, and waits for it.
+func (s *registryScaler) close() {
+	s.cancel()
+	<-s.done
 }
 
 // startGossip joins the gossip cluster as a gateway: an instance node
@@ -227,6 +273,9 @@ func startGossip(ctx context.Context, cfg gossip.Config, sub *subscriber.Subscri
 
 // close stops the started parts in reverse order.
 func (p *parts) close() {
+	if p.scaler != nil {
+		p.scaler.close()
+	}
 	if p.janitor != nil {
 		p.janitor.close()
 	}

@@ -238,6 +238,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"-service", "orders", "-addr", "127.0.0.1:9001", "-gossip-bind", ":7946", "-gossip-profile", "warp"}, "Profile"},
 		{[]string{"-service", "orders", "-addr", "127.0.0.1:9001", "-log-level", "loud"}, "-log-level"},
 		{[]string{"-service", "orders", "-addr", "127.0.0.1:9001", "-lease", "100ms"}, "-lease"},
+		{[]string{"-service", "orders", "-addr", "127.0.0.1:9001", "-registry-replicas", "6"}, "-registry-replicas 6"},
 		{[]string{"-service", "orders", "-addr", "127.0.0.1:9001", "-user", "u", "-token", "t"}, "-user and -token"},
 		{[]string{"-service", "orders", "-addr", "127.0.0.1:9001", "-tls-cert", "c.pem"}, "-tls-cert and -tls-key"},
 		{[]string{"-service", "orders", "-addr", "127.0.0.1:9001", "./server"}, "after --"},

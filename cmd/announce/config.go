@@ -65,6 +65,7 @@ type config struct {
 	readyTimeout time.Duration
 	drain        time.Duration
 	lease        time.Duration
+	replicas     int
 	replace      bool
 	command      []string
 	gossip       gossipflag.Settings
@@ -99,6 +100,7 @@ type flagValues struct {
 	health                  string
 	readyTimeout, drain     time.Duration
 	lease                   time.Duration
+	replicas                int
 	replace                 bool
 	gossip                  gossipflag.Settings
 	prefix, logLevel        string
@@ -108,7 +110,7 @@ type flagValues struct {
 
 // flag groups, in the order the help lists them.
 var (
-	instanceFlags = []string{"service", "addr", "id", "zone", "meta", "secure", "health", "ready-timeout", "drain", "lease", "replace", "gossip", "gossip-bind", "gossip-profile", "gossip-key", "gossip-label"}
+	instanceFlags = []string{"service", "addr", "id", "zone", "meta", "secure", "health", "ready-timeout", "drain", "lease", "registry-replicas", "replace", "gossip", "gossip-bind", "gossip-profile", "gossip-key", "gossip-label"}
 	offlineFlags  = []string{"service", "id", "reason", "incarnation"}
 	commonFlags   = []string{"nats", "nats-timeout", "creds", "user", "password", "token", "tls-ca", "tls-cert", "tls-key", "prefix", "log-level"}
 )
@@ -133,6 +135,7 @@ func newFlagSet(m mode, v *flagValues, nc *natsconn.Config) *flag.FlagSet {
 		fs.DurationVar(&v.readyTimeout, "ready-timeout", defaultReadyTimeout, "how long to wait for readiness (0: forever)")
 		fs.DurationVar(&v.drain, "drain", defaultDrain, "supervise mode: wait between the offline event and forwarding the signal to the command")
 		fs.DurationVar(&v.lease, "lease", 0, "registry lease (TTL, at least 1s) used if announce creates the bucket (0: 30s); an existing bucket's TTL wins (a warning says when they differ), refreshed every third of it")
+		fs.IntVar(&v.replicas, "registry-replicas", 0, "replicas of the registry bucket (1 to 5) used if announce creates it (0: min(3, JetStream servers)); an existing bucket is never changed")
 		fs.BoolVar(&v.replace, "replace", false, "take the instance ID over even if another live process holds it; that process yields and exits with status 1")
 		v.gossip.Register(fs)
 	}
@@ -272,6 +275,10 @@ func (v *flagValues) checkInstance(cfg *config) error {
 	if v.lease != 0 && v.lease < serverlist.MinTTL {
 		return usagef("-lease %v: at least %v", v.lease, serverlist.MinTTL)
 	}
+	if v.replicas < 0 || v.replicas > serverlist.MaxReplicas {
+		return usagef("-registry-replicas %d: 1 to %d, or 0 for min(3, JetStream servers)", v.replicas, serverlist.MaxReplicas)
+	}
+	cfg.replicas = v.replicas
 	cfg.instance = serverlist.Instance{
 		Service:    v.service,
 		InstanceID: id,

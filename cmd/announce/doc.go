@@ -61,7 +61,11 @@
 // The lease is the registry bucket's TTL, which belongs to the deployment:
 // announce never changes the bucket. It creates it when missing (with
 // -lease, default 30 s) and otherwise uses its TTL, warning when a given
-// -lease disagrees; it refreshes at a third of the TTL.
+// -lease disagrees; it refreshes at a third of the TTL. The same holds for
+// the bucket's replicas: -registry-replicas (default 0: min(3, the
+// cluster's JetStream servers), as the server places them) applies only
+// when announce creates the bucket; announce never scales an existing
+// bucket up or down (the gateway scales it up).
 //
 // Offline mode announces an instance offline on its behalf, for example
 // after its host died:
@@ -99,6 +103,8 @@
 //	                     (0, the default: 30s; else at least 1s). An existing
 //	                     bucket's TTL wins, with a warning if they differ; the
 //	                     entry is refreshed every third of the TTL in effect
+//	-registry-replicas N replicas of the registry bucket if announce creates it,
+//	                     1 to 5 (0, the default: min(3, JetStream servers))
 //	-replace             take the instance ID over even if another live process
 //	                     holds it; that process yields and exits 1
 //	-gossip HOST:PORT,.. gossip (memberlist) peers to join, usually the gateways'

@@ -173,7 +173,7 @@ func (a *app) openRegistry(ctx context.Context, nc *nats.Conn) (*session, error)
 	}
 	octx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	reg, err := serverlist.Open(octx, js, serverlist.RegistryConfig{Prefix: a.cfg.prefix, TTL: a.cfg.lease, Logger: a.log})
+	reg, err := serverlist.Open(octx, js, serverlist.RegistryConfig{Prefix: a.cfg.prefix, TTL: a.cfg.lease, Replicas: a.cfg.replicas, Logger: a.log})
 	if err != nil {
 		return nil, fmt.Errorf("open the registry (is JetStream enabled, nats-server 2.11+?): %w", err)
 	}

@@ -49,7 +49,10 @@ announce refuses it and exits 1 (supervise mode stops COMMAND); -replace
 takes it over, and the replaced announce exits 1 without withdrawing. A
 record found removed or overwritten while running is re-asserted.
 The lease is the registry bucket's TTL: -lease only applies when announce
-creates the bucket; a different existing TTL wins, with a warning.
+creates the bucket; a different existing TTL wins, with a warning. So do
+the bucket's replicas (-registry-replicas; by default min(3, JetStream
+servers)): announce never changes an existing bucket, a gateway scales it up.
+-nats takes several URLs, comma-separated: announce fails over between them.
 
 The default instance ID is Eureka's HOST:SERVICE:PORT. An -addr host that is
 empty, 0.0.0.0 or :: registers this machine's host name and is checked on

@@ -42,6 +42,11 @@ type Config struct {
 	// Lease is the registry's TTL; it must match the announcers'. Default
 	// 30s.
 	Lease time.Duration `yaml:"lease"`
+	// RegistryReplicas is the replicas of the registry bucket, 1 to 5: those
+	// it is created with, and the count the gateway raises an existing bucket
+	// with fewer to (never lowered; a warning if the NATS user may not).
+	// Default 0: min(3, the JetStream servers of the cluster).
+	RegistryReplicas int `yaml:"registryReplicas"`
 
 	// NATS is the connection to an existing NATS server (several URLs,
 	// comma-separated, for a cluster). With an empty URL the gateway starts
@@ -168,6 +173,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Lease < serverlist.MinTTL {
 		return bad("lease: %v is below the minimum %v", c.Lease, serverlist.MinTTL)
+	}
+	if c.RegistryReplicas < 0 || c.RegistryReplicas > serverlist.MaxReplicas {
+		return bad("registryReplicas: %d: 1 to %d, or 0 for min(3, the cluster's JetStream servers)", c.RegistryReplicas, serverlist.MaxReplicas)
 	}
 	for _, s := range c.Subscriber.Services {
 		if err := events.ValidateService(s); err != nil {

@@ -24,6 +24,7 @@ func TestFlagsOverTheFile(t *testing.T) {
 listen: 127.0.0.1:9000
 zone: a
 lease: 45s
+registryReplicas: 3
 nats: {url: "nats://n1:4222,nats://n2:4222", user: u, password: p, connectTimeout: 3s}
 gossip: {bind: 127.0.0.1:7946, profile: fast}
 `), 0o600)
@@ -40,7 +41,7 @@ gossip: {bind: 127.0.0.1:7946, profile: fast}
 	if cfg.Zone != "b" || cfg.NATS.URL != "nats://n3:4222" || cfg.Gossip.Profile != "lan" {
 		t.Errorf("flags did not override: zone %q, nats %q, profile %q", cfg.Zone, cfg.NATS.URL, cfg.Gossip.Profile)
 	}
-	if cfg.Listen != "127.0.0.1:9000" || cfg.Lease != 45*time.Second || cfg.NATS.User != "u" || cfg.NATS.ConnectTimeout != 3*time.Second || cfg.Gossip.Bind != "127.0.0.1:7946" {
+	if cfg.Listen != "127.0.0.1:9000" || cfg.Lease != 45*time.Second || cfg.RegistryReplicas != 3 || cfg.NATS.User != "u" || cfg.NATS.ConnectTimeout != 3*time.Second || cfg.Gossip.Bind != "127.0.0.1:7946" {
 		t.Errorf("file values lost: %+v", cfg)
 	}
 	if err := cfg.Validate(); err != nil {
@@ -67,6 +68,7 @@ func TestConfigErrorsNameFileAndKey(t *testing.T) {
 		"routes: [{prefix: /a, servce: x}]\n":                "bad.yaml:1: routes[0].servce: unknown key",
 		"balancer:\n  clients:\n    orders: {rul: Random}\n": "bad.yaml:3: balancer.clients.orders.rul: unknown key",
 		"lease: 1ms\n":                                       "bad.yaml: gateway: invalid config: lease: 1ms is below the minimum",
+		"registryReplicas: 6\n":                              "bad.yaml: gateway: invalid config: registryReplicas: 6: 1 to 5",
 	} {
 		path := filepath.Join(dir, "bad.yaml")
 		os.WriteFile(path, []byte(body), 0o600)

@@ -114,6 +114,7 @@ func (g *Gateway) options() []pushlb.Option {
 		pushlb.WithLogger(g.log),
 		pushlb.WithPrefix(c.Prefix),
 		pushlb.WithLease(c.Lease),
+		pushlb.WithRegistryReplicas(c.RegistryReplicas),
 		pushlb.WithZone(c.Zone),
 		pushlb.WithBalancerConfig(c.Balancer.ClientsConfig),
 		pushlb.WithServices(c.Subscriber.Services...),
