@@ -73,6 +73,10 @@ type membership struct {
 	// first, so expire can drop those the registry never confirmed.
 	unconfirmed  []pendingMember
 	nUnconfirmed int
+	// confirmedIn counts the confirmed members of each service: a service
+	// with none is known from events only, and its lists wait for the
+	// registry (see hasConfirmed).
+	confirmedIn map[string]int
 }
 
 // pendingMember is an unconfirmed member and when it was recorded.
@@ -82,7 +86,22 @@ type pendingMember struct {
 }
 
 func newMembership() *membership {
-	return &membership{services: make(map[string]map[string]*member)}
+	return &membership{services: make(map[string]map[string]*member), confirmedIn: make(map[string]int)}
+}
+
+// hasConfirmed reports whether the registry holds, or held, a member of
+// service that the table still knows.
+func (m *membership) hasConfirmed(service string) bool { return m.confirmedIn[service] > 0 }
+
+// forget updates the counts for a member leaving the table.
+func (m *membership) forget(service string, mem *member) {
+	if !mem.confirmed {
+		m.nUnconfirmed--
+		return
+	}
+	if m.confirmedIn[service]--; m.confirmedIn[service] <= 0 {
+		delete(m.confirmedIn, service)
+	}
 }
 
 // admits reports whether an event about service/id may be recorded:
@@ -116,11 +135,12 @@ func (m *membership) addUnconfirmed(service, id string, now time.Time) {
 	m.unconfirmed = append(m.unconfirmed, pendingMember{service, id, now})
 }
 
-// confirm marks a member as held by the registry.
-func (m *membership) confirm(mem *member) {
+// confirm marks a member of service as held by the registry.
+func (m *membership) confirm(service string, mem *member) {
 	if !mem.confirmed {
 		mem.confirmed = true
 		m.nUnconfirmed--
+		m.confirmedIn[service]++
 	}
 }
 
@@ -131,9 +151,7 @@ func (m *membership) remove(service, id string) {
 	if mem == nil {
 		return
 	}
-	if !mem.confirmed {
-		m.nUnconfirmed--
-	}
+	m.forget(service, mem)
 	delete(ids, id)
 	if len(ids) == 0 {
 		delete(m.services, service)
@@ -294,11 +312,12 @@ func (m *membership) event(service, id string, inc int64, online bool, src sourc
 func (m *membership) registered(service, id string, inc int64, rev uint64, now time.Time) outcome {
 	cur := m.member(service, id)
 	if cur != nil {
-		m.confirm(cur)
+		m.confirm(service, cur)
 	}
 	switch {
 	case cur == nil:
 		m.add(service, id, &member{incarnation: inc, rev: rev, changed: now, confirmed: true})
+		m.confirmedIn[service]++
 		return applied
 	case rev == 0:
 		if cur.live() {
@@ -397,9 +416,7 @@ func (m *membership) collect(cutoff time.Time) {
 	for service, ids := range m.services {
 		for id, mem := range ids {
 			if !mem.live() && mem.changed.Before(cutoff) {
-				if !mem.confirmed {
-					m.nUnconfirmed--
-				}
+				m.forget(service, mem)
 				delete(ids, id)
 			}
 		}

@@ -638,10 +638,21 @@ func (s *Subscriber) reconcile(ctx context.Context, service string) bool {
 	return changed
 }
 
-// markDirty records a change of service and schedules its delivery.
+// markDirty records a change of service and schedules its delivery. A
+// service the registry never showed an instance of, and whose lists were
+// never delivered, has nothing to deliver yet: its events are hints that
+// the registry confirms (then the mirror's change marks it again) or that
+// are forgotten. So a flood of announcements for invented services costs
+// no delivery.
 func (s *Subscriber) markDirty(service string) {
+	s.mu.Lock()
+	confirmed := s.table.hasConfirmed(service)
+	s.mu.Unlock()
 	s.dmu.Lock()
 	defer s.dmu.Unlock()
+	if !confirmed && s.svcs[service] == nil {
+		return
+	}
 	st := s.stateLocked(service)
 	st.dirty = true
 	if s.ready && !s.stopped {
