@@ -10,10 +10,12 @@ package scale
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -84,7 +86,7 @@ func (f *Fleet) nextIncarnation() int64 {
 // NewFleet opens the registry bucket of the default prefix with lease ttl
 // (created when missing) and replicas.
 func NewFleet(ctx context.Context, nc *nats.Conn, size Size, ttl time.Duration, replicas int) (*Fleet, error) {
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(putWindow))
 	if err != nil {
 		return nil, err
 	}
@@ -139,13 +141,13 @@ func (f *Fleet) Register(ctx context.Context, nc *nats.Conn, ins ...serverlist.I
 	if err := f.Put(ctx, recs); err != nil {
 		return err
 	}
-	return publish(nc, events.Online, ins)
+	return Announce(nc, events.Online, ins...)
 }
 
 // Deregister publishes the offline events of ins on nc, then purges their
 // entries, as announcers do on a clean stop.
 func (f *Fleet) Deregister(ctx context.Context, nc *nats.Conn, ins ...serverlist.Instance) error {
-	if err := publish(nc, events.Offline, ins); err != nil {
+	if err := Announce(nc, events.Offline, ins...); err != nil {
 		return err
 	}
 	recs, err := Encode(ins...)
@@ -180,7 +182,9 @@ func (f *Fleet) Deregister(ctx context.Context, nc *nats.Conn, ins ...serverlist
 	}
 }
 
-func publish(nc *nats.Conn, k events.Kind, ins []serverlist.Instance) error {
+// Announce publishes the events of kind k (online or offline) of ins on nc,
+// as announcers do, and flushes them.
+func Announce(nc *nats.Conn, k events.Kind, ins ...serverlist.Instance) error {
 	now := time.Now()
 	for _, in := range ins {
 		data, err := events.Encode(events.Event{Service: in.Service, InstanceID: in.InstanceID, Incarnation: in.Incarnation, At: now})
@@ -194,16 +198,18 @@ func publish(nc *nats.Conn, k events.Kind, ins []serverlist.Instance) error {
 	return nc.Flush()
 }
 
-// Put writes records to the bucket with asynchronous publishes (many in
-// flight), and returns once the server acknowledged all of them.
+// putWindow is the number of puts Put keeps in flight.
+const putWindow = 2048
+
+// Put writes records to the bucket with asynchronous publishes (up to
+// putWindow in flight), and returns once the server acknowledged all of
+// them.
 func (f *Fleet) Put(ctx context.Context, recs []Record) error {
-	bucket := "$KV." + serverlist.BucketName(events.DefaultPrefix) + "."
-	const window = 4096
-	for start := 0; start < len(recs); start += window {
-		end := min(start+window, len(recs))
+	for start := 0; start < len(recs); start += putWindow {
+		end := min(start+putWindow, len(recs))
 		futures := make([]jetstream.PubAckFuture, 0, end-start)
 		for _, r := range recs[start:end] {
-			fut, err := f.js.PublishAsync(bucket+r.key, r.val)
+			fut, err := f.js.PublishAsync(kvSubject(r.key), r.val)
 			if err != nil {
 				return err
 			}
@@ -222,32 +228,102 @@ func (f *Fleet) Put(ctx context.Context, recs []Record) error {
 	return nil
 }
 
-// Heartbeats re-puts recs, unchanged, spread evenly over every period, as
-// a fleet's lease refreshes do, until ctx ends. It returns the number of
-// puts sent.
-func (f *Fleet) Heartbeats(ctx context.Context, recs []Record, period time.Duration) (int, error) {
-	const tick = 10 * time.Millisecond
-	perTick := max(1, len(recs)*int(tick)/int(period))
-	bucket := "$KV." + serverlist.BucketName(events.DefaultPrefix) + "."
-	t := time.NewTicker(tick)
+// kvSubject is the subject a put of key is published on.
+func kvSubject(key string) string {
+	return "$KV." + serverlist.BucketName(events.DefaultPrefix) + "." + key
+}
+
+// HeartbeatStats describe one run of Heartbeats.
+type HeartbeatStats struct {
+	// Elapsed is how long the puts were sent for.
+	Elapsed time.Duration
+	// Due is the number of puts the schedule asked for over Elapsed; Sent
+	// those handed to the client, Acked those the server acknowledged,
+	// Failed those it refused or did not acknowledge in time.
+	Due, Sent, Acked, Failed int
+	// Stalls counts the times the in-flight bound held the generator back
+	// (the server acknowledged too slowly); MaxBehind is the most puts it
+	// was behind its schedule.
+	Stalls, MaxBehind int
+}
+
+// Rate is the acknowledged puts per second.
+func (s HeartbeatStats) Rate() float64 {
+	if s.Elapsed <= 0 {
+		return 0
+	}
+	return float64(s.Acked) / s.Elapsed.Seconds()
+}
+
+// KeptUp reports whether the generator sent at least 99 % of the puts its
+// schedule asked for and the server acknowledged at least 99 % of those.
+func (s HeartbeatStats) KeptUp() bool {
+	return s.Due > 0 && 100*s.Sent >= 99*s.Due && 100*s.Acked >= 99*s.Sent
+}
+
+// heartbeatTick is the interval at which Heartbeats catches up with its
+// schedule.
+const heartbeatTick = 5 * time.Millisecond
+
+// Heartbeats re-puts recs, unchanged, on nc, as a fleet's lease refreshes
+// do: every record once per period, spread evenly, in a loop over recs,
+// until ctx ends. It paces itself by the clock, not by counting ticks, so a
+// slow tick is made up at the next one; at most maxInFlight puts await
+// their acknowledgement (the client blocks beyond). It returns when ctx has
+// ended and every put was acknowledged or failed (at most ackWait later).
+func Heartbeats(ctx context.Context, nc *nats.Conn, recs []Record, period time.Duration, maxInFlight int) (HeartbeatStats, error) {
+	var st HeartbeatStats
+	if len(recs) == 0 || period <= 0 || maxInFlight < 1 {
+		return st, fmt.Errorf("scale: heartbeats of %d records every %v, %d in flight", len(recs), period, maxInFlight)
+	}
+	var acked, failed atomic.Int64
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(maxInFlight),
+		jetstream.WithPublishAsyncTimeout(ackWait),
+		jetstream.WithPublishAsyncAckHandler(func(jetstream.JetStream, *nats.Msg, *jetstream.PubAck) { acked.Add(1) }),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { failed.Add(1) }))
+	if err != nil {
+		return st, err
+	}
+	subjects := make([]string, len(recs))
+	for i, r := range recs {
+		subjects[i] = kvSubject(r.key)
+	}
+	t := time.NewTicker(heartbeatTick)
 	defer t.Stop()
-	sent, next := 0, 0
+	start := time.Now()
+	next := 0
+loop:
 	for {
 		select {
 		case <-ctx.Done():
-			return sent, nil
+			break loop
 		case <-t.C:
 		}
-		for range perTick {
-			r := recs[next]
-			next = (next + 1) % len(recs)
-			if _, err := f.js.PublishAsync(bucket+r.key, r.val); err != nil {
-				if ctx.Err() != nil {
-					return sent, nil
-				}
-				return sent, err
+		st.Due = int(int64(time.Since(start)) * int64(len(recs)) / int64(period))
+		st.MaxBehind = max(st.MaxBehind, st.Due-st.Sent)
+		for st.Sent < st.Due && ctx.Err() == nil {
+			_, err := js.PublishAsync(subjects[next], recs[next].val, jetstream.WithStallWait(heartbeatTick))
+			if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				st.Stalls++
+				break // acknowledgements are late: try again at the next tick
 			}
-			sent++
+			if err != nil {
+				return st, err
+			}
+			st.Sent++
+			next = (next + 1) % len(recs)
 		}
 	}
+	st.Elapsed = time.Since(start)
+	st.Due = int(int64(st.Elapsed) * int64(len(recs)) / int64(period))
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(2 * ackWait):
+	}
+	st.Acked, st.Failed = int(acked.Load()), int(failed.Load())
+	return st, nil
 }
+
+// ackWait bounds the wait for one heartbeat's acknowledgement.
+const ackWait = 5 * time.Second

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,15 +21,24 @@ import (
 
 	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/internal/natstest"
 	"github.com/pushlb/pushlb/internal/scale"
 	"github.com/pushlb/pushlb/internal/testutil"
 	"github.com/pushlb/pushlb/serverlist"
 )
 
-// small is what CI runs (every benchmark once); PUSHLB_SCALE=1000x100x20
-// gives the figures of docs/perf.md.
+// small is what CI runs (every benchmark once, the whole package in well
+// under 30 s); PUSHLB_SCALE=1000x100x20 gives the figures of docs/perf.md.
 var small = scale.Size{Services: 20, Instances: 20, Gateways: 3}
+
+const (
+	// leasePeriod is the fleet's refresh interval: every instance re-puts
+	// its record once per period.
+	leasePeriod = 10 * time.Second
+	// maxInFlight bounds the heartbeat puts awaiting their acknowledgement.
+	maxInFlight = 4096
+)
 
 var (
 	buildOnce  sync.Once
@@ -49,9 +59,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// gateway returns the gateway binary, built on first use.
+// gateway returns the gateway binary, built on first use, or the one
+// PUSHLB_GATEWAY_BIN names (to compare two builds on the same load).
 func gateway(tb testing.TB) string {
 	buildOnce.Do(func() {
+		if bin := os.Getenv("PUSHLB_GATEWAY_BIN"); bin != "" {
+			gatewayBin = bin
+			return
+		}
 		var bins []string
 		bins, removeBins, buildErr = testutil.BuildBinaries("../../cmd/gateway")
 		if buildErr == nil {
@@ -75,6 +90,14 @@ func size(tb testing.TB) scale.Size {
 // full reports whether the run asked for a fleet size of its own: then
 // measurement windows are long enough for stable figures.
 func full() bool { return os.Getenv("PUSHLB_SCALE") != "" }
+
+// window returns long when the run asked for a size of its own, else short.
+func window(long, short time.Duration) time.Duration {
+	if full() {
+		return long
+	}
+	return short
+}
 
 // bus is the NATS deployment a benchmark runs on: one server or a cluster.
 type bus struct {
@@ -104,23 +127,62 @@ func eachDeployment(b *testing.B, f func(b *testing.B, nb bus)) {
 	}
 }
 
-// loadFleet writes generation 0 of the fleet into the registry.
-func loadFleet(b *testing.B, nb bus, sz scale.Size) (*scale.Fleet, time.Duration) {
-	ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
+// loadFleet writes generation 0 of the fleet into the registry and returns
+// its records (to refresh) and the time the load took.
+func loadFleet(tb testing.TB, nb bus, sz scale.Size) (*scale.Fleet, []scale.Record, time.Duration) {
+	ctx, cancel := context.WithTimeout(tb.Context(), 5*time.Minute)
 	defer cancel()
-	f, err := scale.NewFleet(ctx, nb.connect(b), sz, 10*time.Minute, nb.replicas)
+	f, err := scale.NewFleet(ctx, nb.connect(tb), sz, 10*time.Minute, nb.replicas)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	recs, err := scale.Encode(f.Generation(0)...)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	start := time.Now()
 	if err := f.Put(ctx, recs); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	return f, time.Since(start)
+	return f, recs, time.Since(start)
+}
+
+// fleetHeartbeats refreshes recs every leasePeriod on a connection of its
+// own, as the fleet's announcers do, until the returned stop is called;
+// stop returns what was sent and fails tb if the generator broke.
+func fleetHeartbeats(tb testing.TB, nb bus, recs []scale.Record) (stop func() scale.HeartbeatStats) {
+	nc := nb.connect(tb)
+	ctx, cancel := context.WithCancel(tb.Context())
+	var st scale.HeartbeatStats
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		st, err = scale.Heartbeats(ctx, nc, recs, leasePeriod, maxInFlight)
+	}()
+	var once sync.Once
+	return func() scale.HeartbeatStats {
+		once.Do(func() {
+			cancel()
+			<-done
+			if err != nil {
+				tb.Fatalf("heartbeats: %v", err)
+			}
+		})
+		return st
+	}
+}
+
+// reportHeartbeats reports what the fleet's heartbeats achieved, and says
+// so in the log when the generator could not keep up with its schedule:
+// the figures were then taken under a lighter load than asked.
+func reportHeartbeats(b *testing.B, st scale.HeartbeatStats, sz scale.Size) {
+	b.ReportMetric(st.Rate(), "puts/s")
+	want := float64(sz.Total()) / leasePeriod.Seconds()
+	if !st.KeptUp() {
+		b.Logf("the heartbeats did not keep up: %.0f puts/s acknowledged of %.0f asked (due %d, sent %d, acked %d, failed %d, stalls %d, max behind %d)",
+			st.Rate(), want, st.Due, st.Sent, st.Acked, st.Failed, st.Stalls, st.MaxBehind)
+	}
 }
 
 // procStat returns the CPU time and the resident memory of process pid.
@@ -149,10 +211,20 @@ func procStat(tb testing.TB, pid int) (cpu time.Duration, rss int64) {
 	return cpu, rss
 }
 
-var serversLine = regexp.MustCompile(`(?m)^pushlb_servers\{service="[^"]+"\} (\d+)$`)
+var (
+	serversLine   = regexp.MustCompile(`(?m)^pushlb_servers\{service="[^"]+"\} (\d+)$`)
+	refreshesLine = regexp.MustCompile(`(?m)^pushlb_registry_refreshes_total (\S+)$`)
+	heapLine      = regexp.MustCompile(`(?m)^go_memstats_heap_inuse_bytes (\S+)$`)
+)
 
-// routed returns the sum of pushlb_servers over the gateway's services.
-func routed(tb testing.TB, admin string) int {
+// gatewayMetrics is what the benchmarks read from a gateway's /metrics.
+type gatewayMetrics struct {
+	routed    int     // the sum of pushlb_servers over its services
+	refreshes float64 // lease refreshes its mirror saw
+	heap      float64 // Go heap in use, bytes
+}
+
+func scrape(tb testing.TB, admin string) gatewayMetrics {
 	resp, err := http.Get("http://" + admin + "/metrics")
 	if err != nil {
 		tb.Fatal(err)
@@ -162,21 +234,27 @@ func routed(tb testing.TB, admin string) int {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	n := 0
-	for _, m := range serversLine.FindAllStringSubmatch(string(body), -1) {
-		v, _ := strconv.Atoi(m[1])
-		n += v
+	var m gatewayMetrics
+	for _, l := range serversLine.FindAllStringSubmatch(string(body), -1) {
+		v, _ := strconv.Atoi(l[1])
+		m.routed += v
 	}
-	return n
+	if l := refreshesLine.FindStringSubmatch(string(body)); l != nil {
+		m.refreshes, _ = strconv.ParseFloat(l[1], 64)
+	}
+	if l := heapLine.FindStringSubmatch(string(body)); l != nil {
+		m.heap, _ = strconv.ParseFloat(l[1], 64)
+	}
+	return m
 }
 
 // startGateway runs the gateway binary on nb and waits until /readyz says
 // ready: the client's Start returned, which it does once every registered
-// instance is in a balancer.
+// instance is in a balancer. The binary is built before, not timed.
 func startGateway(b *testing.B, nb bus) (*testutil.Proc, string, time.Duration) {
-	admin, bin := testutil.FreeAddr(b), gateway(b)
+	admin, listen, bin := testutil.FreeAddr(b), testutil.FreeAddr(b), gateway(b)
 	start := time.Now()
-	p := testutil.Start(b, bin, "-nats", nb.url, "-listen", testutil.FreeAddr(b), "-admin", admin,
+	p := testutil.Start(b, bin, "-nats", nb.url, "-listen", listen, "-admin", admin,
 		"-lease", "10m", "-log-level", "warn")
 	testutil.EventuallyWithin(b, 5*time.Minute, "the gateway to be ready", func() bool {
 		resp, err := http.Get("http://" + admin + "/readyz")
@@ -190,82 +268,107 @@ func startGateway(b *testing.B, nb bus) (*testutil.Proc, string, time.Duration) 
 }
 
 // BenchmarkColdStart: a gateway process starts against a registry holding
-// the whole fleet; measured until Start returned (every balancer full), with
-// its resident memory then.
+// the whole fleet; measured from its exec until Start returned (every
+// balancer full, /readyz ready), with its resident memory and Go heap then.
 func BenchmarkColdStart(b *testing.B) {
 	sz := size(b)
 	eachDeployment(b, func(b *testing.B, nb bus) {
-		_, load := loadFleet(b, nb, sz)
+		_, _, load := loadFleet(b, nb, sz)
+		gateway(b)
 		var total time.Duration
 		var rss int64
+		var heap float64
 		for b.Loop() {
 			p, admin, took := startGateway(b, nb)
 			total += took
-			if n := routed(b, admin); n != sz.Total() {
-				b.Fatalf("gateway routes %d instances, want %d", n, sz.Total())
+			m := scrape(b, admin)
+			if m.routed != sz.Total() {
+				b.Fatalf("gateway routes %d instances, want %d", m.routed, sz.Total())
 			}
 			_, rss = procStat(b, p.Pid())
+			heap = m.heap
 			p.Stop(b, 30*time.Second)
 		}
 		b.ReportMetric(float64(load.Milliseconds()), "load-ms")
 		b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "start-ms")
 		b.ReportMetric(float64(rss)/1e6, "rss-MB")
+		b.ReportMetric(heap/1e6, "heap-MB")
 		b.ReportMetric(float64(sz.Total()), "instances")
 	})
 }
 
 // BenchmarkHeartbeatCPU: the fleet refreshes its leases every 10 s with
-// unchanged content; the gateway's CPU over the window, as a share of one
-// core, and its resident memory before and after.
+// unchanged content (its instance count / 10 puts per second); the gateway
+// process's CPU over the window (20 s at a size of its own), as a share of
+// one core, beside its CPU over an idle window before; the CPU per refresh
+// the gateway saw beyond idle; its resident memory at the start and the end
+// of the window. The heartbeats run a while before the window opens.
 func BenchmarkHeartbeatCPU(b *testing.B) {
 	sz := size(b)
-	window := time.Second
-	if full() {
-		window = 20 * time.Second
-	}
+	win := window(20*time.Second, time.Second)
+	warm := window(3*time.Second, 200*time.Millisecond)
 	eachDeployment(b, func(b *testing.B, nb bus) {
-		f, _ := loadFleet(b, nb, sz)
-		recs, err := scale.Encode(f.Generation(0)...)
-		if err != nil {
-			b.Fatal(err)
-		}
+		_, recs, _ := loadFleet(b, nb, sz)
+		gateway(b)
 		p, admin, _ := startGateway(b, nb)
-		var cpuShare float64
+		defer p.Stop(b, 30*time.Second)
+
+		// The gateway's own background (timers, GC, metrics), with no load.
+		idle := win / 4
+		idle0, _ := procStat(b, p.Pid())
+		time.Sleep(idle)
+		idle1, _ := procStat(b, p.Pid())
+		idleShare := (idle1 - idle0).Seconds() / idle.Seconds()
+
+		var cpuShare, perRefresh, seenRate float64
 		var rss0, rss1 int64
-		var puts int
+		var hb scale.HeartbeatStats
 		for b.Loop() {
+			stop := fleetHeartbeats(b, nb, recs)
+			time.Sleep(warm)
 			cpu0, r0 := procStat(b, p.Pid())
-			ctx, cancel := context.WithTimeout(b.Context(), window)
+			m0 := scrape(b, admin)
 			start := time.Now()
-			n, err := f.Heartbeats(ctx, recs, 10*time.Second)
-			cancel()
-			elapsed := time.Since(start)
-			if err != nil {
-				b.Fatal(err)
-			}
+			time.Sleep(win)
 			cpu1, r1 := procStat(b, p.Pid())
-			cpuShare = (cpu1 - cpu0).Seconds() / elapsed.Seconds()
-			rss0, rss1, puts = r0, r1, n
+			m1 := scrape(b, admin)
+			elapsed := time.Since(start)
+			hb = stop()
+			used := (cpu1 - cpu0).Seconds()
+			cpuShare = used / elapsed.Seconds()
+			seen := m1.refreshes - m0.refreshes
+			seenRate = seen / elapsed.Seconds()
+			if seen > 0 {
+				perRefresh = (used - idleShare*elapsed.Seconds()) / seen
+			}
+			rss0, rss1 = r0, r1
 		}
-		if n := routed(b, admin); n != sz.Total() {
-			b.Fatalf("after the heartbeats the gateway routes %d instances, want %d", n, sz.Total())
+		if m := scrape(b, admin); m.routed != sz.Total() {
+			b.Fatalf("after the heartbeats the gateway routes %d instances, want %d", m.routed, sz.Total())
 		}
 		b.ReportMetric(100*cpuShare, "cpu-%")
-		b.ReportMetric(float64(puts)/window.Seconds(), "puts/s")
+		b.ReportMetric(100*idleShare, "idle-cpu-%")
+		b.ReportMetric(1e6*perRefresh, "µs/refresh")
+		reportHeartbeats(b, hb, sz)
+		b.ReportMetric(seenRate, "seen/s")
 		b.ReportMetric(float64(rss0)/1e6, "rss0-MB")
 		b.ReportMetric(float64(rss1)/1e6, "rss1-MB")
-		p.Stop(b, 30*time.Second)
 	})
 }
 
 // gateways starts n in-process clients, each on its own connection, with
-// the fleet loaded.
-func gateways(b *testing.B, nb bus, n int) []*pushlb.Client {
+// the fleet loaded; hook, if set, sees each client's events with the
+// client's index.
+func gateways(b *testing.B, nb bus, n int, hook func(gw int, e events.Event)) []*pushlb.Client {
 	out := make([]*pushlb.Client, n)
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
-		c, err := pushlb.New(nb.connect(b), pushlb.WithServiceGrace(time.Hour))
+		opts := []pushlb.Option{pushlb.WithServiceGrace(time.Hour), pushlb.WithAntiEntropy(time.Hour)}
+		if hook != nil {
+			opts = append(opts, pushlb.WithEventHook(func(e events.Event) { hook(i, e) }))
+		}
+		c, err := pushlb.New(nb.connect(b), opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -286,43 +389,65 @@ func gateways(b *testing.B, nb bus, n int) []*pushlb.Client {
 	return out
 }
 
-// BenchmarkPropagation: one instance registers and announces itself online
-// while the fleet's heartbeats run; the time until each of the gateways
-// lists it, next to a raw NATS hop to as many subscribers in the same run.
+// probeServices is the number of services the propagation probe rotates
+// over: a service's coalescing window (10 ms) after the previous probe's
+// removal is long over when the next probe comes to it.
+const probeServices = 32
+
+// BenchmarkPropagation: one instance registers, as an announcer does (a
+// put, acknowledged, then its online event), while the fleet's heartbeats
+// run; the time from the start of the registration until each gateway's
+// balancer lists it, beside a raw NATS hop from the same publisher to as
+// many subscribers on connections of their own, in the same run. Each
+// iteration's probe goes to another service and is removed, on every
+// gateway, before the next one: each measures an independent change, not
+// the subscriber's coalescing window (10 ms) after the previous one.
+//
+// Reported: push (registration started → listed, every gateway of every
+// iteration), all (→ listed by the last gateway), put (the put's round
+// trip, part of push), hop (the online event published → received by a
+// gateway's subscriber), raw (the raw hop), fallbacks per probe (lookups
+// the mirror could not serve at once because it had not applied the put
+// when the event's delivery ran: one registry read each), fallbacks-off
+// the same during the probe's removal. A gateway lists the probe on
+// whichever comes first, the put (through its mirror) or the event.
 func BenchmarkPropagation(b *testing.B) {
 	sz := size(b)
 	eachDeployment(b, func(b *testing.B, nb bus) {
-		f, _ := loadFleet(b, nb, sz)
-		recs, err := scale.Encode(f.Generation(0)...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		gws := gateways(b, nb, sz.Gateways)
-		hbCtx, stopHB := context.WithCancel(b.Context())
-		var hb sync.WaitGroup
-		hb.Go(func() { f.Heartbeats(hbCtx, recs, 10*time.Second) })
-		defer func() { stopHB(); hb.Wait() }()
+		f, recs, _ := loadFleet(b, nb, sz)
 
-		// Each gateway reports when svc-0's list gains or loses the probe.
 		type seen struct {
 			gw int
 			at time.Time
 		}
-		ch := make(chan seen, 4*sz.Gateways)
-		var probe sync.Map // the probe's current ID
-		for i, c := range gws {
-			bal, err := c.Balancer(scale.ServiceName(0))
-			if err != nil {
-				b.Fatal(err)
+		listed := make(chan seen, 4*sz.Gateways)
+		arrived := make(chan seen, 4*sz.Gateways)
+		var probe atomic.Pointer[string] // the current probe's ID
+		gws := gateways(b, nb, sz.Gateways, func(gw int, e events.Event) {
+			if id := probe.Load(); id != nil && e.InstanceID == *id && e.Kind == events.Online {
+				arrived <- seen{gw, time.Now()}
 			}
-			bal.AddListener(func(_, cur []*balancer.Server) {
-				id, _ := probe.Load("id")
-				if slices.ContainsFunc(cur, func(s *balancer.Server) bool { return s.ID == id }) {
-					ch <- seen{i, time.Now()}
+		})
+		// Each gateway reports the first list that holds a probe, once.
+		reported := make([]atomic.Pointer[string], len(gws))
+		nsvc := min(sz.Services, probeServices)
+		for i, c := range gws {
+			for s := range nsvc {
+				bal, err := c.Balancer(scale.ServiceName(s))
+				if err != nil {
+					b.Fatal(err)
 				}
-			})
+				bal.AddListener(func(_, cur []*balancer.Server) {
+					id, was := probe.Load(), reported[i].Load()
+					if id == nil || id == was || !slices.ContainsFunc(cur, func(s *balancer.Server) bool { return s.ID == *id }) {
+						return
+					}
+					if reported[i].CompareAndSwap(was, id) {
+						listed <- seen{i, time.Now()}
+					}
+				})
+			}
 		}
-		pub := nb.connect(b)
 		raw := make(chan time.Time, sz.Gateways)
 		for range sz.Gateways {
 			sub, err := nb.connect(b).Subscribe("raw.hop", func(*nats.Msg) { raw <- time.Now() })
@@ -331,96 +456,186 @@ func BenchmarkPropagation(b *testing.B) {
 			}
 			defer sub.Unsubscribe()
 		}
-		var pushLat, rawLat []time.Duration
-		gen := 1
+		pub := nb.connect(b)
+		if err := pub.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		stop := fleetHeartbeats(b, nb, recs)
+		defer stop()
+		time.Sleep(window(3*time.Second, 200*time.Millisecond)) // the heartbeats in full swing
+
+		fallbacks := func() (n uint64) {
+			for _, c := range gws {
+				n += c.Stats().Lookups.Misses
+			}
+			return n
+		}
+		var misses, missesOff uint64
+		var pushLat, allLat, hopLat, rawLat, putLat []time.Duration
+		lastUse := make([]time.Time, nsvc)
+		gen, iter := 1, 0
 		for b.Loop() {
-			in := f.Instance(0, 0, gen)
+			s := iter % nsvc
+			iter++
+			// A service reused within its coalescing window would measure
+			// the window, not the path.
+			if wait := time.Until(lastUse[s].Add(50 * time.Millisecond)); wait > 0 {
+				time.Sleep(wait)
+			}
+			in := f.Instance(s, 0, gen)
 			gen++
-			probe.Store("id", in.InstanceID)
-			start := time.Now()
-			if err := f.Register(b.Context(), pub, in); err != nil {
+			probe.Store(&in.InstanceID)
+			rec, err := scale.Encode(in)
+			if err != nil {
 				b.Fatal(err)
 			}
+			misses0 := fallbacks()
+			start := time.Now()
+			if err := f.Put(b.Context(), rec); err != nil {
+				b.Fatal(err)
+			}
+			published := time.Now()
+			putLat = append(putLat, published.Sub(start))
+			if err := scale.Announce(pub, events.Online, in); err != nil {
+				b.Fatal(err)
+			}
+			var last time.Duration
 			for range sz.Gateways {
-				s := testutil.Receive(b, ch, time.Minute, "a gateway to list the probe")
-				pushLat = append(pushLat, s.at.Sub(start))
+				d := testutil.Receive(b, listed, time.Minute, "a gateway to list the probe").at.Sub(start)
+				pushLat = append(pushLat, d)
+				last = max(last, d)
+			}
+			allLat = append(allLat, last)
+			misses += fallbacks() - misses0
+			for range sz.Gateways {
+				hopLat = append(hopLat, testutil.Receive(b, arrived, time.Minute, "the probe's event at a gateway").at.Sub(published))
 			}
 			start = time.Now()
 			pub.Publish("raw.hop", nil)
 			for range sz.Gateways {
 				rawLat = append(rawLat, testutil.Receive(b, raw, time.Minute, "the raw hop").Sub(start))
 			}
+			probe.Store(nil)
+			misses0 = fallbacks()
 			if err := f.Deregister(b.Context(), pub, in); err != nil {
 				b.Fatal(err)
 			}
+			testutil.EventuallyWithin(b, time.Minute, "every gateway to drop the probe", func() bool {
+				return listsNone(gws, in.Service, in.InstanceID)
+			})
+			lastUse[s] = time.Now()
+			missesOff += fallbacks() - misses0
 		}
-		report := func(d []time.Duration, unit string) {
-			b.ReportMetric(float64(testutil.Percentile(d, 0.5).Microseconds()), unit+"-p50-µs")
-			b.ReportMetric(float64(testutil.Percentile(d, 0.99).Microseconds()), unit+"-p99-µs")
+		reportHeartbeats(b, stop(), sz)
+		report := func(d []time.Duration, name string) {
+			b.ReportMetric(float64(testutil.Percentile(d, 0.5).Microseconds()), name+"-p50-µs")
+			b.ReportMetric(float64(testutil.Percentile(d, 0.99).Microseconds()), name+"-p99-µs")
 		}
 		report(pushLat, "push")
+		report(allLat, "all")
+		report(hopLat, "hop")
 		report(rawLat, "raw")
+		b.ReportMetric(float64(testutil.Percentile(putLat, 0.5).Microseconds()), "put-p50-µs")
+		b.ReportMetric(float64(misses)/float64(b.N), "fallbacks/op")
+		b.ReportMetric(float64(missesOff)/float64(b.N), "fallbacks-off/op")
 	})
 }
 
-// converged reports whether every gateway lists exactly want (IDs by
-// service) for the services of want.
-func converged(gws []*pushlb.Client, want map[string]map[string]bool) bool {
+// listsNone reports whether no gateway lists id in service.
+func listsNone(gws []*pushlb.Client, service, id string) bool {
 	for _, c := range gws {
-		for svc, ids := range want {
-			b, err := c.Balancer(svc)
-			if err != nil {
-				return false
-			}
-			all := b.AllServers()
-			if len(all) != len(ids) {
-				return false
-			}
-			for _, s := range all {
-				if !ids[s.ID] {
-					return false
-				}
-			}
+		bal, err := c.Balancer(service)
+		if err != nil {
+			continue
+		}
+		if slices.ContainsFunc(bal.AllServers(), func(s *balancer.Server) bool { return s.ID == id }) {
+			return false
 		}
 	}
 	return true
 }
 
-// BenchmarkChurn: 1 % of the fleet is replaced at once (offline and
-// deregistered, new instances registered and online) while the heartbeats
-// run; measured until every gateway lists exactly the new fleet.
+// convergence tracks which services each gateway still lists otherwise
+// than wanted, so that a poll re-checks only those.
+type convergence struct {
+	gws     []*pushlb.Client
+	want    map[string]map[string]bool // service → the IDs it must list
+	pending []map[string]bool          // per gateway, the services not yet right
+}
+
+func newConvergence(gws []*pushlb.Client, want map[string]map[string]bool) *convergence {
+	c := &convergence{gws: gws, want: want}
+	for range gws {
+		p := make(map[string]bool, len(want))
+		for svc := range want {
+			p[svc] = true
+		}
+		c.pending = append(c.pending, p)
+	}
+	return c
+}
+
+// done re-checks the pending services and reports whether none is left.
+func (c *convergence) done() bool {
+	left := 0
+	for i, gw := range c.gws {
+		for svc := range c.pending[i] {
+			if lists(gw, svc, c.want[svc]) {
+				delete(c.pending[i], svc)
+			}
+		}
+		left += len(c.pending[i])
+	}
+	return left == 0
+}
+
+// lists reports whether gw's balancer of service lists exactly ids.
+func lists(gw *pushlb.Client, service string, ids map[string]bool) bool {
+	b, err := gw.Balancer(service)
+	if err != nil {
+		return false
+	}
+	all := b.AllServers()
+	if len(all) != len(ids) {
+		return false
+	}
+	for _, s := range all {
+		if !ids[s.ID] {
+			return false
+		}
+	}
+	return true
+}
+
+// BenchmarkChurn: 1 % of the fleet is replaced at once (offline events and
+// purges of the old instances, puts and online events of their
+// replacements, in other services' spread) while the heartbeats run;
+// measured from the first offline until every gateway lists exactly the new
+// fleet in every service the wave touched. send-ms is the announcers' share:
+// the time to send the wave (purges and puts acknowledged).
 func BenchmarkChurn(b *testing.B) {
 	sz := size(b)
 	eachDeployment(b, func(b *testing.B, nb bus) {
-		f, _ := loadFleet(b, nb, sz)
+		f, recs, _ := loadFleet(b, nb, sz)
 		current := f.Generation(0)
-		recs, err := scale.Encode(current...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		gws := gateways(b, nb, sz.Gateways)
-		hbCtx, stopHB := context.WithCancel(b.Context())
-		var hb sync.WaitGroup
-		hb.Go(func() { f.Heartbeats(hbCtx, recs, 10*time.Second) })
-		defer func() { stopHB(); hb.Wait() }()
+		gws := gateways(b, nb, sz.Gateways, nil)
 		pub := nb.connect(b)
+		stop := fleetHeartbeats(b, nb, recs)
+		defer stop()
+		time.Sleep(window(3*time.Second, 200*time.Millisecond))
+
 		wave := max(1, sz.Total()/100)
 		gen, next := 1, 0
-		var total time.Duration
+		var total, send time.Duration
 		for b.Loop() {
-			var gone, fresh []int
-			for range wave {
-				gone = append(gone, next)
-				next = (next + 97) % len(current) // spread over services
-			}
 			old := make([]serverlist.Instance, 0, wave)
-			for _, k := range gone {
-				old = append(old, current[k])
-			}
-			for _, k := range gone {
-				s, i := k/sz.Instances, k%sz.Instances
-				current[k] = f.Instance(s, i, gen)
-				fresh = append(fresh, k)
+			news := make([]serverlist.Instance, 0, wave)
+			for range wave {
+				old = append(old, current[next])
+				s, i := next/sz.Instances, next%sz.Instances
+				current[next] = f.Instance(s, i, gen)
+				news = append(news, current[next])
+				next = (next + 97) % len(current) // spread over services
 			}
 			gen++
 			want := map[string]map[string]bool{}
@@ -432,10 +647,7 @@ func BenchmarkChurn(b *testing.B) {
 					want[in.Service][in.InstanceID] = true
 				}
 			}
-			news := make([]serverlist.Instance, 0, wave)
-			for _, k := range fresh {
-				news = append(news, current[k])
-			}
+			conv := newConvergence(gws, want)
 			start := time.Now()
 			if err := f.Deregister(b.Context(), pub, old...); err != nil {
 				b.Fatal(err)
@@ -443,10 +655,13 @@ func BenchmarkChurn(b *testing.B) {
 			if err := f.Register(b.Context(), pub, news...); err != nil {
 				b.Fatal(err)
 			}
-			testutil.EventuallyWithin(b, 5*time.Minute, "every gateway to converge", func() bool { return converged(gws, want) })
+			send += time.Since(start)
+			testutil.EventuallyWithin(b, 5*time.Minute, "every gateway to converge", conv.done)
 			total += time.Since(start)
 		}
+		reportHeartbeats(b, stop(), sz)
 		b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "converge-ms")
+		b.ReportMetric(float64(send.Milliseconds())/float64(b.N), "send-ms")
 		b.ReportMetric(float64(wave), "replaced")
 	})
 }
