@@ -112,7 +112,7 @@ type flagValues struct {
 var (
 	instanceFlags = []string{"service", "addr", "id", "zone", "meta", "secure", "health", "ready-timeout", "drain", "lease", "registry-replicas", "replace", "gossip", "gossip-bind", "gossip-profile", "gossip-key", "gossip-label"}
 	offlineFlags  = []string{"service", "id", "reason", "incarnation"}
-	commonFlags   = []string{"nats", "nats-timeout", "creds", "user", "password", "token", "tls-ca", "tls-cert", "tls-key", "prefix", "log-level"}
+	commonFlags   = []string{"nats", "nats-timeout", "creds", "nkey", "user", "password", "password-file", "token", "token-file", "tls-ca", "tls-cert", "tls-key", "prefix", "log-level"}
 )
 
 // newFlagSet returns the flag set of mode m (offline, or the other two),

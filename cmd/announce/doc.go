@@ -139,8 +139,13 @@
 //	-nats URL            NATS server URLs, comma-separated (default nats://127.0.0.1:4222)
 //	-nats-timeout D      how long to retry the first NATS connection (default 10s)
 //	-creds FILE          NATS credentials file
+//	-nkey FILE           NKey seed file (plain NKey authentication)
 //	-user U, -password P NATS user and password
-//	-token T             NATS token
+//	-password-file FILE  the password read from a file
+//	-token T             NATS token; -token-file FILE reads it from a file
+//	                     Secrets may also come from the environment, off the
+//	                     command line: PUSHLB_NATS_PASSWORD (with -user),
+//	                     PUSHLB_NATS_TOKEN, PUSHLB_NATS_NKEY_SEED_FILE
 //	-tls-ca FILE         CA certificates to verify the NATS server
 //	-tls-cert FILE, -tls-key FILE   client certificate and key
 //	-prefix P            subject prefix (default "lb"); the registry bucket is
