@@ -28,7 +28,9 @@ type Instance struct {
 	Secure bool `json:"secure"`
 	// Zone is the instance's availability zone; empty means unknown.
 	Zone string `json:"zone"`
-	// Metadata holds free-form labels.
+	// Metadata holds free-form labels: at most MaxMetadataEntries, keys of
+	// at most MaxMetadataKeyLen bytes, values of at most
+	// MaxMetadataValueLen bytes.
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Incarnation grows with every start of the instance (for example its
 	// start time in nanoseconds); it orders events about the same ID.
@@ -62,8 +64,36 @@ func (in Instance) Validate() error {
 	if in.Port < 1 || in.Port > 65535 {
 		return fmt.Errorf("%w: port %d out of range 1..65535", ErrInvalidInstance, in.Port)
 	}
+	if len(in.Host) > maxHostLen || len(in.Zone) > maxZoneLen {
+		return fmt.Errorf("%w: host or zone longer than %d / %d bytes", ErrInvalidInstance, maxHostLen, maxZoneLen)
+	}
+	if len(in.Metadata) > MaxMetadataEntries {
+		return fmt.Errorf("%w: %d metadata entries, limit %d", ErrInvalidInstance, len(in.Metadata), MaxMetadataEntries)
+	}
+	for k, v := range in.Metadata {
+		if len(k) > MaxMetadataKeyLen || len(v) > MaxMetadataValueLen {
+			return fmt.Errorf("%w: metadata %.40q: key or value too long (limits %d and %d bytes)", ErrInvalidInstance, k, MaxMetadataKeyLen, MaxMetadataValueLen)
+		}
+	}
 	return nil
 }
+
+// Limits of a registry record (wire protocol: docs/protocol.md). A value
+// beyond them is rejected when written and skipped (counted as malformed)
+// when read, so that no writer can grow every gateway's memory: the
+// bucket's MaxValueSize is MaxValueSize.
+const (
+	// MaxValueSize bounds the JSON of one record.
+	MaxValueSize = 16 << 10
+	// MaxMetadataEntries bounds the metadata labels of one instance.
+	MaxMetadataEntries = 64
+	// MaxMetadataKeyLen and MaxMetadataValueLen bound one label.
+	MaxMetadataKeyLen   = 128
+	MaxMetadataValueLen = 1024
+
+	maxHostLen = 255 // a DNS name
+	maxZoneLen = 128
+)
 
 // Addr is host:port, with IPv6 hosts bracketed.
 func (in Instance) Addr() string {

@@ -162,7 +162,11 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg RegistryConfig) (*Reg
 		return nil, err
 	}
 	r := &Registry{js: js, cfg: cfg, log: cfg.Logger, wantReplicas: cfg.Replicas}
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	var kv jetstream.KeyValue
+	err = retryUnanswered(ctx, func(ctx context.Context) (err error) {
+		kv, err = js.KeyValue(ctx, cfg.Bucket)
+		return err
+	})
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound):
 		kv, err = r.create(ctx)
@@ -189,6 +193,7 @@ func (r *Registry) create(ctx context.Context) (jetstream.KeyValue, error) {
 		History:        1,
 		TTL:            r.cfg.TTL,
 		LimitMarkerTTL: r.cfg.MarkerTTL,
+		MaxValueSize:   MaxValueSize,
 		Storage:        r.cfg.Storage,
 	})
 	if errors.Is(err, jetstream.ErrBucketExists) {
@@ -203,7 +208,11 @@ func (r *Registry) create(ctx context.Context) (jetstream.KeyValue, error) {
 // adopt takes the lease from the bucket: its TTL and marker TTL are the ones
 // in effect. asked is the TTL the caller configured (0: none).
 func (r *Registry) adopt(ctx context.Context, asked time.Duration) error {
-	st, err := r.kv.Status(ctx)
+	var st jetstream.KeyValueStatus
+	err := retryUnanswered(ctx, func(ctx context.Context) (err error) {
+		st, err = r.kv.Status(ctx)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("serverlist: bucket %s status: %w", r.cfg.Bucket, err)
 	}
@@ -419,6 +428,9 @@ func encodeInstance(in Instance) (key string, val []byte, err error) {
 	if val, err = json.Marshal(in); err != nil {
 		return "", nil, fmt.Errorf("serverlist: encode %s: %w", key, err)
 	}
+	if len(val) > MaxValueSize {
+		return "", nil, fmt.Errorf("%w: %s/%s: record of %d bytes, limit %d", ErrInvalidInstance, in.Service, in.InstanceID, len(val), MaxValueSize)
+	}
 	return key, val, nil
 }
 
@@ -498,6 +510,9 @@ func decodeEntry(key string, value []byte) (Instance, error) {
 // decodeValue decodes and validates the value stored under the key of
 // service/id. A value that names another instance than its key is invalid.
 func decodeValue(service, id string, value []byte) (Instance, error) {
+	if len(value) > MaxValueSize {
+		return Instance{}, fmt.Errorf("%w: %s/%s: value of %d bytes, limit %d", ErrInvalidInstance, service, id, len(value), MaxValueSize)
+	}
 	var in Instance
 	if err := json.Unmarshal(value, &in); err != nil {
 		return Instance{}, fmt.Errorf("%w: %s/%s: %w", ErrInvalidInstance, service, id, err)

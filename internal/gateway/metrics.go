@@ -117,6 +117,7 @@ var (
 	descRefreshes       = prometheus.NewDesc("pushlb_registry_refreshes_total", "Lease refreshes seen (unchanged registry values): they cost no rebuild.", nil, nil)
 	descRecreated       = prometheus.NewDesc("pushlb_registry_buckets_recreated_total", "Times the registry bucket was found lost and recreated.", nil, nil)
 	descUnconfirmed     = prometheus.NewDesc("pushlb_unconfirmed_forgotten_total", "Instances known only from events that the registry never showed, forgotten after limits.confirmWithin.", nil, nil)
+	descMalformed       = prometheus.NewDesc("pushlb_registry_malformed_total", "Registry entries skipped, by what was wrong (key, value: invalid or beyond the record limits).", []string{"part"}, nil)
 	descResyncs         = prometheus.NewDesc("pushlb_registry_resyncs_total", "Full resynchronisations of the registry mirror (start, reconnects).", nil, nil)
 	descLookupHit       = prometheus.NewDesc("pushlb_lookups_total", "Instance-ID lookups, by result (hit, fallback, failure; negative and rate_limited are failures answered without a registry read).", []string{"result"}, nil)
 	descServers         = prometheus.NewDesc("pushlb_servers", "Servers listed per service.", []string{"service"}, nil)
@@ -136,7 +137,7 @@ type stateCollector struct{ g *Gateway }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReceived, descApplied, descDropped, descDelivered, descHandlerErr,
-		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descUnconfirmed, descResyncs, descLookupHit, descServers, descReachable, descTrips, descUpdates, descUnregistered, descServicesRemoved, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored} {
+		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descUnconfirmed, descMalformed, descResyncs, descLookupHit, descServers, descReachable, descTrips, descUpdates, descUnregistered, descServicesRemoved, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored} {
 		ch <- d
 	}
 }
@@ -165,6 +166,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRevivals, ev.RegistryRevivals)
 	counter(descRefreshes, st.Registry.Refreshes)
 	counter(descRecreated, st.Registry.BucketsRecreated)
+	counter(descMalformed, st.Registry.MalformedKeys, "key")
+	counter(descMalformed, st.Registry.MalformedValues, "value")
 	counter(descUnconfirmed, ev.Unconfirmed)
 	counter(descResyncs, st.Registry.Syncs)
 	counter(descGossipGone, ev.GossipRemovals)
