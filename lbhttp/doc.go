@@ -29,7 +29,11 @@
 // A [Proxy] is a [net/http.Handler] built on
 // [net/http/httputil.ReverseProxy] over a Transport: "/orders/api/x" goes
 // to "http://orders/api/x", explicit [Route] values map other prefixes, and
-// failures become short 404, 502, 503 or 504 answers.
+// failures become short 404, 502, 503 or 504 answers. Paths are cleaned
+// before routing (dot-segments removed, %2e read as a dot, // merged); a
+// path that would climb out of its route's prefix, or hides a dot-segment
+// behind an encoded slash or backslash, gets 400. X-Real-IP and
+// X-Forwarded-For are set from the connection, never taken from the client.
 //
 // Errors are [*Error] values matching [ErrUnknownService], [ErrNoServers]
 // (the balancer's own sentinel) or [ErrAllTriesFailed] with errors.Is, and

@@ -10,7 +10,10 @@
 // -embedded-nats (127.0.0.1:4222), which announce processes can use. It
 // routes /<service>/<rest> to <service> with the prefix stripped; the
 // config file may add routes. The admin listener serves /-/lb (JSON, or
-// HTML for a browser), /metrics (Prometheus) and /healthz.
+// HTML for a browser), /metrics (Prometheus), /healthz (liveness: the
+// process serves) and /readyz (routing state loaded; stays ready through a
+// NATS outage, which its body shows). The proxy listener has read, idle and
+// header timeouts and a connection limit (-http-* flags, http: in YAML).
 //
 // Crashed instances are removed when their registry lease expires (-lease,
 // 30 s) or, with gossip on (-gossip-bind and/or -gossip; instances run
