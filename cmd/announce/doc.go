@@ -120,6 +120,8 @@
 //	                     authenticating gossip, the same on every node
 //	                     (head -c32 /dev/urandom | base64); without it, on a
 //	                     non-loopback address, announce warns at start
+//	-gossip-key-file F   the key read from a file; PUSHLB_GOSSIP_KEY in the
+//	                     environment is read when neither is given
 //	-gossip-label L      keeps clusters on one network apart
 //
 // -gossip-profile, -gossip-key and -gossip-label are checked even with gossip

@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"flag"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/rs/zerolog"
 
@@ -24,19 +26,28 @@ type Settings struct {
 	Bind string `yaml:"bind"`
 	// Profile is "lan" (default) or "fast".
 	Profile string `yaml:"profile"`
-	// Key is the base64 encoding of a 16, 24 or 32-byte AES key.
-	Key string `yaml:"key"`
+	// Key is the base64 encoding of a 16, 24 or 32-byte AES key. KeyFile
+	// names a file holding it instead, and the environment variable
+	// PUSHLB_GOSSIP_KEY is used when neither is set, so that the key need
+	// not be on a command line (ps shows those).
+	Key     string `yaml:"key"`
+	KeyFile string `yaml:"keyFile"`
 	// Label keeps clusters that share a network apart.
 	Label string `yaml:"label"`
 }
 
-// Register adds -gossip, -gossip-bind, -gossip-profile, -gossip-key and
-// -gossip-label to fs.
+// KeyEnv is the environment variable the gossip key is read from when
+// neither -gossip-key nor -gossip-key-file is given.
+const KeyEnv = "PUSHLB_GOSSIP_KEY"
+
+// Register adds -gossip, -gossip-bind, -gossip-profile, -gossip-key,
+// -gossip-key-file and -gossip-label to fs.
 func (s *Settings) Register(fs *flag.FlagSet) {
 	fs.StringVar(&s.Join, "gossip", s.Join, "gossip (memberlist) peers `host:port[,...]` to join (the gateways' -gossip-bind addresses); gossip is on when this or -gossip-bind is set, off otherwise")
 	fs.StringVar(&s.Bind, "gossip-bind", s.Bind, "gossip bind `host:port`; setting it turns gossip on. Default when gossip is on: a gateway 0.0.0.0:7946, an instance (announce) 0.0.0.0:0, a free port recorded in its registry entry")
 	fs.StringVar(&s.Profile, "gossip-profile", s.Profile, "gossip timings: lan (memberlist's LAN defaults, crash noticed in ~6-10 s) or fast (~1-1.5 s); the same on every node. Checked always, used only with gossip on")
 	fs.StringVar(&s.Key, "gossip-key", s.Key, "gossip encryption and authentication `key`, base64 of 16, 24 or 32 random bytes (head -c32 /dev/urandom | base64), the same on every node; without it anything that reaches the gossip port can join. Checked always, used only with gossip on")
+	fs.StringVar(&s.KeyFile, "gossip-key-file", s.KeyFile, "`file` holding the gossip key (instead of -gossip-key; "+KeyEnv+" is read when neither is given)")
 	fs.StringVar(&s.Label, "gossip-label", s.Label, "gossip `label`; nodes with different labels ignore each other. Checked always, used only with gossip on")
 }
 
@@ -66,6 +77,9 @@ func (s Settings) Ignored() []string {
 	if s.Key != "" {
 		out = append(out, "-gossip-key (gossip.key)")
 	}
+	if s.KeyFile != "" {
+		out = append(out, "-gossip-key-file (gossip.keyFile)")
+	}
 	if s.Label != "" {
 		out = append(out, "-gossip-label (gossip.label)")
 	}
@@ -85,12 +99,34 @@ func (s Settings) WarnIgnored(log zerolog.Logger) {
 func (s Settings) Config(meta gossip.Meta, log zerolog.Logger) (gossip.Config, error) {
 	cfg := gossip.Config{BindAddr: s.Bind, Profile: gossip.Profile(s.Profile), Label: s.Label, Meta: meta, Logger: log}
 	cfg.Join = commalist.Split(s.Join)
-	if s.Key != "" {
-		key, err := base64.StdEncoding.DecodeString(s.Key)
+	encoded, err := s.key()
+	if err != nil {
+		return cfg, err
+	}
+	if encoded != "" {
+		key, err := base64.StdEncoding.DecodeString(encoded)
 		if err != nil {
 			return cfg, fmt.Errorf("%w: gossip key: not base64: %w", gossip.ErrInvalidConfig, err)
 		}
 		cfg.SecretKey = key
 	}
 	return cfg, cfg.Validate()
+}
+
+// key returns the base64 key from Key, KeyFile or the environment; errors
+// name where it came from, never the key.
+func (s Settings) key() (string, error) {
+	switch {
+	case s.Key != "" && s.KeyFile != "":
+		return "", fmt.Errorf("%w: -gossip-key and -gossip-key-file (gossip.key, gossip.keyFile) go alone", gossip.ErrInvalidConfig)
+	case s.Key != "":
+		return s.Key, nil
+	case s.KeyFile != "":
+		b, err := os.ReadFile(s.KeyFile)
+		if err != nil {
+			return "", fmt.Errorf("%w: gossip key file: %w", gossip.ErrInvalidConfig, err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	return strings.TrimSpace(os.Getenv(KeyEnv)), nil
 }

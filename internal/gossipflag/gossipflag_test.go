@@ -3,6 +3,7 @@ package gossipflag
 import (
 	"errors"
 	"flag"
+	"os"
 	"strings"
 	"testing"
 
@@ -60,6 +61,33 @@ func TestValidatedAndWarnedWhenOff(t *testing.T) {
 		quiet.WarnIgnored(zerolog.New(&out))
 		if out.Len() != 0 {
 			t.Errorf("%+v: unexpected warning %s", quiet, out.String())
+		}
+	}
+}
+
+// The key may come from a file or the environment, off the command line.
+func TestKeyFromFileOrEnvironment(t *testing.T) {
+	const key = "MDEyMzQ1Njc4OWFiY2RlZg==" // 16 bytes
+	file := t.TempDir() + "/gossip.key"
+	if err := os.WriteFile(file, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	meta := gossip.Meta{Role: gossip.RoleGateway}
+	cfg, err := Settings{Join: "x:1", KeyFile: file}.Config(meta, zerolog.Nop())
+	if err != nil || len(cfg.SecretKey) != 16 {
+		t.Fatalf("key file: %v, %d bytes", err, len(cfg.SecretKey))
+	}
+	t.Setenv(KeyEnv, key)
+	if cfg, err = (Settings{Join: "x:1"}).Config(meta, zerolog.Nop()); err != nil || len(cfg.SecretKey) != 16 {
+		t.Fatalf("environment: %v, %d bytes", err, len(cfg.SecretKey))
+	}
+	for name, s := range map[string]Settings{
+		"both":         {Join: "x:1", Key: key, KeyFile: file},
+		"missing file": {Join: "x:1", KeyFile: file + ".none"},
+	} {
+		_, err := s.Config(meta, zerolog.Nop())
+		if !errors.Is(err, gossip.ErrInvalidConfig) || strings.Contains(err.Error(), key) {
+			t.Errorf("%s: %v", name, err)
 		}
 	}
 }
