@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -79,6 +80,25 @@ const (
 	jsErrCodeInsufficientResources jetstream.ErrorCode = 10023
 	jsErrCodeReplicasNotSupported  jetstream.ErrorCode = 10074 // replicas > 1 in non-clustered mode
 )
+
+// infoAttempt bounds one stream-info request of Open. While a replicated
+// bucket elects a new leader (its leader's server was lost) a request may
+// go unanswered; the next one, a moment later, reaches the new leader.
+const infoAttempt = time.Second
+
+// retryUnanswered runs f with a context of at most infoAttempt, again while
+// its request went unanswered (a timeout) and ctx has time left.
+func retryUnanswered(ctx context.Context, f func(ctx context.Context) error) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, infoAttempt)
+		err := f(actx)
+		cancel()
+		unanswered := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+		if err == nil || !unanswered || ctx.Err() != nil {
+			return err
+		}
+	}
+}
 
 // streamName is the JetStream stream behind a KV bucket.
 func streamName(bucket string) string { return "KV_" + bucket }
