@@ -15,12 +15,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pushlb/pushlb/internal/natstest"
 	"github.com/pushlb/pushlb/internal/testpub"
+	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/internal/testutil"
 )
 
@@ -201,6 +203,10 @@ func TestProxyStreamOutlivesTheReadTimeout(t *testing.T) {
 func TestProxyConnectionLimit(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.HTTP.MaxConns = 2
+	// The backend holds requests as long as the test needs, not within the
+	// balancer's default 1 s read timeout.
+	cfg.Balancer.ClientsConfig = balancer.DefaultClientsConfig()
+	cfg.Balancer.Defaults.ReadTimeout = time.Minute
 	g := startGateway(t, cfg)
 	var inFlight, most atomic.Int64
 	arrived := make(chan struct{}, 3)
@@ -220,7 +226,8 @@ func TestProxyConnectionLimit(t *testing.T) {
 		}
 	}))
 	t.Cleanup(held.Close)
-	t.Cleanup(func() { close(release) }) // runs before held.Close
+	releaseAll := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseAll) // runs before held.Close
 	announce(t, g, "held", "", held)
 	testutil.Eventually(t, "the backend", func() bool {
 		resp, err := http.Get("http://" + g.ProxyAddr() + "/held/")
@@ -254,7 +261,9 @@ func TestProxyConnectionLimit(t *testing.T) {
 		t.Fatal("a third request was served while two connections were open")
 	default:
 	}
-	release <- struct{}{}
+	// Both held requests answer; the second connection stays open
+	// (keep-alive), so only closing the first frees a slot.
+	releaseAll()
 	resp, err := http.ReadResponse(r1, nil)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("first response: %v %v", resp, err)
