@@ -249,8 +249,8 @@ func WithTransportOptions(opts ...lbhttp.Option) Option {
 }
 
 // WithProxyOptions passes options to the Handler's reverse proxy
-// (lbhttp.WithRoutes, lbhttp.WithoutDefaultRoute, lbhttp.WithPreserveHost,
-// lbhttp.WithProxyLogger).
+// (lbhttp.WithRoutes, lbhttp.WithoutDefaultRoute, lbhttp.WithHints,
+// lbhttp.WithPreserveHost, lbhttp.WithProxyLogger).
 func WithProxyOptions(opts ...lbhttp.ProxyOption) Option {
 	return func(o *options) error {
 		o.proxy = append(o.proxy, opts...)

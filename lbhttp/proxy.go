@@ -28,6 +28,11 @@ type Route struct {
 	// "/api/orders/x" goes out as "/x", "/api/orders" as "/". The removed
 	// prefix is sent in X-Forwarded-Prefix.
 	StripPrefix bool `yaml:"stripPrefix"`
+	// Hints say where this route's requests carry a zone to prefer and a
+	// key for keyed rules; fields left empty take those of WithHints. In
+	// YAML their keys sit in the route itself:
+	// {prefix: /cart, service: cart, hashKey: {cookie: SESSION}}.
+	Hints `yaml:",inline"`
 }
 
 // ProxyOption customises a Proxy.
@@ -43,6 +48,9 @@ func WithRoutes(routes ...Route) ProxyOption {
 			}
 			if !plausibleService(r.Service) {
 				return optionError("route %q: invalid service name %q", r.Prefix, r.Service)
+			}
+			if err := r.Hints.Validate(); err != nil {
+				return optionError("route %q: %v", r.Prefix, err)
 			}
 			r.Prefix = strings.TrimSuffix(r.Prefix, "/")
 			if needsCleaning(r.Prefix) {
@@ -129,6 +137,15 @@ func WithProxyLogger(l zerolog.Logger) ProxyOption {
 // that decode or split on those would still climb with. The route is
 // therefore the one the path names, and no service sees a dot-segment.
 //
+// # Hints
+//
+// A route may read balancer hints from each request (Hints, WithHints): a
+// zone to prefer from a header (balancer.WithZone), and a key for keyed
+// rules from a header, a cookie, a query parameter or the client's address
+// (balancer.WithKey). The request reaches the Transport with them on its
+// context. The hint headers, cookies and parameters are forwarded as they
+// are.
+//
 // # Forwarding
 //
 // The request goes out with X-Real-IP and X-Forwarded-For set to the
@@ -158,6 +175,8 @@ type Proxy struct {
 	defaultRoute bool
 	preserveHost bool
 	known        func(string) bool
+	hints        Hints // the default rule's (WithHints)
+	hinted       bool  // some route reads hints
 	log          zerolog.Logger
 }
 
@@ -178,6 +197,11 @@ func NewProxy(rt http.RoundTripper, opts ...ProxyOption) (*Proxy, error) {
 		}
 	}
 	slices.SortStableFunc(p.routes, func(a, b Route) int { return len(b.Prefix) - len(a.Prefix) })
+	p.hinted = p.defaultRoute && !p.hints.IsZero()
+	for i := range p.routes {
+		p.routes[i].Hints = p.routes[i].Hints.over(p.hints)
+		p.hinted = p.hinted || !p.routes[i].Hints.IsZero()
+	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:       p.rewrite,
 		Transport:     rt,
@@ -202,10 +226,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = withPath(r, clean)
 		path = clean
 	}
-	if _, ok := p.route(path); !ok {
+	m, ok := p.route(path)
+	if !ok {
 		p.log.Debug().Str("path", r.URL.Path).Msg("lbhttp: no route")
 		http.Error(w, "no route", http.StatusNotFound)
 		return
+	}
+	if p.hinted && !m.hints.IsZero() {
+		if ctx, ok := m.hints.context(r); ok {
+			r = r.WithContext(ctx)
+		}
 	}
 	p.rp.ServeHTTP(w, r)
 }
@@ -247,6 +277,7 @@ type match struct {
 	depth    int    // segments in prefix
 	stripped string // the prefix removed from the path, or ""
 	rest     string // the escaped path to send
+	hints    *Hints // where the request's balancer hints are
 }
 
 // route finds the service of a request from its escaped path.
@@ -254,11 +285,12 @@ func (p *Proxy) route(path string) (m match, ok bool) {
 	if !strings.HasPrefix(path, "/") {
 		return m, false
 	}
-	for _, r := range p.routes {
+	for i := range p.routes {
+		r := &p.routes[i]
 		if !underPrefix(path, r.Prefix) {
 			continue
 		}
-		m = match{service: r.Service, prefix: r.Prefix, depth: strings.Count(r.Prefix, "/"), rest: path}
+		m = match{service: r.Service, prefix: r.Prefix, depth: strings.Count(r.Prefix, "/"), rest: path, hints: &r.Hints}
 		if r.StripPrefix {
 			m.stripped, m.rest = r.Prefix, path[len(r.Prefix):]
 			if m.rest == "" {
@@ -278,7 +310,7 @@ func (p *Proxy) route(path string) (m match, ok bool) {
 		return m, false
 	}
 	prefix := path[:len(service)+1]
-	return match{service: service, prefix: prefix, depth: 1, stripped: prefix, rest: rest}, true
+	return match{service: service, prefix: prefix, depth: 1, stripped: prefix, rest: rest, hints: &p.hints}, true
 }
 
 // cleanPath returns the escaped path without dot-segments and empty

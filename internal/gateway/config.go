@@ -71,9 +71,15 @@ type Config struct {
 	ServiceGrace time.Duration `yaml:"serviceGrace"`
 
 	// Routes map path prefixes to services, in addition to the default
-	// /<service>/<rest> rule (unless DefaultRoutes is false).
+	// /<service>/<rest> rule (unless DefaultRoutes is false). A route may
+	// read balancer hints from its requests (zoneHeader, hashKey).
 	Routes        []lbhttp.Route `yaml:"routes"`
 	DefaultRoutes *bool          `yaml:"defaultRoutes"`
+	// Hints are the balancer hints of the default rule, and of the routes
+	// for the fields they leave empty: a header naming the zone to prefer,
+	// and where a request's key for keyed rules (Rendezvous) comes from.
+	// Default: none.
+	Hints lbhttp.Hints `yaml:"hints"`
 
 	// Balancer holds the per-client balancer settings: defaults and
 	// clients, as lbconfig.LoadYAML reads them. Its ClientsConfig is nil
@@ -198,6 +204,12 @@ func (c *Config) Validate() error {
 		if err := events.ValidateService(r.Service); err != nil {
 			return bad("routes[%d].service: %w", i, err)
 		}
+		if err := r.Hints.Validate(); err != nil {
+			return bad("routes[%d].%v", i, err)
+		}
+	}
+	if err := c.Hints.Validate(); err != nil {
+		return bad("hints.%v", err)
 	}
 	// Checked with gossip off too (Start warns that they are unused then).
 	if err := c.Gossip.Validate(); err != nil {

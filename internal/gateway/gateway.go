@@ -132,6 +132,9 @@ func (g *Gateway) options() []pushlb.Option {
 	if !c.defaultRoutes() {
 		popts = append(popts, lbhttp.WithoutDefaultRoute())
 	}
+	if !c.Hints.IsZero() {
+		popts = append(popts, lbhttp.WithHints(c.Hints))
+	}
 	opts = append(opts, pushlb.WithProxyOptions(popts...))
 	if c.Gossip.Enabled() {
 		// Validate checked the settings.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pushlb/pushlb/internal/testpub"
 	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/lbhttp"
 	"github.com/pushlb/pushlb/publisher"
 )
 
@@ -183,6 +184,8 @@ listen: 127.0.0.1:9000
 zone: a
 routes:
   - {prefix: /api/orders, service: orders, stripPrefix: true}
+  - {prefix: /cart, service: cart, zoneHeader: X-Cart-Zone, hashKey: {cookie: SESSION}}
+hints: {zoneHeader: X-Zone, hashKey: {clientIP: true}}
 subscriber: {coalesce: 5ms}
 balancer:
   clients:
@@ -192,8 +195,12 @@ balancer:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Listen != "127.0.0.1:9000" || cfg.Balancer.For("orders").Rule != "RoundRobin" || len(cfg.Routes) != 1 || cfg.Subscriber.Coalesce != 5*time.Millisecond {
+	if cfg.Listen != "127.0.0.1:9000" || cfg.Balancer.For("orders").Rule != "RoundRobin" || len(cfg.Routes) != 2 || cfg.Subscriber.Coalesce != 5*time.Millisecond {
 		t.Fatalf("loaded %+v", cfg)
+	}
+	wantHints := lbhttp.Hints{ZoneHeader: "X-Cart-Zone", HashKey: lbhttp.HashKey{Cookie: "SESSION"}}
+	if cfg.Routes[1].Hints != wantHints || cfg.Hints != (lbhttp.Hints{ZoneHeader: "X-Zone", HashKey: lbhttp.HashKey{ClientIP: true}}) {
+		t.Fatalf("hints: route %+v, default %+v", cfg.Routes[1].Hints, cfg.Hints)
 	}
 	if _, err := LoadFile(write("r.properties", "orders.ribbon.NFLoadBalancerRuleClassName=com.netflix.loadbalancer.RandomRule\n")); err != nil {
 		t.Fatal(err)
@@ -203,6 +210,9 @@ balancer:
 		"type.yaml":      "lease: forever\n",
 		"route.yaml":     "routes: [{prefix: api, service: orders}]\n",
 		"rule.yaml":      "balancer: {defaults: {rule: Fastest}}\n",
+		"hints.yaml":     "hints: {hashKey: {header: X-User, cookie: S}}\n",
+		"hintkey.yaml":   "hints: {hashKey: {session: S}}\n",
+		"routehint.yaml": "routes: [{prefix: /a, service: a, zoneHeader: 'X Zone'}]\n",
 		"bad.properties": "orders.ribbon.NFLoadBalancerRuleClassName=com.example.Nope\n",
 		"x.toml":         "",
 	} {

@@ -20,9 +20,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/internal/natstest"
 	"github.com/pushlb/pushlb/internal/testpub"
-	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/internal/testutil"
 )
 
