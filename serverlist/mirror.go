@@ -119,10 +119,12 @@ type MirrorStats struct {
 // malformed put leaves the last good value of that key in place.
 //
 // Read methods are safe for concurrent use, take no lock and return copies:
-// the state is an immutable snapshot behind an atomic pointer, replaced
-// (copy on write, only the changed service's map is copied) by the mirror's
-// single goroutine when something actually changes. A refresh that re-puts
-// identical data costs a comparison, not a copy.
+// each service's instances are an immutable map behind an atomic pointer,
+// replaced (copy on write: that service's map only) by the mirror's single
+// goroutine when something actually changes. A read of one service sees
+// one state of it; reads of two services may see them at different
+// revisions. A refresh that re-puts identical data costs a comparison, not
+// a copy.
 type Mirror struct {
 	reg *Registry
 	cfg MirrorConfig
@@ -141,6 +143,7 @@ type Mirror struct {
 	puts, removals, malformedKeys, malformedValues atomic.Uint64
 	syncs, watchErrors, revision                   atomic.Uint64
 	refreshes, recreated                           atomic.Uint64
+	instances                                      atomic.Int64
 
 	// Only the mirror's goroutine touches these.
 	bucketCreated time.Time // creation time of the bucket's stream, to tell a new bucket
@@ -171,11 +174,34 @@ func NewMirror(reg *Registry, cfg MirrorConfig) *Mirror {
 	return m
 }
 
-// mirrorState is one immutable view of the bucket. It is never modified once
-// stored in Mirror.state.
+// mirrorState is one view of the bucket: its services. It is never modified
+// once stored in Mirror.state, and is replaced (copied) only when a service
+// appears or goes. Each service's instances are a map of their own, replaced
+// (copied) on every change to that service: a change to one instance copies
+// its service's map, not every service's.
 type mirrorState struct {
-	services map[string]map[string]*mirrorEntry // service → instance ID → entry
-	count    int                                // instances in all services
+	services map[string]*mirrorService
+}
+
+// mirrorService holds the instances of one service. The map it points to is
+// never modified once stored.
+type mirrorService struct {
+	ids atomic.Pointer[map[string]*mirrorEntry] // instance ID → entry
+}
+
+func newMirrorService(ids map[string]*mirrorEntry) *mirrorService {
+	s := &mirrorService{}
+	s.ids.Store(&ids)
+	return s
+}
+
+// instances returns the instances of service (nil for none); the map must
+// not be modified.
+func (st *mirrorState) instances(service string) map[string]*mirrorEntry {
+	if s := st.services[service]; s != nil {
+		return *s.ids.Load()
+	}
+	return nil
 }
 
 // mirrorEntry is one instance and the revision of its last put. The
@@ -279,7 +305,7 @@ func (m *Mirror) Synced() bool {
 
 // Get returns the instance service/id if the mirror holds it.
 func (m *Mirror) Get(service, id string) (Instance, bool) {
-	e, ok := m.state.Load().services[service][id]
+	e, ok := m.state.Load().instances(service)[id]
 	if !ok {
 		return Instance{}, false
 	}
@@ -290,7 +316,7 @@ func (m *Mirror) Get(service, id string) (Instance, bool) {
 // MirrorStats.Revision on how revisions stay ordered across a recreated
 // bucket).
 func (m *Mirror) Entry(service, id string) (Entry, bool) {
-	e, ok := m.state.Load().services[service][id]
+	e, ok := m.state.Load().instances(service)[id]
 	if !ok {
 		return Entry{}, false
 	}
@@ -299,7 +325,7 @@ func (m *Mirror) Entry(service, id string) (Entry, bool) {
 
 // Service returns the instances of one service, sorted by instance ID.
 func (m *Mirror) Service(service string) []Instance {
-	ids := m.state.Load().services[service]
+	ids := m.state.Load().instances(service)
 	out := make([]Instance, 0, len(ids))
 	for _, e := range ids {
 		out = append(out, e.in.Clone())
@@ -310,7 +336,7 @@ func (m *Mirror) Service(service string) []Instance {
 
 // Entries is Service with each instance's revision.
 func (m *Mirror) Entries(service string) []Entry {
-	ids := m.state.Load().services[service]
+	ids := m.state.Load().instances(service)
 	out := make([]Entry, 0, len(ids))
 	for _, e := range ids {
 		out = append(out, e.entry())
@@ -332,7 +358,7 @@ func (m *Mirror) Services() []string {
 // Stats returns the mirror's counters.
 func (m *Mirror) Stats() MirrorStats {
 	return MirrorStats{
-		Instances:        m.state.Load().count,
+		Instances:        int(m.instances.Load()),
 		Puts:             m.puts.Load(),
 		Removals:         m.removals.Load(),
 		MalformedKeys:    m.malformedKeys.Load(),
@@ -494,6 +520,7 @@ func (m *Mirror) watch(ctx context.Context, status <-chan nats.Status) (synced b
 		check = t.C
 	}
 
+	updates := w.Updates()
 	fresh := make(map[string]map[string]*mirrorEntry)
 	var freshRev uint64 // the highest revision among the initial values
 	for {
@@ -507,29 +534,53 @@ func (m *Mirror) watch(ctx context.Context, status <-chan nats.Status) (synced b
 			if m.bucketGone(ctx) {
 				return synced, errBucketGone
 			}
-		case e, ok := <-w.Updates():
-			if !ok {
-				return synced, errors.New("serverlist: watcher closed")
-			}
-			if e == nil {
-				if !synced {
-					synced = true
-					m.swap(fresh, freshRev)
-					fresh = nil
+		case e, ok := <-updates:
+			// A burst (the fleet's lease refreshes arrive by the thousand
+			// per second) is drained entry by entry without going back
+			// through this select for each, up to drainBatch at a time.
+			for n := 1; ; n++ {
+				if !ok {
+					return synced, errors.New("serverlist: watcher closed")
 				}
-				continue
+				if e == nil {
+					if !synced {
+						synced = true
+						m.swap(fresh, freshRev)
+						fresh = nil
+					}
+				} else if rev := m.revBase + e.Revision(); !synced {
+					m.applyFresh(fresh, e, rev)
+					freshRev = max(freshRev, rev)
+				} else {
+					m.apply(e, rev)
+					// Published last: a reader that sees this revision
+					// sees its effect and the OnChange call for it.
+					m.advanceRevision(rev)
+				}
+				var got bool
+				if n == drainBatch {
+					break
+				}
+				if e, ok, got = tryReceive(updates); !got {
+					break
+				}
 			}
-			rev := m.revBase + e.Revision()
-			if !synced {
-				m.applyFresh(fresh, e, rev)
-				freshRev = max(freshRev, rev)
-				continue
-			}
-			m.apply(e, rev)
-			// Published last: a reader that sees this revision sees its
-			// effect and the OnChange call for it.
-			m.advanceRevision(rev)
 		}
+	}
+}
+
+// drainBatch bounds the entries the watch applies before it looks at its
+// other channels (stop, reconnect, bucket check) again.
+const drainBatch = 1024
+
+// tryReceive receives from ch if a value (or the close) is ready; got
+// reports whether one was.
+func tryReceive(ch <-chan jetstream.KeyValueEntry) (e jetstream.KeyValueEntry, ok, got bool) {
+	select {
+	case e, ok = <-ch:
+		return e, ok, true
+	default:
+		return nil, false, false
 	}
 }
 
@@ -573,7 +624,19 @@ func (m *Mirror) applyFresh(fresh map[string]map[string]*mirrorEntry, e jetstrea
 	if fresh[service] == nil {
 		fresh[service] = make(map[string]*mirrorEntry)
 	}
+	in.Service, in.InstanceID = sharedService(fresh[service], in.Service), id
 	fresh[service][id] = newMirrorEntry(in, e.Value(), rev)
+}
+
+// sharedService returns the service name that the entries of ids already
+// hold, or name for the first one, so that a mirror of many instances keeps
+// one copy of each service's name. An entry's InstanceID is likewise the
+// string its map key holds.
+func sharedService(ids map[string]*mirrorEntry, name string) string {
+	for _, e := range ids {
+		return e.in.Service
+	}
+	return name
 }
 
 // apply applies a live entry at (mirror) revision rev and calls OnChange or
@@ -595,7 +658,12 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
 		return
 	}
 	cur := m.state.Load()
-	old, had := cur.services[service][id]
+	svc := cur.services[service]
+	var ids map[string]*mirrorEntry
+	if svc != nil {
+		ids = *svc.ids.Load()
+	}
+	old, had := ids[id]
 	switch {
 	case remove && !had:
 		return
@@ -607,29 +675,38 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
 		m.refresh(old, rev)
 		return
 	}
-	ids := maps.Clone(cur.services[service])
-	if ids == nil {
-		ids = make(map[string]*mirrorEntry, 1)
-	}
-	next := &mirrorState{services: maps.Clone(cur.services), count: cur.count}
-	if next.services == nil {
-		next.services = make(map[string]map[string]*mirrorEntry, 1)
+	next := maps.Clone(ids)
+	if next == nil {
+		next = make(map[string]*mirrorEntry, 1)
 	}
 	if remove {
-		delete(ids, id)
-		next.count--
+		delete(next, id)
+		m.instances.Add(-1)
 	} else {
-		ids[id] = newMirrorEntry(in, e.Value(), rev)
+		in.Service, in.InstanceID = sharedService(next, in.Service), id
+		next[id] = newMirrorEntry(in, e.Value(), rev)
 		if !had {
-			next.count++
+			m.instances.Add(1)
 		}
 	}
-	if len(ids) == 0 {
-		delete(next.services, service)
-	} else {
-		next.services[service] = ids
+	switch {
+	case svc != nil && len(next) > 0:
+		svc.ids.Store(&next)
+	case svc == nil:
+		// A new service: a new view of the services. Its name is copied
+		// out of the entry's key, which holds a whole message's subject.
+		services := maps.Clone(cur.services)
+		if services == nil {
+			services = make(map[string]*mirrorService, 1)
+		}
+		services[strings.Clone(service)] = newMirrorService(next)
+		m.state.Store(&mirrorState{services: services})
+	default:
+		// The service's last instance went.
+		services := maps.Clone(cur.services)
+		delete(services, service)
+		m.state.Store(&mirrorState{services: services})
 	}
-	m.state.Store(next)
 	if m.cfg.OnChange != nil {
 		m.cfg.OnChange(service)
 	}
@@ -665,7 +742,7 @@ func (m *Mirror) sameBytes(e jetstream.KeyValueEntry) *mirrorEntry {
 	if !ok || len(enc) > maxEncodedID {
 		return nil
 	}
-	ids := m.state.Load().services[service]
+	ids := m.state.Load().instances(service)
 	if ids == nil {
 		return nil
 	}
@@ -686,10 +763,13 @@ func (m *Mirror) sameBytes(e jetstream.KeyValueEntry) *mirrorEntry {
 // OnChange.
 func (m *Mirror) swap(fresh map[string]map[string]*mirrorEntry, rev uint64) {
 	count := 0
-	for _, ids := range fresh {
+	services := make(map[string]*mirrorService, len(fresh))
+	for service, ids := range fresh {
 		count += len(ids)
+		services[service] = newMirrorService(ids)
 	}
-	old := m.state.Swap(&mirrorState{services: fresh, count: count}).services
+	old := m.state.Swap(&mirrorState{services: services})
+	m.instances.Store(int64(count))
 	m.syncs.Add(1)
 	m.syncOnce.Do(func() { close(m.synced) })
 
@@ -700,7 +780,8 @@ func (m *Mirror) swap(fresh map[string]map[string]*mirrorEntry, rev uint64) {
 	}
 	var changed []string
 	for service, ids := range fresh {
-		if !maps.EqualFunc(ids, old[service], sameInstance) {
+		before := old.instances(service)
+		if !maps.EqualFunc(ids, before, sameInstance) {
 			changed = append(changed, service)
 			continue
 		}
@@ -709,13 +790,13 @@ func (m *Mirror) swap(fresh map[string]map[string]*mirrorEntry, rev uint64) {
 		// refreshes.
 		if m.cfg.OnRefresh != nil {
 			for id, e := range ids {
-				if r := e.rev.Load(); r > old[service][id].rev.Load() {
+				if r := e.rev.Load(); r > before[id].rev.Load() {
 					m.cfg.OnRefresh(service, id, e.in.Incarnation, r)
 				}
 			}
 		}
 	}
-	for service := range old {
+	for service := range old.services {
 		if _, ok := fresh[service]; !ok {
 			changed = append(changed, service)
 		}
