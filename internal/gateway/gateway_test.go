@@ -221,3 +221,27 @@ balancer:
 		}
 	}
 }
+
+// TestConfigDocExamples keeps docs/config.md honest: every YAML example in
+// it is a gateway configuration that loads.
+func TestConfigDocExamples(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "config.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := strings.Split(string(doc), "```yaml\n")[1:]
+	if len(blocks) < 2 {
+		t.Fatalf("found %d YAML examples in docs/config.md, want at least 2", len(blocks))
+	}
+	for i, b := range blocks {
+		example, _, ok := strings.Cut(b, "```")
+		if !ok {
+			t.Fatalf("unterminated yaml block: %.40q", b)
+		}
+		path := filepath.Join(t.TempDir(), "example.yaml")
+		os.WriteFile(path, []byte(example), 0o600)
+		if _, err := LoadFile(path); err != nil {
+			t.Errorf("example %d does not load: %v\n%s", i+1, err, example)
+		}
+	}
+}
