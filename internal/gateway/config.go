@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -176,6 +178,15 @@ func (c *Config) Validate() error {
 	}
 	if err := c.NATS.Validate(); err != nil {
 		return bad("nats: %w", err)
+	}
+	if c.NATS.URL == "" {
+		_, port, err := net.SplitHostPort(c.EmbeddedNATS)
+		if err != nil {
+			return bad("embeddedNats %q: %w", c.EmbeddedNATS, err)
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return bad("embeddedNats %q: bad port %q", c.EmbeddedNATS, port)
+		}
 	}
 	if c.Lease < serverlist.MinTTL {
 		return bad("lease: %v is below the minimum %v", c.Lease, serverlist.MinTTL)

@@ -63,8 +63,20 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	}
 	g.cfg.Gossip.WarnIgnored(g.log)
 	nccfg := g.cfg.NATS
+	// Every address is checked before anything starts, so that a second
+	// gateway on the same ports says so at once.
+	checks := []listenCheck{{g.cfg.Listen, "-listen"}}
+	if g.cfg.Admin != "off" {
+		checks = append(checks, listenCheck{g.cfg.Admin, "-admin"})
+	}
 	if nccfg.URL == "" {
-		if g.embedded, err = startEmbeddedNATS(g.cfg.EmbeddedNATS, g.cfg.DataDir); err != nil {
+		checks = append([]listenCheck{{g.cfg.EmbeddedNATS, "-embedded-nats"}}, checks...)
+	}
+	if err := checkListeners(checks...); err != nil {
+		return err
+	}
+	if nccfg.URL == "" {
+		if g.embedded, err = startEmbeddedNATS(g.cfg.EmbeddedNATS, g.cfg.DataDir, g.log); err != nil {
 			return err
 		}
 		nccfg.URL = g.embedded.URL()

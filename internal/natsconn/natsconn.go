@@ -3,6 +3,7 @@ package natsconn
 import (
 	"github.com/pushlb/pushlb/internal/commalist"
 
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -13,6 +14,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -171,8 +173,37 @@ func (c Config) Validate() error {
 	if strings.TrimSpace(strings.ReplaceAll(c.URL, ",", "")) == "" && c.URL != "" {
 		problems = append(problems, fmt.Sprintf("-nats %q names no server", c.URL))
 	}
+	for _, u := range commalist.Split(c.URL) {
+		if err := checkURL(u); err != nil {
+			problems = append(problems, fmt.Sprintf("-nats %q: %v", redactURLs(u), err))
+		}
+	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// Schemes are the URL schemes nats.go connects with: plain, TLS, and
+// WebSocket without and with TLS. A URL without "://" is taken as nats://.
+var schemes = []string{"nats", "tls", "ws", "wss"}
+
+// checkURL reports a server URL that nats.go would misread: an unknown
+// scheme (nats.go dials any scheme as plain NATS, so "nat://" would pass
+// for "nats://" and "https://" would connect without TLS), or no host.
+func checkURL(raw string) error {
+	if !strings.Contains(raw, "://") {
+		raw = "nats://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.Unwrap(err) // url.Error repeats the URL, secrets included
+	}
+	if !slices.Contains(schemes, u.Scheme) {
+		return fmt.Errorf("unknown scheme %q (want %s)", u.Scheme, strings.Join(schemes, ", "))
+	}
+	if u.Hostname() == "" {
+		return errors.New("no host")
 	}
 	return nil
 }
@@ -197,9 +228,10 @@ func (c Config) withDefaults() Config {
 // The connection it returns reconnects forever and logs connection changes
 // to log. The caller closes it.
 //
-// Errors wrap ErrInvalidConfig (bad options), ErrUnreachable (the timeout
-// ran out; the message reads "cannot reach NATS at URL after D: cause"),
-// ctx.Err(), or the client's own error (for example
+// Errors wrap ErrInvalidConfig (bad options), ErrNotNATS (a server that
+// does not speak NATS, such as an HTTP port: at once), ErrUnreachable (the
+// timeout ran out; the message reads "cannot reach NATS at URL after D:
+// cause"), ctx.Err(), or the client's own error (for example
 // nats.ErrAuthorization).
 func Connect(ctx context.Context, c Config, log zerolog.Logger) (*nats.Conn, error) {
 	if err := c.Validate(); err != nil {
@@ -218,6 +250,8 @@ func Connect(ctx context.Context, c Config, log zerolog.Logger) (*nats.Conn, err
 
 	deadline := time.Now().Add(c.ConnectTimeout)
 	backoff := firstBackoff
+	silent := "" // a server that accepted a connection and said nothing
+	probed := map[string]bool{}
 	for attempt := 1; ; attempt++ {
 		opts.Timeout = min(maxDialTimeout, max(time.Until(deadline), minDialTimeout))
 		nc, err := opts.Connect()
@@ -225,12 +259,25 @@ func Connect(ctx context.Context, c Config, log zerolog.Logger) (*nats.Conn, err
 			log.Info().Str("url", redactURLs(nc.ConnectedUrl())).Int("attempts", attempt).Msg("connected to NATS")
 			return nc, nil
 		}
+		if errors.Is(err, nats.ErrNoInfoReceived) {
+			return nil, fmt.Errorf("connect to NATS at %s: %w: its first line is not NATS's INFO (%w)", shown, ErrNotNATS, err)
+		}
+		if addr, ok := silentServer(err); ok && !probed[addr] {
+			probed[addr] = true
+			if status, isHTTP := answersHTTP(ctx, addr); isHTTP {
+				return nil, fmt.Errorf("connect to NATS at %s: %w: %s is an HTTP server (it answered %q); "+
+					"-nats wants a NATS client port (4222 by default), not an HTTP one such as a gateway's proxy or admin port or NATS monitoring (8222)", shown, ErrNotNATS, addr, status)
+			}
+		}
+		if addr, ok := silentServer(err); ok {
+			silent = addr
+		}
 		if !transient(err) {
 			return nil, fmt.Errorf("connect to NATS at %s: %w", shown, err)
 		}
 		wait := min(backoff, time.Until(deadline))
 		if wait <= 0 {
-			return nil, &unreachableError{url: shown, after: c.ConnectTimeout, err: err}
+			return nil, &unreachableError{url: shown, after: c.ConnectTimeout, err: err, silent: silent}
 		}
 		log.Debug().Err(err).Str("url", shown).Stringer("retry_in", wait).Msg("NATS not reachable yet")
 		t := time.NewTimer(wait)
@@ -456,15 +503,62 @@ func tlsFailure(err error) bool {
 		errors.As(err, &hostname) || errors.As(err, &invalid) || errors.As(err, &alert)
 }
 
+// silentServer reports whether err is a read timeout during the
+// handshake, the server's address with it: the server accepted the
+// connection but sent no INFO, which a NATS server sends at once.
+func silentServer(err error) (string, bool) {
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "read" || !op.Timeout() || op.Addr == nil {
+		return "", false
+	}
+	return op.Addr.String(), true
+}
+
+// probeTimeout bounds each step of answersHTTP.
+const probeTimeout = time.Second
+
+// answersHTTP connects to a server that stayed silent where NATS speaks
+// first, and asks it for "HEAD /" over HTTP/1.0. It returns the status line
+// when the answer is HTTP (an HTTPS server answers a plain request with an
+// HTTP 400 too). It writes nothing to a server that speaks first.
+func answersHTTP(ctx context.Context, addr string) (string, bool) {
+	d := net.Dialer{Timeout: probeTimeout}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return "", false
+	}
+	defer c.Close()
+	r := bufio.NewReaderSize(c, 256)
+	c.SetReadDeadline(time.Now().Add(probeTimeout / 4))
+	if _, err := r.Peek(1); err == nil {
+		return "", false // it speaks first: not an HTTP server, maybe a slow NATS
+	}
+	c.SetDeadline(time.Now().Add(probeTimeout))
+	if _, err := io.WriteString(c, "HEAD / HTTP/1.0\r\n\r\n"); err != nil {
+		return "", false
+	}
+	line, _ := r.ReadSlice('\n')
+	status := strings.TrimSpace(string(line))
+	if !strings.HasPrefix(status, "HTTP/") {
+		return "", false
+	}
+	return status, true
+}
+
 // unreachableError is returned when the first connection timed out.
 type unreachableError struct {
-	url   string
-	after time.Duration
-	err   error
+	url    string
+	after  time.Duration
+	err    error
+	silent string // a server that accepted connections but sent no INFO
 }
 
 func (e *unreachableError) Error() string {
-	return fmt.Sprintf("cannot reach NATS at %s after %v: %v", e.url, e.after, e.err)
+	msg := fmt.Sprintf("cannot reach NATS at %s after %v: %v", e.url, e.after, e.err)
+	if e.silent != "" {
+		msg += fmt.Sprintf(" (%s accepts connections but sends no INFO: not a NATS server, or one too busy to answer)", e.silent)
+	}
+	return msg
 }
 
 func (e *unreachableError) Unwrap() []error { return []error{ErrUnreachable, e.err} }

@@ -100,6 +100,12 @@ func TestValidate(t *testing.T) {
 		{"key without cert", natsconn.Config{TLSKey: "k"}, "-tls-cert and -tls-key"},
 		{"negative timeout", natsconn.Config{ConnectTimeout: -time.Second}, "-nats-timeout"},
 		{"blank URLs", natsconn.Config{URL: " , "}, "names no server"},
+		{"schemes nats.go knows", natsconn.Config{URL: "nats://a:4222,tls://b:4222,NATS://c,d:4222,e"}, ""},
+		{"websocket", natsconn.Config{URL: "ws://a:8080,wss://b"}, ""},
+		{"misspelt scheme", natsconn.Config{URL: "nat://127.0.0.1:4222"}, `-nats "nat://127.0.0.1:4222": unknown scheme "nat" (want nats, tls, ws, wss)`},
+		{"http scheme", natsconn.Config{URL: "nats://a:4222,https://b:443"}, `unknown scheme "https"`},
+		{"scheme of a URL with a password", natsconn.Config{URL: "nta://u:secret@a:4222"}, `-nats "nta://***@a:4222": unknown scheme`},
+		{"no host", natsconn.Config{URL: "nats://:4222"}, "no host"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
