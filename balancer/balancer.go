@@ -386,7 +386,9 @@ func (b *Balancer) installLocked(list []*Server, byID map[string]*Server) {
 // swapLocked installs a new snapshot of list. Called with b.mu held.
 func (b *Balancer) swapLocked(list []*Server) {
 	b.version++
-	old := b.snap.Swap(buildSnapshot(b.version, list))
+	snap := buildSnapshot(b.version, list)
+	prepareRule(b, b.rule, snap) // BestAvailable's and Maglev's indexes (rules.go)
+	old := b.snap.Swap(snap)
 	close(old.replaced)
 }
 

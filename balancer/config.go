@@ -12,7 +12,8 @@ import (
 type Config struct {
 	// Rule names the rule: RoundRobin, Random, WeightedResponseTime,
 	// BestAvailable, AvailabilityFiltering, ZoneAvoidance (default), Retry,
-	// Rendezvous. Ribbon's class names are accepted too.
+	// Rendezvous (keyed: builds Maglev), LeastRequest, Maglev (keyed).
+	// Ribbon's class names are accepted too.
 	Rule string `yaml:"rule"`
 	// Filter names the zone filter: ZonePreference (default, as in Spring
 	// Cloud), ZoneAffinity, or None.
@@ -125,7 +126,9 @@ const (
 	RuleAvailabilityFiltering = "AvailabilityFiltering"
 	RuleZoneAvoidance         = "ZoneAvoidance"
 	RuleRetry                 = "Retry"
-	RuleRendezvous            = "Rendezvous"
+	RuleRendezvous            = "Rendezvous" // builds Maglev (an alias since issue 11)
+	RuleLeastRequest          = "LeastRequest"
+	RuleMaglev                = "Maglev"
 
 	FilterNone           = "None"
 	FilterZoneAffinity   = "ZoneAffinity"

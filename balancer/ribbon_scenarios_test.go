@@ -396,8 +396,10 @@ func TestRetryRuleGivesUp(t *testing.T) {
 	}
 }
 
+// The Rendezvous type (WithRule) moves exactly the leaving server's keys;
+// the configured rule of that name is Maglev (maglev_test.go).
 func TestRendezvousKeepsKeys(t *testing.T) {
-	tb := newTest(t, func(c *Config) { c.Rule = RuleRendezvous }, servers(10, "", 0))
+	tb := newTest(t, nil, servers(10, "", 0), WithRule(NewRendezvous()))
 	owner := map[string]string{}
 	for i := range 500 {
 		key := "user-" + string(rune('a'+i%26)) + strings.Repeat("x", i%7) + string(rune('0'+i%10))

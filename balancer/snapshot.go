@@ -31,6 +31,10 @@ type View struct {
 	snap    *Snapshot
 	// weights caches WeightedResponseTime's cumulative weights for this view.
 	weights atomic.Pointer[responseWeights]
+	// least is BestAvailable's index of the view's servers by active
+	// requests (leastactive.go); table is Maglev's lookup table (maglev.go).
+	least atomic.Pointer[activeTree]
+	table atomic.Pointer[maglevTable]
 }
 
 // zoneGroup is the alive servers of one zone, with cached statistics.

@@ -81,6 +81,10 @@ type ServerStats struct {
 	rtBits        atomic.Uint64
 	responses     atomic.Int64
 	requests      atomic.Int64
+
+	// watch is set under BestAvailable only: the leaves of its index to
+	// update when the active count or the breaker changes (see changed).
+	watch atomic.Pointer[activeWatch]
 }
 
 // noCopy makes go vet's copylocks check flag copies.
@@ -108,6 +112,7 @@ func (s *ServerStats) requestStarted() int64 {
 	s.active.Add(1)
 	s.activeChanged.Store(now)
 	s.requests.Add(1)
+	s.changed()
 	return now
 }
 
@@ -118,6 +123,7 @@ func (s *ServerStats) responseReceived(responseTime time.Duration) {
 	s.noteResponseTime(responseTime)
 	if s.failures.Swap(0) >= int64(s.shared.breaker.Threshold) {
 		s.shared.epoch.Add(1)
+		s.changed()
 	}
 }
 
@@ -139,6 +145,7 @@ func (s *ServerStats) noteConnectionFailure() {
 		s.shared.epoch.Add(1)
 		s.shared.trips.Add(1)
 	}
+	s.changed()
 }
 
 // endRequest ends a request started with requestStarted.
@@ -150,6 +157,7 @@ func (s *ServerStats) endRequest() {
 		}
 		if s.active.CompareAndSwap(n, n-1) {
 			s.activeChanged.Store(s.shared.nanotime())
+			s.changed()
 			return
 		}
 	}
