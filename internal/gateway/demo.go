@@ -153,13 +153,13 @@ func (d *demo) instructions(proxy, admin string) string {
 pushlb demo: three backends of service %[3]q (demo-1 and demo-2 in zone a, demo-3 in zone b)
 announce themselves; the gateway balances over them.
 
-  for i in 1 2 3 4 5 6; do curl -s http://%[1]s/demo/hello; done   # balanced over all three
-  curl -s http://%[2]s/-/lb                                         # the balancers (JSON; open it in a browser for HTML)
-  curl -s -X POST http://%[2]s/-/demo/stop/demo-2                   # demo-2 announces offline and stops
-  for i in 1 2 3 4; do curl -s http://%[1]s/demo/hello; done        # demo-2 is gone at once
-  curl -s -X POST http://%[2]s/-/demo/start/demo-2                  # back, with a new incarnation
-  curl -s http://%[2]s/metrics | grep pushlb_                       # Prometheus metrics
+  for i in $(seq 30); do curl -s http://%[1]s/demo/hello; done | sort | uniq -c   # answers per backend: all three
+  curl -s http://%[2]s/-/lb                          # the balancers (JSON; open it in a browser for HTML)
+  curl -s -X POST http://%[2]s/-/demo/stop/demo-2    # demo-2 announces offline and stops
+  for i in $(seq 30); do curl -s http://%[1]s/demo/hello; done | sort | uniq -c   # demo-1 and demo-3 only, from the first request
+  curl -s -X POST http://%[2]s/-/demo/start/demo-2   # back, with a new incarnation
+  curl -s http://%[2]s/metrics | grep pushlb_        # Prometheus metrics
 
-Press Ctrl-C to stop.
+Press Ctrl-C to stop the gateway and its demo backends.
 `, proxy, admin, DemoService)
 }

@@ -12,7 +12,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Admin, "admin", c.Admin, `admin `+"`address`"+` for /-/lb, /metrics, /healthz, /readyz ("off" to disable)`)
 	c.HTTP.RegisterFlags(fs)
 	c.NATS.RegisterFlags(fs)
-	fs.Lookup("nats").Usage = "NATS server `URL`s, comma-separated; empty starts an embedded server with JetStream"
+	fs.Lookup("nats").Usage = "NATS server `URL`s (nats://, tls://, ws:// or wss://), comma-separated; empty starts an embedded server with JetStream"
 	fs.StringVar(&c.EmbeddedNATS, "embedded-nats", c.EmbeddedNATS, "`address` of the embedded NATS server")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "JetStream data `directory` of the embedded server (default: a temporary directory)")
 	fs.StringVar(&c.Zone, "zone", c.Zone, "the gateway's `zone`, for zone affinity and preference")

@@ -167,8 +167,8 @@ func TestGatewayDemo(t *testing.T) {
 			t.Fatalf("demo-2 answered after its stop: %s", body)
 		}
 	}
-	if !strings.Contains(g.DemoInstructions(), "/-/demo/stop/demo-2") {
-		t.Fatal("instructions lack the stop command")
+	if in := g.DemoInstructions(); !strings.Contains(in, "/-/demo/stop/demo-2") || !strings.Contains(in, "| sort | uniq -c") {
+		t.Fatalf("instructions lack the stop command or the counts per backend:\n%s", in)
 	}
 }
 

@@ -115,7 +115,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
 	}
-	fs.StringVar(&c.URL, "nats", c.URL, "NATS server `URL`s, comma-separated")
+	fs.StringVar(&c.URL, "nats", c.URL, "NATS server `URL`s (nats://, tls://, ws:// or wss://), comma-separated")
 	fs.StringVar(&c.CredsFile, "creds", c.CredsFile, "NATS credentials `file` (JWT and seed); excludes -user, -token and -nkey")
 	fs.StringVar(&c.User, "user", c.User, "NATS user `name`; excludes -token and -nkey")
 	// Secrets given on the command line are visible to every user of the
