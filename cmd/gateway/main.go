@@ -9,7 +9,9 @@
 // Without -nats it starts an embedded NATS server with JetStream on
 // -embedded-nats (127.0.0.1:4222), which announce processes can use. It
 // routes /<service>/<rest> to <service> with the prefix stripped; the
-// config file may add routes. The admin listener serves /-/lb (JSON, or
+// config file may add routes, and per-request hints (hints:, or per route):
+// a header naming the zone to prefer, and a key (header, cookie, query
+// parameter or client address) for the keyed Rendezvous rule. The admin listener serves /-/lb (JSON, or
 // HTML for a browser), /metrics (Prometheus), /healthz (liveness: the
 // process serves) and /readyz (routing state loaded; stays ready through a
 // NATS outage, which its body shows). The proxy listener has read, idle and
