@@ -283,14 +283,15 @@ func (t *activeTree) watch() {
 
 // least returns one of the servers with the fewest active requests whose
 // breaker is closed, uniformly among them, or nil when every server is
-// tripped. rnd draws the tie; now is the pick's time.
+// tripped.
 func (t *activeTree) least(p *PickInfo) *Server {
 	now := p.nanotime()
 	if now >= t.due.Load() {
 		t.resync(now)
 	}
 	root := t.levels[len(t.levels)-1][0].Load()
-	if root>>keyBits >= trippedKey {
+	key := root >> keyBits
+	if key >= trippedKey {
 		return nil
 	}
 	r := uint64(0)
@@ -301,40 +302,66 @@ func (t *activeTree) least(p *PickInfo) *Server {
 	for lv := len(t.levels) - 2; lv >= 0; lv-- {
 		base := i * fan
 		kids := t.levels[lv][base : base+fan : base+fan]
-		var words [fan]uint64
-		best, total := uint64(absentKey), uint64(0)
+		next := -1
+		// The r-th leaf with the node's key, counting through the children
+		// that have it.
 		for j := range kids {
 			w := kids[j].Load()
-			words[j] = w
-			switch k := w >> keyBits; {
-			case k < best:
-				best, total = k, w&countMask
-			case k == best:
-				total += w & countMask
-			}
-		}
-		if best >= trippedKey {
-			return nil // changed under us: every server below is tripped
-		}
-		if r >= total {
-			r %= total // a node changed under us; stay uniform below it
-		}
-		for j, w := range words {
-			if w>>keyBits != best {
+			if w>>keyBits != key {
 				continue
 			}
 			if c := w & countMask; r < c {
-				i = base + j
+				next = j
 				break
 			} else {
 				r -= c
 			}
 		}
+		if next < 0 {
+			// The node changed under us (a request started or ended): go on
+			// below it with its children's own least key.
+			if key, r, next = reseat(kids, r); next < 0 {
+				return nil
+			}
+		}
+		i = base + next
 	}
 	if i >= len(t.servers) {
 		return nil
 	}
 	return t.servers[i]
+}
+
+// reseat picks among kids by their own least key when their parent's key
+// or count was stale, keeping r within their count.
+func reseat(kids []atomic.Uint64, r uint64) (key, rest uint64, next int) {
+	var words [fan]uint64
+	best, total := uint64(absentKey), uint64(0)
+	for j := range kids {
+		w := kids[j].Load()
+		words[j] = w
+		switch k := w >> keyBits; {
+		case k < best:
+			best, total = k, w&countMask
+		case k == best:
+			total += w & countMask
+		}
+	}
+	if best >= trippedKey || total == 0 {
+		return best, 0, -1
+	}
+	r %= total
+	for j, w := range words {
+		if w>>keyBits != best {
+			continue
+		}
+		if c := w & countMask; r < c {
+			return best, r, j
+		} else {
+			r -= c
+		}
+	}
+	return best, 0, -1
 }
 
 // activeTreeOf returns v's tree, building it if the snapshot's preparation

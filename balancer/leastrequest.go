@@ -42,7 +42,10 @@ func (r *LeastRequest) Choose(p PickInfo) (*Server, error) {
 		if mayBeTripped(s) && p.Tripped(s) {
 			continue
 		}
-		a := p.ActiveRequests(s)
+		a := s.inst.stats.active.Load()
+		if a > 0 {
+			a = p.ActiveRequests(s) // with the decay, which needs the clock
+		}
 		if first == nil {
 			first, firstActive = s, a
 			continue
