@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -95,8 +96,6 @@ type Balancer struct {
 	cfg    Config
 	rule   Rule
 	filter *zoneFilter
-	// filterNeedsClock is false for filters that never read statistics.
-	filterNeedsClock bool
 	// avoidZones turns the zone-aware choice on (Config.ZoneAware or a rule
 	// that wants a zone per pick); zonePerPick draws a zone on every pick,
 	// not only when one is avoided.
@@ -109,6 +108,12 @@ type Balancer struct {
 	pollDelay time.Duration
 
 	snap atomic.Pointer[Snapshot]
+	// zonesRefreshing lets one goroutine at a time remake the zone
+	// decision; zonesAgain asks it for one more round (zone.go).
+	zonesRefreshing, zonesAgain atomic.Bool
+	// ruleWaits: the rule may wait (Retry), so Pick reads the clock again
+	// for the request's start.
+	ruleWaits bool
 
 	mu        sync.Mutex         // serialises list changes; guards the fields below
 	byID      map[string]*Server // the current list by ID
@@ -170,7 +175,6 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 	if b.filter, err = newZoneFilter(cfg.Filter, &cfg); err != nil {
 		return nil, fmt.Errorf("balancer %q: %w", name, err)
 	}
-	b.filterNeedsClock = b.filter.needsClock()
 	b.zonePerPick = wantsZonePerPick(b.rule)
 	b.avoidZones = cfg.ZoneAware || b.zonePerPick
 	if b.source == nil && len(cfg.ListOfServers) > 0 {
@@ -180,7 +184,13 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 		}
 		b.source = StaticList(servers)
 	}
-	b.snap.Store(buildSnapshot(0, nil))
+	_, b.ruleWaits = b.rule.(*Retry)
+	b.shared.zonesChanged = b.refreshZones
+	b.shared.zonesDueAt = b.refreshZonesDue
+	empty := buildSnapshot(0, nil)
+	empty.decision.Store(b.decideZones(empty, 0))
+	b.shared.zonesDue.Store(math.MaxInt64)
+	b.snap.Store(empty)
 	return b, nil
 }
 
@@ -202,8 +212,15 @@ func (b *Balancer) Snapshot() *Snapshot { return b.snap.Load() }
 // carry a key (WithKey). It returns ErrNoServers when there is nothing to
 // choose, or the rule's error.
 func (b *Balancer) Choose(ctx context.Context) (*Server, error) {
+	srv, _, err := b.choose(ctx, 0, false)
+	return srv, err
+}
+
+// choose is Choose at the pick's time now when hasNow (Pick reads it), and
+// returns the time the pick used.
+func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server, int64, error) {
 	snap := b.snap.Load()
-	v, c, now, hasNow := b.chooseZone(ctx, snap)
+	v, c, now, hasNow := b.chooseZone(ctx, snap, now, hasNow)
 	srv, err := b.rule.Choose(PickInfo{Ctx: ctx, View: v, Candidates: c, b: b, now: now, hasNow: hasNow})
 	if srv == nil && err == nil && v != &snap.full {
 		// Ribbon's ZoneAwareLoadBalancer: a zone that yields nothing falls
@@ -213,24 +230,33 @@ func (b *Balancer) Choose(ctx context.Context) (*Server, error) {
 		srv, err = b.rule.Choose(PickInfo{Ctx: ctx, View: full, Candidates: full, b: b, now: now, hasNow: hasNow})
 	}
 	if err != nil {
-		return nil, err
+		return nil, now, err
 	}
 	if srv == nil {
-		return nil, ErrNoServers
+		return nil, now, ErrNoServers
 	}
-	return srv, nil
+	return srv, now, nil
 }
 
 // Pick chooses a server for one request, as Choose does, and starts the
 // request in the server's statistics: report its outcome through the
 // returned Pick (Done, or Responded then End). It is safe for concurrent
 // use and, for the simple rules, takes no lock and allocates nothing.
+//
+// It reads the clock once, for the zone decision, the rule and the
+// request's start together (twice under Retry, whose pick may wait).
 func (b *Balancer) Pick(ctx context.Context) (Pick, error) {
-	srv, err := b.Choose(ctx)
+	srv, now, err := b.choose(ctx, b.shared.nanotime(), true)
 	if err != nil {
 		return Pick{}, err
 	}
-	return b.Begin(srv), nil
+	if srv.inst == nil {
+		return Pick{Server: srv}, nil
+	}
+	if b.ruleWaits {
+		now = b.shared.nanotime()
+	}
+	return Pick{Server: srv, start: srv.inst.stats.requestStartedAt(now)}, nil
 }
 
 // Begin starts a request to s, a server of this balancer the caller chose
@@ -388,8 +414,20 @@ func (b *Balancer) swapLocked(list []*Server) {
 	b.version++
 	snap := buildSnapshot(b.version, list)
 	prepareRule(b, b.rule, snap) // BestAvailable's and Maglev's indexes (rules.go)
+	// The zone decision is made with the snapshot (zone.go). A breaker
+	// change while it was made, or a refresh of the old snapshot's, is
+	// redone over the new one.
+	epoch := b.shared.epoch.Load()
+	b.shared.zonesPending.Store(false)
+	d := b.decideZones(snap, b.shared.nanotime())
+	snap.decision.Store(d)
 	old := b.snap.Swap(snap)
 	close(old.replaced)
+	if b.zonesRefreshing.Load() || b.shared.epoch.Load() != epoch {
+		b.refreshZones()
+	} else {
+		b.shared.zonesDue.Store(d.due)
+	}
 }
 
 // MarkServerDown takes a server out of the reachable list until it is

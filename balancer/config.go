@@ -29,9 +29,14 @@ type Config struct {
 	ZoneAffinity ZoneAffinityConfig `yaml:"zoneAffinity"`
 	// ZoneAvoidance holds the thresholds of the zone-avoidance logic.
 	ZoneAvoidance ZoneAvoidanceConfig `yaml:"zoneAvoidance"`
-	// ZoneStatsInterval bounds how stale the cached per-zone statistics used
-	// by zone-aware picks may be. A breaker that trips or resets refreshes
-	// them at once. Default 100ms.
+	// ZoneStatsInterval bounds how stale the per-zone statistics behind the
+	// zone choice (zone avoidance, the ZoneAffinity filter) may be: the
+	// choice is made again from fresh statistics when a request starts or
+	// ends, or a pick is made, this long after it was last made. A list
+	// change, and a breaker that trips or resets, remake it at once; a
+	// blackout's end is seen by the first pick after it. 0 remakes it for
+	// every pick and every request's start and end, O(servers) each.
+	// Default 100ms.
 	ZoneStatsInterval time.Duration `yaml:"zoneStatsInterval"`
 
 	// Breaker is the circuit breaker of every server's stats.

@@ -1,11 +1,12 @@
 package balancer
 
 // zoneFilter narrows the servers a pick considers: all of them, or those
-// of the client's zone. It is Ribbon's ServerListFilter, evaluated on every
-// pick from cached zone statistics instead of once per poll, so its
-// decisions follow load and failures even when the list is pushed and never
-// polled. It is configured by Config.Filter only: its scope must be a view
-// of the snapshot, which only this package can name.
+// of the client's zone. It is Ribbon's ServerListFilter, evaluated with the
+// zone decision (zone.go) from the zone statistics instead of once per
+// poll, so its decisions follow load and failures within
+// Config.ZoneStatsInterval even when the list is pushed and never polled.
+// It is configured by Config.Filter only: its scope must be a view of the
+// snapshot, which only this package can name.
 type zoneFilter struct {
 	kind string // FilterNone, FilterZoneAffinity or FilterZonePreference
 	zone string // the client's zone, lower case; empty turns filtering off
@@ -30,14 +31,14 @@ func newZoneFilter(name string, cfg *Config) (*zoneFilter, error) {
 	return f, nil
 }
 
-// needsClock reports whether scope reads statistics, so a pick must read
-// the clock for it; NoFilter and ZonePreference do not.
-func (f *zoneFilter) needsClock() bool {
+// needsStats reports whether scope reads the zone statistics, so that its
+// result changes with load; NoFilter and ZonePreference do not.
+func (f *zoneFilter) needsStats() bool {
 	return f.kind == FilterZoneAffinity && !f.affinity.Exclusive
 }
 
-// scope returns the full view or the view of the client's zone. now is
-// the balancer's clock, read only when needsClock.
+// scope returns the full view or the view of the client's zone. stats
+// holds the statistics of every zone of s, by zoneGroup.idx.
 //
 //   - None (Ribbon's DefaultNIWSServerListFilter) keeps every server.
 //   - ZoneAffinity (Ribbon's ZoneAffinityServerListFilter) keeps the
@@ -51,7 +52,7 @@ func (f *zoneFilter) needsClock() bool {
 // When the client's zone has no alive server at all, every filter keeps
 // every server: Ribbon's ZoneAffinity would return an empty list and fail
 // every request while the local zone is empty.
-func (f *zoneFilter) scope(b *Balancer, s *Snapshot, now int64) *View {
+func (f *zoneFilter) scope(s *Snapshot, stats []ZoneSnapshot) *View {
 	if f.kind == FilterNone {
 		return &s.full
 	}
@@ -59,8 +60,8 @@ func (f *zoneFilter) scope(b *Balancer, s *Snapshot, now int64) *View {
 	if g == nil {
 		return &s.full
 	}
-	if f.kind == FilterZoneAffinity && !f.affinity.Exclusive {
-		st := b.zoneStats(g, now)
+	if f.needsStats() {
+		st := stats[g.idx]
 		if float64(st.TrippedCount)/float64(st.InstanceCount) >= f.affinity.MaxBlackoutPercentage ||
 			st.LoadPerServer >= f.affinity.MaxLoadPerServer ||
 			st.InstanceCount-st.TrippedCount < f.affinity.MinAvailableServers {

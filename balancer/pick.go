@@ -63,8 +63,14 @@ func (p *PickInfo) nanotime() int64 {
 func (p *PickInfo) Key() (string, bool) { return KeyFrom(p.Ctx) }
 
 // Tripped reports whether s's circuit breaker is open at the pick's time.
+// It reads the clock only for a server whose failures reached the
+// threshold.
 func (p *PickInfo) Tripped(s *Server) bool {
-	return s.inst != nil && s.inst.stats.trippedAt(p.nanotime())
+	if s.inst == nil {
+		return false
+	}
+	st := &s.inst.stats
+	return st.failures.Load() >= int64(st.shared.breaker.Threshold) && st.trippedAt(p.nanotime())
 }
 
 // ActiveRequests returns s's requests in flight at the pick's time (see

@@ -111,6 +111,8 @@ func TestZoneChoice(t *testing.T) {
 			for _, id := range []string{"a0", "a0", "a1", "a1"} {
 				tb.Begin(tb.Server(id))
 			}
+			// Load reaches the zone choice within ZoneStatsInterval.
+			tb.clock.Advance(tb.cfg.ZoneStatsInterval)
 			counts := tb.pickCounts(t, 600)
 			inA := counts["a0"] + counts["a1"]
 			if tc.avoids && inA != 0 {

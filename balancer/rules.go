@@ -84,18 +84,25 @@ const roundRobinTries = 10
 // up to roundRobinTries round-robin positions, then picks round robin among
 // all the servers that pass. It returns nil when none does.
 func (c *counter) roundRobinWhere(list []*Server, p availability, now int64) *Server {
+	pi := PickInfo{now: now, hasNow: true}
+	return c.roundRobinAvailable(list, p, &pi)
+}
+
+// roundRobinAvailable is roundRobinWhere at the pick's time, read only if a
+// server's state needs it.
+func (c *counter) roundRobinAvailable(list []*Server, p availability, pi *PickInfo) *Server {
 	n := len(list)
 	if n == 0 {
 		return nil
 	}
 	for range min(n, roundRobinTries) {
-		if s := list[c.next(n)]; p.ok(s, now) {
+		if s := list[c.next(n)]; p.ok(s, pi) {
 			return s
 		}
 	}
 	eligible := 0
 	for _, s := range list {
-		if p.ok(s, now) {
+		if p.ok(s, pi) {
 			eligible++
 		}
 	}
@@ -104,7 +111,7 @@ func (c *counter) roundRobinWhere(list []*Server, p availability, now int64) *Se
 	}
 	k := c.next(eligible)
 	for _, s := range list {
-		if p.ok(s, now) {
+		if p.ok(s, pi) {
 			if k == 0 {
 				return s
 			}
@@ -120,12 +127,11 @@ type availability struct {
 	limit int64 // 0: no limit
 }
 
-func (p availability) ok(s *Server, now int64) bool {
-	st := &s.inst.stats
-	if st.trippedAt(now) {
+func (p availability) ok(s *Server, pi *PickInfo) bool {
+	if pi.Tripped(s) {
 		return false
 	}
-	return p.limit == 0 || st.activeAt(now) < p.limit
+	return p.limit == 0 || s.inst.stats.activeAt(pi.nanotime()) < p.limit
 }
 
 // RoundRobin cycles through the alive servers (Ribbon's RoundRobinRule). It
@@ -235,7 +241,7 @@ func NewAvailabilityFiltering(limit int) *AvailabilityFiltering {
 
 // Choose implements Rule.
 func (r *AvailabilityFiltering) Choose(p PickInfo) (*Server, error) {
-	if s := r.c.roundRobinWhere(p.View.servers, r.pred, p.nanotime()); s != nil {
+	if s := r.c.roundRobinAvailable(p.View.servers, r.pred, &p); s != nil {
 		return s, nil
 	}
 	return r.c.roundRobin(p.View.servers), nil
@@ -263,12 +269,11 @@ func (r *ZoneAvoidance) Choose(p PickInfo) (*Server, error) {
 	if len(p.View.servers) == 0 {
 		return nil, nil
 	}
-	now := p.nanotime()
-	if s := r.c.roundRobinWhere(p.View.servers, r.pred, now); s != nil {
+	if s := r.c.roundRobinAvailable(p.View.servers, r.pred, &p); s != nil {
 		return s, nil
 	}
 	if p.Candidates != p.View {
-		if s := r.c.roundRobinWhere(p.Candidates.servers, r.pred, now); s != nil {
+		if s := r.c.roundRobinAvailable(p.Candidates.servers, r.pred, &p); s != nil {
 			return s, nil
 		}
 	}

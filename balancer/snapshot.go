@@ -15,6 +15,10 @@ type Snapshot struct {
 	full    View      // the alive servers, all zones
 	zones   []*zoneGroup
 	byZone  map[string]*zoneGroup // key: lower-case zone
+	// decision is the zone choice of the picks over this snapshot (zone.go),
+	// made with it and remade when its inputs change; never nil once the
+	// snapshot is installed.
+	decision atomic.Pointer[zoneDecision]
 	// replaced is closed when a newer snapshot is installed, so waiters
 	// (the Retry rule, through PickInfo.Changed) wake up on list changes
 	// instead of polling.
@@ -37,20 +41,11 @@ type View struct {
 	table atomic.Pointer[maglevTable]
 }
 
-// zoneGroup is the alive servers of one zone, with cached statistics.
+// zoneGroup is the alive servers of one zone.
 type zoneGroup struct {
-	name  string // lower case
-	view  View
-	stats atomic.Pointer[zoneStatsEntry]
-	// refreshing lets one pick recompute stale statistics while the others
-	// keep using the previous ones.
-	refreshing atomic.Bool
-}
-
-type zoneStatsEntry struct {
-	ZoneSnapshot
-	at    int64  // nanotime of computation
-	epoch uint64 // breaker epoch at computation
+	name string // lower case
+	idx  int    // its index in the snapshot's zones
+	view View
 }
 
 // Servers returns the view's servers. Do not modify the slice.
@@ -110,32 +105,15 @@ func buildSnapshot(version uint64, all []*Server) *Snapshot {
 		s.zones = append(s.zones, g)
 	}
 	slices.SortFunc(s.zones, func(a, b *zoneGroup) int { return strings.Compare(a.name, b.name) })
+	for i, g := range s.zones {
+		g.idx = i
+	}
 	for _, srv := range up {
 		g := s.byZone[srv.zoneKey()]
 		g.view.servers = append(g.view.servers, srv)
 	}
 	s.full = View{servers: up, zones: s.zones, snap: s}
 	return s
-}
-
-// zoneStats returns the zone's statistics, recomputing them when they are
-// older than the configured interval or a breaker changed state since.
-func (b *Balancer) zoneStats(g *zoneGroup, now int64) ZoneSnapshot {
-	epoch := b.shared.epoch.Load()
-	e := g.stats.Load()
-	if e != nil && e.epoch == epoch && now-e.at <= int64(b.cfg.ZoneStatsInterval) && now >= e.at {
-		return e.ZoneSnapshot
-	}
-	// One goroutine recomputes; the others use what is there, if anything.
-	if e != nil && !g.refreshing.CompareAndSwap(false, true) {
-		return e.ZoneSnapshot
-	}
-	fresh := &zoneStatsEntry{ZoneSnapshot: zoneSnapshotOf(g.view.servers, now), at: now, epoch: epoch}
-	g.stats.Store(fresh)
-	if e != nil {
-		g.refreshing.Store(false)
-	}
-	return fresh.ZoneSnapshot
 }
 
 // lowerASCII lower-cases s without allocating when it is already lower case.

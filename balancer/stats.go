@@ -47,12 +47,49 @@ type statsShared struct {
 	base          time.Time
 	breaker       BreakerConfig
 	activeTimeout time.Duration // active-request count decays to 0 when untouched this long
-	// epoch grows whenever a breaker trips or resets, so cached zone
-	// statistics know they are out of date.
+	// epoch grows whenever a breaker trips or resets, so that a zone
+	// decision made while one changed knows it must be made again.
 	epoch atomic.Uint64
-	// trips counts breakers tripping (successive failures reaching the
-	// threshold).
+	// trips counts breakers tripping: a closed breaker opening, whether at
+	// the threshold or, after a blackout ended, at a later failure.
 	trips atomic.Uint64
+
+	// The zone decision (zone.go) is the balancer's; the statistics tell
+	// it when its inputs change. zonesChanged remakes it at once (a
+	// breaker tripped or reset); zonesDueAt remakes it if it is due.
+	// zonesDue is the nanotime it is due (math.MaxInt64: load does not
+	// matter to it); zonesPending reports an active count changed since it
+	// was made, so that a Choose, which reads no clock otherwise, reads it
+	// to see whether the decision is due.
+	zonesChanged func()
+	zonesDueAt   func(now int64)
+	zonesDue     atomic.Int64
+	zonesPending atomic.Bool
+}
+
+// loadChanged tells the zone decision that an active count changed at now:
+// it is remade if due, otherwise marked pending. One atomic load when load
+// does not matter to it.
+func (s *statsShared) loadChanged(now int64) {
+	due := s.zonesDue.Load()
+	switch {
+	case due == math.MaxInt64:
+	case now >= due:
+		if s.zonesDueAt != nil {
+			s.zonesDueAt(now)
+		}
+	case !s.zonesPending.Load():
+		s.zonesPending.Store(true)
+	}
+}
+
+// breakerChanged counts a breaker's trip or reset and remakes the zone
+// decision at once.
+func (s *statsShared) breakerChanged() {
+	s.epoch.Add(1)
+	if s.zonesChanged != nil {
+		s.zonesChanged()
+	}
 }
 
 // nanotime is monotonic nanoseconds since the balancer was built.
@@ -81,6 +118,10 @@ type ServerStats struct {
 	rtBits        atomic.Uint64
 	responses     atomic.Int64
 	requests      atomic.Int64
+	// openUntil is the end of the blackout as the failures set it (0 after a
+	// reset): it tells a failure that opens the breaker from one that
+	// extends it.
+	openUntil atomic.Int64
 
 	// watch is set under BestAvailable only: the leaves of its index to
 	// update when the active count or the breaker changes (see changed).
@@ -103,8 +144,10 @@ const responseTimeWeight = 0.1
 
 // requestStarted records the start of a request to the server and returns
 // the time it read.
-func (s *ServerStats) requestStarted() int64 {
-	now := s.shared.nanotime()
+func (s *ServerStats) requestStarted() int64 { return s.requestStartedAt(s.shared.nanotime()) }
+
+// requestStartedAt is requestStarted at now, a time the caller read.
+func (s *ServerStats) requestStartedAt(now int64) int64 {
 	// A count that had decayed restarts from zero.
 	if now-s.activeChanged.Load() > int64(s.shared.activeTimeout) {
 		s.active.Store(0)
@@ -113,6 +156,7 @@ func (s *ServerStats) requestStarted() int64 {
 	s.activeChanged.Store(now)
 	s.requests.Add(1)
 	s.changed()
+	s.shared.loadChanged(now)
 	return now
 }
 
@@ -122,8 +166,9 @@ func (s *ServerStats) requestStarted() int64 {
 func (s *ServerStats) responseReceived(responseTime time.Duration) {
 	s.noteResponseTime(responseTime)
 	if s.failures.Swap(0) >= int64(s.shared.breaker.Threshold) {
-		s.shared.epoch.Add(1)
+		s.openUntil.Store(0)
 		s.changed()
+		s.shared.breakerChanged()
 	}
 }
 
@@ -139,13 +184,36 @@ func (s *ServerStats) requestFailed(connectionFailure bool) {
 
 // noteConnectionFailure counts one successive connection failure without
 // touching the active-request count.
+//
+// A failure that opens a closed breaker is a trip: the first failure at the
+// threshold, and also a later one once the blackout it extended has ended
+// (failures above the threshold). Failures while the breaker is open only
+// extend the blackout.
 func (s *ServerStats) noteConnectionFailure() {
-	s.lastFailure.Store(s.shared.nanotime())
-	if s.failures.Add(1) == int64(s.shared.breaker.Threshold) {
-		s.shared.epoch.Add(1)
-		s.shared.trips.Add(1)
+	now := s.shared.nanotime()
+	s.lastFailure.Store(now)
+	f := s.failures.Add(1)
+	tripped := false
+	if blackout := s.shared.breaker.Blackout(f); blackout > 0 { // f at or above the threshold
+		// openUntil decides which failure opened the breaker, exactly,
+		// however many arrive together.
+		until := now + int64(blackout)
+		for {
+			old := s.openUntil.Load()
+			if until <= old {
+				break // open at least that long already
+			}
+			if s.openUntil.CompareAndSwap(old, until) {
+				tripped = now >= old
+				break
+			}
+		}
 	}
 	s.changed()
+	if tripped {
+		s.shared.trips.Add(1)
+		s.shared.breakerChanged()
+	}
 }
 
 // endRequest ends a request started with requestStarted.
@@ -156,8 +224,10 @@ func (s *ServerStats) endRequest() {
 			return
 		}
 		if s.active.CompareAndSwap(n, n-1) {
-			s.activeChanged.Store(s.shared.nanotime())
+			now := s.shared.nanotime()
+			s.activeChanged.Store(now)
 			s.changed()
+			s.shared.loadChanged(now)
 			return
 		}
 	}
