@@ -87,7 +87,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 		return nil, optionError("balancer configuration: %w", err)
 	}
 	c := &Client{nc: nc, opts: o, factory: factory}
-	c.services = newServiceSet(factory, o.log)
+	c.services = newServiceSet(factory, o.log, o.onList)
 	topts := append([]lbhttp.Option{lbhttp.WithLogger(o.log)}, o.transport...)
 	if c.transport, err = lbhttp.NewTransport(existing{c.services}, topts...); err != nil {
 		return nil, optionError("WithTransportOptions: %w", err)

@@ -317,3 +317,41 @@ func TestGoneServicesAreRemoved(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	})
 }
+
+// WithListObserver sees every list change of a service, in order, with the
+// lists before and after it.
+func TestListObserver(t *testing.T) {
+	srv := natstest.Start(t)
+	type change struct {
+		service  string
+		old, new int
+	}
+	changes := make(chan change, 16)
+	c := start(t, srv.Connect(t), pushlb.WithListObserver(func(service string, old, new []*balancer.Server) {
+		changes <- change{service, len(old), len(new)}
+	}))
+	a := announce(t, srv, "orders", "", testpub.Backend(t, "a"))
+	next := func(what string) change {
+		t.Helper()
+		select {
+		case ch := <-changes:
+			return ch
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no list change for %s", what)
+			return change{}
+		}
+	}
+	if ch := next("the announcement"); ch != (change{"orders", 0, 1}) {
+		t.Fatalf("announcement: %+v", ch)
+	}
+	if err := a.Withdraw(t.Context(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if ch := next("the withdrawal"); ch != (change{"orders", 1, 0}) {
+		t.Fatalf("withdrawal: %+v", ch)
+	}
+	if _, err := pushlb.New(srv.Connect(t), pushlb.WithListObserver(nil)); !errors.Is(err, pushlb.ErrInvalidOption) {
+		t.Fatalf("nil observer: %v", err)
+	}
+	_ = c
+}

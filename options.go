@@ -34,6 +34,7 @@ type options struct {
 	log          zerolog.Logger
 	gossip       *gossip.Config
 	onEvent      func(events.Event)
+	onList       ListObserver
 	transport    []lbhttp.Option
 	proxy        []lbhttp.ProxyOption
 }
@@ -234,6 +235,26 @@ func WithGossip(cfg gossip.Config) Option {
 func WithEventHook(f func(events.Event)) Option {
 	return func(o *options) error {
 		o.onEvent = f
+		return nil
+	}
+}
+
+// ListObserver is called after each change of a service's server list,
+// with the list before and after it (the balancer's copies: read them, do
+// not keep or modify them past the call). Changes of one service arrive one
+// at a time and in order; those of different services may arrive
+// concurrently. It runs on the goroutine that applies the change, so it
+// must be quick and must not block: hand the work to another goroutine.
+type ListObserver func(service string, old, new []*balancer.Server)
+
+// WithListObserver sets a function told of every list change (see
+// ListObserver), for dashboards and audit trails. Default: none.
+func WithListObserver(f ListObserver) Option {
+	return func(o *options) error {
+		if f == nil {
+			return optionError("WithListObserver: nil observer")
+		}
+		o.onList = f
 		return nil
 	}
 }

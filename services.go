@@ -26,13 +26,14 @@ type service struct {
 type serviceSet struct {
 	factory *balancer.Factory
 	log     zerolog.Logger
+	observe ListObserver // may be nil
 
 	mu sync.Mutex // serialises creations
 	m  atomic.Pointer[map[string]*service]
 }
 
-func newServiceSet(f *balancer.Factory, log zerolog.Logger) *serviceSet {
-	s := &serviceSet{factory: f, log: log}
+func newServiceSet(f *balancer.Factory, log zerolog.Logger, observe ListObserver) *serviceSet {
+	s := &serviceSet{factory: f, log: log, observe: observe}
 	s.m.Store(&map[string]*service{})
 	return s
 }
@@ -69,7 +70,7 @@ func (s *serviceSet) create(name string) (*service, error) {
 	s.m.Store(&next)
 	s.mu.Unlock()
 	// Outside the lock: AddListener calls the listener at once.
-	b.AddListener(sv.changed(s.log))
+	b.AddListener(sv.changed(s.log, s.observe))
 	return sv, nil
 }
 
@@ -91,8 +92,9 @@ func (s *serviceSet) remove(name string) {
 }
 
 // changed returns the listener that counts the service's list changes and
-// logs each one: service, added and removed IDs, new size.
-func (sv *service) changed(log zerolog.Logger) balancer.Listener {
+// logs each one (service, added and removed IDs, new size), then tells the
+// observer, if any.
+func (sv *service) changed(log zerolog.Logger, observe ListObserver) balancer.Listener {
 	return func(old, new []*balancer.Server) {
 		if len(old) == 0 && len(new) == 0 {
 			return
@@ -114,6 +116,9 @@ func (sv *service) changed(log zerolog.Logger) balancer.Listener {
 			removed = append(removed, id)
 		}
 		log.Info().Str("service", sv.name).Strs("added", added).Strs("removed", removed).Int("size", len(new)).Msg("server list changed")
+		if observe != nil {
+			observe(sv.name, old, new)
+		}
 	}
 }
 

@@ -104,22 +104,23 @@ func (c LookupConfig) withDefaults() (LookupConfig, error) {
 // LookupStats are counters since the Lookup was created.
 type LookupStats struct {
 	// Hits are resolutions served by the mirror at once.
-	Hits uint64
+	Hits uint64 `json:"hits"`
 	// Misses are resolutions the mirror could not serve at once.
-	Misses uint64
+	Misses uint64 `json:"misses"`
 	// Fallbacks are misses resolved later, by a registry read or by the
 	// mirror catching up between attempts.
-	Fallbacks uint64
+	Fallbacks uint64 `json:"fallbacks"`
 	// Failures are misses that did not resolve: not found after every
 	// attempt, a registry error, an invalid ID, or ctx ending.
-	Failures uint64
+	Failures uint64 `json:"failures"`
 	// RegistryReads are the direct registry reads the misses made, counted
 	// as each one returns (whatever its result).
-	RegistryReads uint64
+	RegistryReads uint64 `json:"registryReads"`
 	// NegativeHits are misses answered not found by the negative cache;
 	// RateLimited those answered not found because the read budget
 	// (ReadsPerSecond) was spent.
-	NegativeHits, RateLimited uint64
+	NegativeHits uint64 `json:"negativeHits"`
+	RateLimited  uint64 `json:"rateLimited"`
 }
 
 // Lookup resolves instance IDs to instances: from the mirror when it holds

@@ -76,23 +76,25 @@ type MirrorConfig struct {
 // MirrorStats are counters since the mirror was created.
 type MirrorStats struct {
 	// Instances is the number of instances the mirror holds now.
-	Instances int
+	Instances int `json:"instances"`
 	// Puts and Removals count the entries applied (initial values included).
-	Puts, Removals uint64
+	Puts     uint64 `json:"puts"`
+	Removals uint64 `json:"removals"`
 	// MalformedKeys counts entries skipped because their key does not decode;
 	// MalformedValues those whose value is not a valid Instance for its key.
-	MalformedKeys, MalformedValues uint64
+	MalformedKeys   uint64 `json:"malformedKeys"`
+	MalformedValues uint64 `json:"malformedValues"`
 	// Syncs counts completed (re)syncs: the first, then one per reconnect or
 	// broken watch.
-	Syncs uint64
+	Syncs uint64 `json:"syncs"`
 	// WatchErrors counts watches that failed to start or broke.
-	WatchErrors uint64
+	WatchErrors uint64 `json:"watchErrors"`
 	// Refreshes counts puts that left an instance's value unchanged (lease
 	// refreshes): they update its revision and call OnRefresh, nothing else.
-	Refreshes uint64
+	Refreshes uint64 `json:"refreshes"`
 	// BucketsRecreated counts the times the mirror found the bucket gone and
 	// recreated it.
-	BucketsRecreated uint64
+	BucketsRecreated uint64 `json:"bucketsRecreated"`
 	// Revision is the bucket revision of the last entry applied. Once it
 	// reaches r, the read methods reflect every entry up to revision r and
 	// OnChange has returned for them, so a test or a caller that wrote at
@@ -102,7 +104,7 @@ type MirrorStats struct {
 	// new one (recreated after a loss), whose revisions start again at 1,
 	// the mirror adds the last revision it applied to the new bucket's, so
 	// revisions it reports ([Entry], Revision) keep their order.
-	Revision uint64
+	Revision uint64 `json:"revision"`
 }
 
 // Mirror is a local copy of the registry bucket, kept current by a KV watch,

@@ -93,31 +93,34 @@ type Stats struct {
 	// is counted once it has been handled (applied to the membership, or
 	// dropped and counted in Dropped), so Received reaching n proves that
 	// the first n messages were processed.
-	Received uint64
+	Received uint64 `json:"received"`
 	// Applied counts events that changed a live set.
-	Applied uint64
+	Applied uint64 `json:"applied"`
 	// Dropped counts dropped messages by reason.
-	Dropped DropCounts
+	Dropped DropCounts `json:"dropped"`
 	// Delivered counts ListChanged calls made to the handler, each counted
 	// once the call has returned; HandlerErrors those that returned an
 	// error (and were retried).
-	Delivered, HandlerErrors uint64
+	Delivered     uint64 `json:"delivered"`
+	HandlerErrors uint64 `json:"handlerErrors"`
 	// Reconciles counts reconciliations of a service with the registry;
 	// RegistryRemovals the instances they took offline (deleted or expired
 	// entries).
-	Reconciles, RegistryRemovals uint64
+	Reconciles       uint64 `json:"reconciles"`
+	RegistryRemovals uint64 `json:"registryRemovals"`
 	// RegistryRevivals counts instances a registry write brought back after
 	// an offline event or a gossip death recorded before it: a forged
 	// offline undone by the instance's next lease refresh, or an instance
 	// that re-asserted its record.
-	RegistryRevivals uint64
+	RegistryRevivals uint64 `json:"registryRevivals"`
 	// GossipRemovals counts instances taken offline because gossip declared
 	// them dead or gone; GossipRevivals those it brought back.
-	GossipRemovals, GossipRevivals uint64
+	GossipRemovals uint64 `json:"gossipRemovals"`
+	GossipRevivals uint64 `json:"gossipRevivals"`
 	// Unconfirmed counts instances known only from events (or gossip) that
 	// were forgotten because the registry did not show them within
 	// Config.ConfirmWithin: announcements of instances nobody registered.
-	Unconfirmed uint64
+	Unconfirmed uint64 `json:"unconfirmed"`
 }
 
 type counters struct {
