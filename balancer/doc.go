@@ -30,8 +30,9 @@
 //     at random weighted by its instance count: with ZoneAware alone only
 //     when some zone is avoided, with ZoneAvoidance on every pick.
 //  2. The [Rule] (RoundRobin, Random, WeightedResponseTime, BestAvailable,
-//     AvailabilityFiltering, ZoneAvoidance, Retry, Rendezvous, or one of
-//     your own) picks a server. It gets a [PickInfo]: the chosen zone's
+//     LeastRequest, AvailabilityFiltering, ZoneAvoidance, Retry, Maglev
+//     (configured as Maglev or Rendezvous), or one of your own) picks a
+//     server. It gets a [PickInfo]: the chosen zone's
 //     [View], the wider candidates to fall back on, the caller's context
 //     (with the key of [WithKey]), the randomness and the clock. If it
 //     declines a zone, it is asked once more with every alive server.
