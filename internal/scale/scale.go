@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -154,32 +155,22 @@ func (f *Fleet) Deregister(ctx context.Context, nc *nats.Conn, ins ...serverlist
 	if err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	work := make(chan Record)
-	for range 8 {
-		wg.Go(func() {
-			for r := range work {
-				if err := f.KV.Purge(ctx, r.key); err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
-				}
-			}
-		})
+	return f.Purge(ctx, recs)
+}
+
+// Purge removes the entries of recs as Registry.Deregister does (a purge
+// marker that rolls the key's history up), with asynchronous publishes
+// (up to putWindow in flight, as many announcers stopping at once), and
+// returns once the server acknowledged all of them.
+func (f *Fleet) Purge(ctx context.Context, recs []Record) error {
+	msgs := make([]*nats.Msg, len(recs))
+	for i, r := range recs {
+		msgs[i] = &nats.Msg{Subject: kvSubject(r.key), Header: nats.Header{
+			"KV-Operation":      []string{"PURGE"},
+			jetstream.MsgRollup: []string{jetstream.MsgRollupSubject},
+		}}
 	}
-	for _, r := range recs {
-		work <- r
-	}
-	close(work)
-	wg.Wait()
-	select {
-	case err := <-errs:
-		return err
-	default:
-		return nil
-	}
+	return f.publish(ctx, msgs)
 }
 
 // Announce publishes the events of kind k (online or offline) of ins on nc,
@@ -205,11 +196,21 @@ const putWindow = 2048
 // putWindow in flight), and returns once the server acknowledged all of
 // them.
 func (f *Fleet) Put(ctx context.Context, recs []Record) error {
-	for start := 0; start < len(recs); start += putWindow {
-		end := min(start+putWindow, len(recs))
+	msgs := make([]*nats.Msg, len(recs))
+	for i, r := range recs {
+		msgs[i] = &nats.Msg{Subject: kvSubject(r.key), Data: r.val}
+	}
+	return f.publish(ctx, msgs)
+}
+
+// publish sends msgs to the bucket's stream, putWindow at a time, and waits
+// for their acknowledgements.
+func (f *Fleet) publish(ctx context.Context, msgs []*nats.Msg) error {
+	for start := 0; start < len(msgs); start += putWindow {
+		end := min(start+putWindow, len(msgs))
 		futures := make([]jetstream.PubAckFuture, 0, end-start)
-		for _, r := range recs[start:end] {
-			fut, err := f.js.PublishAsync(kvSubject(r.key), r.val)
+		for _, m := range msgs[start:end] {
+			fut, err := f.js.PublishMsgAsync(m)
 			if err != nil {
 				return err
 			}
@@ -238,9 +239,10 @@ type HeartbeatStats struct {
 	// Elapsed is how long the puts were sent for.
 	Elapsed time.Duration
 	// Due is the number of puts the schedule asked for over Elapsed; Sent
-	// those handed to the client, Acked those the server acknowledged,
-	// Failed those it refused or did not acknowledge in time.
-	Due, Sent, Acked, Failed int
+	// those handed to the client, Skipped those of records taken out (see
+	// Replace), Acked those the server acknowledged, Failed those it
+	// refused or did not acknowledge in time.
+	Due, Sent, Skipped, Acked, Failed int
 	// Stalls counts the times the in-flight bound held the generator back
 	// (the server acknowledged too slowly); MaxBehind is the most puts it
 	// was behind its schedule.
@@ -258,41 +260,85 @@ func (s HeartbeatStats) Rate() float64 {
 // KeptUp reports whether the generator sent at least 99 % of the puts its
 // schedule asked for and the server acknowledged at least 99 % of those.
 func (s HeartbeatStats) KeptUp() bool {
-	return s.Due > 0 && 100*s.Sent >= 99*s.Due && 100*s.Acked >= 99*s.Sent
+	return s.Due > 0 && 100*(s.Sent+s.Skipped) >= 99*s.Due && 100*s.Acked >= 99*s.Sent
 }
 
 // heartbeatTick is the interval at which Heartbeats catches up with its
 // schedule.
 const heartbeatTick = 5 * time.Millisecond
 
-// Heartbeats re-puts recs, unchanged, on nc, as a fleet's lease refreshes
-// do: every record once per period, spread evenly, in a loop over recs,
-// until ctx ends. It paces itself by the clock, not by counting ticks, so a
-// slow tick is made up at the next one; at most maxInFlight puts await
-// their acknowledgement (the client blocks beyond). It returns when ctx has
-// ended and every put was acknowledged or failed (at most ackWait later).
-func Heartbeats(ctx context.Context, nc *nats.Conn, recs []Record, period time.Duration, maxInFlight int) (HeartbeatStats, error) {
-	var st HeartbeatStats
+// Heartbeats re-puts a fleet's records, unchanged, as its lease refreshes
+// do: every record once per period, spread evenly. Build it with
+// NewHeartbeats, run it with Run; Replace changes a record while it runs (a
+// churn wave's new instances refresh, the replaced ones stop).
+type Heartbeats struct {
+	nc            *nats.Conn
+	js            jetstream.JetStream
+	period        time.Duration
+	acked, failed atomic.Int64
+	mu            sync.Mutex // guards recs and subjects against Replace
+	recs          []Record
+	subjects      []string
+}
+
+// NewHeartbeats returns heartbeats of recs (a copy is kept) every period on
+// nc, with at most maxInFlight puts awaiting their acknowledgement (the
+// generator waits beyond).
+func NewHeartbeats(nc *nats.Conn, recs []Record, period time.Duration, maxInFlight int) (*Heartbeats, error) {
 	if len(recs) == 0 || period <= 0 || maxInFlight < 1 {
-		return st, fmt.Errorf("scale: heartbeats of %d records every %v, %d in flight", len(recs), period, maxInFlight)
+		return nil, fmt.Errorf("scale: heartbeats of %d records every %v, %d in flight", len(recs), period, maxInFlight)
 	}
-	var acked, failed atomic.Int64
-	js, err := jetstream.New(nc,
+	h := &Heartbeats{nc: nc, period: period, recs: slices.Clone(recs), subjects: make([]string, len(recs))}
+	for i, r := range recs {
+		h.subjects[i] = kvSubject(r.key)
+	}
+	var err error
+	h.js, err = jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(maxInFlight),
 		jetstream.WithPublishAsyncTimeout(ackWait),
-		jetstream.WithPublishAsyncAckHandler(func(jetstream.JetStream, *nats.Msg, *jetstream.PubAck) { acked.Add(1) }),
-		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { failed.Add(1) }))
+		jetstream.WithPublishAsyncAckHandler(func(jetstream.JetStream, *nats.Msg, *jetstream.PubAck) { h.acked.Add(1) }),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { h.failed.Add(1) }))
 	if err != nil {
-		return st, err
+		return nil, err
 	}
-	subjects := make([]string, len(recs))
-	for i, r := range recs {
-		subjects[i] = kvSubject(r.key)
+	return h, nil
+}
+
+// Replace makes recs[i] the record refreshed in place of record idx[i]; a
+// nil recs stops refreshing those records. Once it returns, no put of a
+// replaced record is sent any more and those sent before have reached the
+// server (a flush of the connection): a purge sent after cannot be undone
+// by a late refresh, as an announcer stops its lease loop before it
+// deregisters.
+func (h *Heartbeats) Replace(ctx context.Context, idx []int, recs []Record) error {
+	h.mu.Lock()
+	for i, k := range idx {
+		if recs == nil {
+			h.recs[k], h.subjects[k] = Record{}, ""
+			continue
+		}
+		h.recs[k], h.subjects[k] = recs[i], kvSubject(recs[i].key)
 	}
+	h.mu.Unlock()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, ackWait)
+		defer cancel()
+	}
+	return h.nc.FlushWithContext(ctx)
+}
+
+// Run sends the heartbeats until ctx ends. It paces itself by the clock,
+// not by counting ticks, so a slow tick is made up at the next one. It
+// returns when ctx has ended and every put was acknowledged or failed (at
+// most 2 x ackWait later).
+func (h *Heartbeats) Run(ctx context.Context) (HeartbeatStats, error) {
+	var st HeartbeatStats
 	t := time.NewTicker(heartbeatTick)
 	defer t.Stop()
 	start := time.Now()
 	next := 0
+	due := func(elapsed time.Duration) int { return int(int64(elapsed) * int64(len(h.recs)) / int64(h.period)) }
 loop:
 	for {
 		select {
@@ -300,29 +346,44 @@ loop:
 			break loop
 		case <-t.C:
 		}
-		st.Due = int(int64(time.Since(start)) * int64(len(recs)) / int64(period))
-		st.MaxBehind = max(st.MaxBehind, st.Due-st.Sent)
-		for st.Sent < st.Due && ctx.Err() == nil {
-			_, err := js.PublishAsync(subjects[next], recs[next].val, jetstream.WithStallWait(heartbeatTick))
-			if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-				st.Stalls++
-				break // acknowledgements are late: try again at the next tick
-			}
-			if err != nil {
-				return st, err
-			}
-			st.Sent++
-			next = (next + 1) % len(recs)
+		st.Due = due(time.Since(start))
+		st.MaxBehind = max(st.MaxBehind, st.Due-st.Sent-st.Skipped)
+		if err := h.send(ctx, &st, &next); err != nil {
+			return st, err
 		}
 	}
 	st.Elapsed = time.Since(start)
-	st.Due = int(int64(st.Elapsed) * int64(len(recs)) / int64(period))
+	st.Due = due(st.Elapsed)
 	select {
-	case <-js.PublishAsyncComplete():
+	case <-h.js.PublishAsyncComplete():
 	case <-time.After(2 * ackWait):
 	}
-	st.Acked, st.Failed = int(acked.Load()), int(failed.Load())
+	st.Acked, st.Failed = int(h.acked.Load()), int(h.failed.Load())
 	return st, nil
+}
+
+// send catches up with the schedule (st.Due), from record next on.
+func (h *Heartbeats) send(ctx context.Context, st *HeartbeatStats, next *int) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for st.Sent+st.Skipped < st.Due && ctx.Err() == nil {
+		if h.subjects[*next] == "" {
+			st.Skipped++
+			*next = (*next + 1) % len(h.recs)
+			continue
+		}
+		_, err := h.js.PublishAsync(h.subjects[*next], h.recs[*next].val, jetstream.WithStallWait(heartbeatTick))
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			st.Stalls++
+			return nil // acknowledgements are late: go on at the next tick
+		}
+		if err != nil {
+			return err
+		}
+		st.Sent++
+		*next = (*next + 1) % len(h.recs)
+	}
+	return nil
 }
 
 // ackWait bounds the wait for one heartbeat's acknowledgement.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"regexp"
@@ -150,18 +151,20 @@ func loadFleet(tb testing.TB, nb bus, sz scale.Size) (*scale.Fleet, []scale.Reco
 // fleetHeartbeats refreshes recs every leasePeriod on a connection of its
 // own, as the fleet's announcers do, until the returned stop is called;
 // stop returns what was sent and fails tb if the generator broke.
-func fleetHeartbeats(tb testing.TB, nb bus, recs []scale.Record) (stop func() scale.HeartbeatStats) {
-	nc := nb.connect(tb)
+func fleetHeartbeats(tb testing.TB, nb bus, recs []scale.Record) (h *scale.Heartbeats, stop func() scale.HeartbeatStats) {
+	h, err := scale.NewHeartbeats(nb.connect(tb), recs, leasePeriod, maxInFlight)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(tb.Context())
 	var st scale.HeartbeatStats
-	var err error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		st, err = scale.Heartbeats(ctx, nc, recs, leasePeriod, maxInFlight)
+		st, err = h.Run(ctx)
 	}()
 	var once sync.Once
-	return func() scale.HeartbeatStats {
+	return h, func() scale.HeartbeatStats {
 		once.Do(func() {
 			cancel()
 			<-done
@@ -325,7 +328,7 @@ func BenchmarkHeartbeatCPU(b *testing.B) {
 		var rss0, rssHalf1, rssHalf2 int64
 		var hb scale.HeartbeatStats
 		for b.Loop() {
-			stop := fleetHeartbeats(b, nb, recs)
+			_, stop := fleetHeartbeats(b, nb, recs)
 			time.Sleep(warm)
 			// A scrape costs the gateway CPU: it stays out of the window.
 			m0 := scrape(b, admin)
@@ -476,7 +479,7 @@ func BenchmarkPropagation(b *testing.B) {
 		if err := pub.Flush(); err != nil {
 			b.Fatal(err)
 		}
-		stop := fleetHeartbeats(b, nb, recs)
+		_, stop := fleetHeartbeats(b, nb, recs)
 		defer stop()
 		time.Sleep(window(3*time.Second, 200*time.Millisecond)) // the heartbeats in full swing
 
@@ -605,6 +608,33 @@ func (c *convergence) done() bool {
 	return left == 0
 }
 
+// String describes what is left: the services each gateway still lists
+// otherwise than wanted, the first of them in detail.
+func (c *convergence) String() string {
+	var b strings.Builder
+	for i, p := range c.pending {
+		if len(p) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "gateway %d: %d services not converged", i, len(p))
+		for svc := range p {
+			var got []string
+			if bal, err := c.gws[i].Balancer(svc); err == nil {
+				for _, s := range bal.AllServers() {
+					got = append(got, s.ID)
+				}
+			}
+			want := slices.Sorted(maps.Keys(c.want[svc]))
+			slices.Sort(got)
+			st := c.gws[i].Stats()
+			fmt.Fprintf(&b, ", e.g. %s lists %v, want %v (events %+v, mirror %+v, lookups %+v)", svc, got, want, st.Events, st.Registry, st.Lookups)
+			break
+		}
+		b.WriteString("; ")
+	}
+	return b.String()
+}
+
 // lists reports whether gw's balancer of service lists exactly ids.
 func lists(gw *pushlb.Client, service string, ids map[string]bool) bool {
 	b, err := gw.Balancer(service)
@@ -636,7 +666,7 @@ func BenchmarkChurn(b *testing.B) {
 		current := f.Generation(0)
 		gws := gateways(b, nb, sz.Gateways, nil)
 		pub := nb.connect(b)
-		stop := fleetHeartbeats(b, nb, recs)
+		hb, stop := fleetHeartbeats(b, nb, recs)
 		defer stop()
 		time.Sleep(window(3*time.Second, 200*time.Millisecond))
 
@@ -644,9 +674,11 @@ func BenchmarkChurn(b *testing.B) {
 		gen, next := 1, 0
 		var total, send time.Duration
 		for b.Loop() {
+			idx := make([]int, 0, wave)
 			old := make([]serverlist.Instance, 0, wave)
 			news := make([]serverlist.Instance, 0, wave)
 			for range wave {
+				idx = append(idx, next)
 				old = append(old, current[next])
 				s, i := next/sz.Instances, next%sz.Instances
 				current[next] = f.Instance(s, i, gen)
@@ -663,7 +695,15 @@ func BenchmarkChurn(b *testing.B) {
 					want[in.Service][in.InstanceID] = true
 				}
 			}
+			newRecs, err := scale.Encode(news...)
+			if err != nil {
+				b.Fatal(err)
+			}
 			conv := newConvergence(gws, want)
+			// The replaced instances stop refreshing before they go.
+			if err := hb.Replace(b.Context(), idx, nil); err != nil {
+				b.Fatal(err)
+			}
 			start := time.Now()
 			if err := f.Deregister(b.Context(), pub, old...); err != nil {
 				b.Fatal(err)
@@ -672,7 +712,16 @@ func BenchmarkChurn(b *testing.B) {
 				b.Fatal(err)
 			}
 			send += time.Since(start)
-			testutil.EventuallyWithin(b, 5*time.Minute, "every gateway to converge", conv.done)
+			if err := hb.Replace(b.Context(), idx, newRecs); err != nil {
+				b.Fatal(err)
+			}
+			deadline := time.Now().Add(5 * time.Minute)
+			for !conv.done() {
+				if time.Now().After(deadline) {
+					b.Fatalf("the gateways did not converge within 5 minutes: %v", conv)
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
 			total += time.Since(start)
 		}
 		reportHeartbeats(b, stop(), sz)
