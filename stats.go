@@ -55,6 +55,28 @@ type ServiceStats struct {
 	BreakerTrips uint64
 }
 
+// ServiceStats returns one service's summary, as Stats lists it; false
+// when the client has no balancer for the service. It costs a map read.
+func (c *Client) ServiceStats(name string) (ServiceStats, bool) {
+	sv := c.services.lookup(name)
+	if sv == nil {
+		return ServiceStats{}, false
+	}
+	return sv.stats(), true
+}
+
+func (sv *service) stats() ServiceStats {
+	snap := sv.b.Snapshot()
+	ss := ServiceStats{
+		Name: sv.name, Servers: len(snap.All()), Reachable: len(snap.Reachable()),
+		Updates: sv.updates.Load(), BreakerTrips: sv.b.BreakerTrips(),
+	}
+	if ns := sv.lastChange.Load(); ns != 0 {
+		ss.LastChange = time.Unix(0, ns)
+	}
+	return ss
+}
+
 // Stats returns the current counters and balancer states. It reads each
 // component's own counters, so it costs one pass over the services.
 func (c *Client) Stats() Stats {
@@ -71,16 +93,8 @@ func (c *Client) Stats() Stats {
 		}
 	}
 	st.ServicesRemoved = c.removed.Load()
-	for name, sv := range c.services.all() {
-		snap := sv.b.Snapshot()
-		ss := ServiceStats{
-			Name: name, Servers: len(snap.All()), Reachable: len(snap.Reachable()),
-			Updates: sv.updates.Load(), BreakerTrips: sv.b.BreakerTrips(),
-		}
-		if ns := sv.lastChange.Load(); ns != 0 {
-			ss.LastChange = time.Unix(0, ns)
-		}
-		st.Services = append(st.Services, ss)
+	for _, sv := range c.services.all() {
+		st.Services = append(st.Services, sv.stats())
 	}
 	slices.SortFunc(st.Services, func(a, b ServiceStats) int { return strings.Compare(a.Name, b.Name) })
 	return st

@@ -1,22 +1,29 @@
 package gateway
 
 import (
+	_ "embed"
 	"encoding/json"
-	"html/template"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/serverlist"
 	"github.com/pushlb/pushlb/subscriber"
 )
 
-// State is what /-/lb shows: every service the gateway balances.
+// State is what /-/lb shows: every service the gateway balances, and the
+// recent list changes. Every key is camelCase (docs/config.md).
 type State struct {
+	// Time is when the state was read, with the gateway's UTC offset.
+	Time time.Time `json:"time"`
+	// Zone is the gateway's zone: its own (-zone, zone:) or else the
+	// balancer defaults' (a .properties file's zone); empty for none.
 	Zone       string                  `json:"zone,omitempty"`
 	Services   []ServiceState          `json:"services"`
+	Timeline   []ListChange            `json:"timeline"`
 	Subscriber *subscriber.Stats       `json:"subscriber,omitempty"`
 	Lookups    *serverlist.LookupStats `json:"lookups,omitempty"`
 	Mirror     *serverlist.MirrorStats `json:"mirror,omitempty"`
@@ -39,17 +46,29 @@ type ZoneState struct {
 	Tripped        int     `json:"tripped"`
 	ActiveRequests int64   `json:"activeRequests"`
 	LoadPerServer  float64 `json:"loadPerServer"`
+	// Avoided reports that the zone crosses the service's zone-avoidance
+	// thresholds (a share of tripped servers at blackoutPercentage, or the
+	// worst load per server at triggeringLoadPerServer) while its rule or
+	// zoneAware avoids zones and it has several: read from the zone
+	// statistics and the configuration, as the balancer decides.
+	Avoided bool `json:"avoided"`
 }
 
 // ServerState is one instance in a balancer.
 type ServerState struct {
-	ID             string  `json:"id"`
-	Addr           string  `json:"addr"`
-	Scheme         string  `json:"scheme"`
-	Zone           string  `json:"zone"`
+	ID       string            `json:"id"`
+	Addr     string            `json:"addr"`
+	Scheme   string            `json:"scheme"`
+	Zone     string            `json:"zone"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Status is "up", "tripped" (alive, but its circuit breaker is open:
+	// it gets no request until the blackout ends) or "down" (marked down
+	// by a ping or the registry).
+	Status         string  `json:"status"`
 	Alive          bool    `json:"alive"`
 	ActiveRequests int64   `json:"activeRequests"`
 	Requests       int64   `json:"requests"`
+	PickShare      float64 `json:"pickShare"` // of the service's requests, 0 to 1
 	ResponseTimeMs float64 `json:"responseTimeMs"`
 	Failures       int64   `json:"successiveFailures"`
 	Tripped        bool    `json:"breakerTripped"`
@@ -58,7 +77,36 @@ type ServerState struct {
 
 // State returns the current state of every service.
 func (g *Gateway) State() State {
-	st := State{Zone: g.cfg.Zone, Services: []ServiceState{}}
+	st := g.header()
+	st.Services = []ServiceState{}
+	st.Timeline = g.dash.Timeline()
+	if g.client == nil {
+		return st
+	}
+	for _, name := range g.client.Services() {
+		if ss, ok := g.serviceState(name); ok {
+			st.Services = append(st.Services, ss)
+		}
+	}
+	return st
+}
+
+// zone is the gateway's own zone, or else the balancer defaults' (set by
+// a .properties file).
+func (g *Gateway) zone() string {
+	if g.cfg.Zone != "" {
+		return g.cfg.Zone
+	}
+	if c := g.cfg.Balancer.ClientsConfig; c != nil {
+		return c.Defaults.Zone
+	}
+	return ""
+}
+
+// header is the State without services and timeline: the gateway's zone
+// and counters.
+func (g *Gateway) header() State {
+	st := State{Time: time.Now(), Zone: g.zone()}
 	if g.client == nil {
 		return st
 	}
@@ -66,38 +114,95 @@ func (g *Gateway) State() State {
 	if cs.Started {
 		st.Subscriber, st.Mirror, st.Lookups = &cs.Events, &cs.Registry, &cs.Lookups
 	}
-	for _, sv := range cs.Services {
-		b, err := g.client.Balancer(sv.Name)
-		if err != nil {
+	return st
+}
+
+// serviceState reads one service's balancer; false when it has none.
+func (g *Gateway) serviceState(name string) (ServiceState, bool) {
+	if g.client == nil {
+		return ServiceState{}, false
+	}
+	sv, ok := g.client.ServiceStats(name)
+	if !ok {
+		return ServiceState{}, false
+	}
+	b, err := g.client.Balancer(name)
+	if err != nil {
+		return ServiceState{}, false
+	}
+	cfg := b.Config()
+	ss := ServiceState{Name: name, Rule: cfg.Rule, Servers: []ServerState{}, Zones: map[string]ZoneState{},
+		Updates: sv.Updates, Trips: sv.BreakerTrips}
+	if !sv.LastChange.IsZero() {
+		ss.LastChange = &sv.LastChange
+	}
+	zones := b.ZoneSnapshots()
+	for z, zs := range zones {
+		ss.Zones[z] = ZoneState{Instances: zs.InstanceCount, Tripped: zs.TrippedCount, ActiveRequests: zs.ActiveRequests, LoadPerServer: zs.LoadPerServer}
+	}
+	if (cfg.ZoneAware || cfg.Rule == balancer.RuleZoneAvoidance) && len(zones) > 1 {
+		markAvoided(ss.Zones, cfg.ZoneAvoidance)
+	}
+	var total int64
+	for _, s := range b.AllServers() {
+		stats := s.Stats()
+		rt, _ := stats.ResponseTime()
+		srv := ServerState{
+			ID: s.ID, Addr: s.Addr(), Scheme: s.URLScheme(), Zone: s.Zone, Metadata: s.Metadata, Alive: s.Alive(),
+			ActiveRequests: stats.ActiveRequests(), Requests: stats.Requests(),
+			ResponseTimeMs: float64(rt.Microseconds()) / 1000, Failures: stats.SuccessiveFailures(),
+			Tripped: stats.CircuitTripped(), BlackoutMs: stats.BlackoutRemaining().Milliseconds(),
+		}
+		switch {
+		case !srv.Alive:
+			srv.Status = "down"
+		case srv.Tripped:
+			srv.Status = "tripped"
+		default:
+			srv.Status = "up"
+		}
+		total += srv.Requests
+		ss.Servers = append(ss.Servers, srv)
+	}
+	if total > 0 {
+		for i := range ss.Servers {
+			ss.Servers[i].PickShare = float64(ss.Servers[i].Requests) / float64(total)
+		}
+	}
+	return ss, true
+}
+
+// markAvoided marks the zones the zone-avoidance logic leaves out, as
+// Ribbon's ZoneAvoidanceRule.getAvailableZones does: zones without a
+// server or with a tripped share at the blackout percentage, then, when
+// the worst load per server of the rest reaches the triggering load, the
+// worst zone (every one tied for worst: the balancer drops one of them).
+func markAvoided(zones map[string]ZoneState, th balancer.ZoneAvoidanceConfig) {
+	worst, limited := -1.0, false
+	for z, zs := range zones {
+		if zs.Instances == 0 || float64(zs.Tripped)/float64(zs.Instances) >= th.BlackoutPercentage {
+			zs.Avoided, limited = true, true
+			zones[z] = zs
 			continue
 		}
-		ss := ServiceState{Name: sv.Name, Rule: b.Config().Rule, Servers: []ServerState{}, Zones: map[string]ZoneState{},
-			Updates: sv.Updates, Trips: sv.BreakerTrips}
-		if !sv.LastChange.IsZero() {
-			ss.LastChange = &sv.LastChange
-		}
-		for z, zs := range b.ZoneSnapshots() {
-			ss.Zones[z] = ZoneState{Instances: zs.InstanceCount, Tripped: zs.TrippedCount, ActiveRequests: zs.ActiveRequests, LoadPerServer: zs.LoadPerServer}
-		}
-		for _, s := range b.AllServers() {
-			stats := s.Stats()
-			rt, _ := stats.ResponseTime()
-			ss.Servers = append(ss.Servers, ServerState{
-				ID: s.ID, Addr: s.Addr(), Scheme: s.URLScheme(), Zone: s.Zone, Alive: s.Alive(),
-				ActiveRequests: stats.ActiveRequests(), Requests: stats.Requests(),
-				ResponseTimeMs: float64(rt.Microseconds()) / 1000, Failures: stats.SuccessiveFailures(),
-				Tripped: stats.CircuitTripped(), BlackoutMs: stats.BlackoutRemaining().Milliseconds(),
-			})
-		}
-		st.Services = append(st.Services, ss)
+		worst = max(worst, zs.LoadPerServer)
 	}
-	return st
+	if worst < 0 || (worst < th.TriggeringLoadPerServer && !limited) {
+		return
+	}
+	for z, zs := range zones {
+		if !zs.Avoided && zs.LoadPerServer == worst {
+			zs.Avoided = true
+			zones[z] = zs
+		}
+	}
 }
 
 // adminHandler serves /-/lb, /metrics, /healthz and /readyz.
 func (g *Gateway) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /-/lb", g.serveState)
+	mux.HandleFunc("GET /-/lb/events", g.dash.serveEvents)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", g.serveHealth)
 	mux.HandleFunc("GET /readyz", g.serveReady)
@@ -109,38 +214,19 @@ func (g *Gateway) adminHandler() http.Handler {
 }
 
 func (g *Gateway) serveState(w http.ResponseWriter, r *http.Request) {
-	st := g.State()
 	if strings.Contains(r.Header.Get("Accept"), "text/html") {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		if err := stateHTML.Execute(w, st); err != nil {
-			g.log.Warn().Err(err).Msg("rendering /-/lb")
-		}
+		w.Write(dashboardHTML)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	enc.Encode(st)
+	enc.Encode(g.State())
 }
 
-var stateHTML = template.Must(template.New("lb").Parse(`<!doctype html>
-<html><head><meta charset="utf-8"><title>pushlb</title><meta http-equiv="refresh" content="2">
-<style>
-body{font:14px system-ui,sans-serif;margin:2em;color:#222}
-table{border-collapse:collapse;margin:.5em 0 2em}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}
-th{background:#f3f3f3}.down{color:#b00}.ok{color:#080}small{color:#666}
-</style></head><body>
-<h1>pushlb gateway</h1>
-<p>Zone: <b>{{if .Zone}}{{.Zone}}{{else}}(none){{end}}</b>
-{{with .Subscriber}} · events received {{.Received}}, applied {{.Applied}}, lists delivered {{.Delivered}}{{end}}
-{{with .Mirror}} · registry instances {{.Instances}}{{end}} <small>(refreshes every 2 s)</small></p>
-{{range .Services}}
-<h2>{{.Name}} <small>rule {{.Rule}} · {{len .Servers}} servers · {{.Updates}} updates{{with .LastChange}} · last change {{.Format "15:04:05.000"}}{{end}} · breaker trips {{.Trips}}</small></h2>
-<table><tr><th>instance</th><th>address</th><th>zone</th><th>alive</th><th>active</th><th>requests</th><th>resp. time ms</th><th>breaker</th></tr>
-{{range .Servers}}<tr><td>{{.ID}}</td><td>{{.Scheme}}://{{.Addr}}</td><td>{{.Zone}}</td>
-<td>{{if .Alive}}<span class="ok">yes</span>{{else}}<span class="down">no</span>{{end}}</td>
-<td>{{.ActiveRequests}}</td><td>{{.Requests}}</td><td>{{printf "%.2f" .ResponseTimeMs}}</td>
-<td>{{if .Tripped}}<span class="down">open {{.BlackoutMs}} ms</span>{{else}}closed{{end}} ({{.Failures}} failures)</td></tr>
-{{end}}</table>
-{{else}}<p>No service yet: announce an instance (see the README).</p>{{end}}
-</body></html>`))
+// dashboardHTML is the page /-/lb serves to browsers: it renders the
+// state pushed by /-/lb/events as it arrives, without reloading.
+//
+//go:embed dashboard.html
+var dashboardHTML []byte

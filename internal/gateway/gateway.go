@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb"
+	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/natsconn"
 	"github.com/pushlb/pushlb/lbhttp"
@@ -32,6 +33,7 @@ type Gateway struct {
 	natsWatch *natsWatch
 	client    *pushlb.Client
 	demo      *demo
+	dash      *dashboard
 
 	proxyLn, adminLn   net.Listener
 	proxySrv, adminSrv *http.Server
@@ -47,6 +49,7 @@ func New(cfg Config, log zerolog.Logger) (*Gateway, error) {
 	}
 	g := &Gateway{cfg: cfg, log: log}
 	g.metrics = newMetrics(g)
+	g.dash = newDashboard(g)
 	return g, nil
 }
 
@@ -87,6 +90,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		return err
 	}
 	g.natsWatch = watchNATS(g.nc)
+	g.dash.start()
 	g.metrics.reg.MustRegister(natsCollector{g.natsWatch})
 	if g.client, err = pushlb.New(g.nc, g.options()...); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
@@ -134,7 +138,11 @@ func (g *Gateway) options() []pushlb.Option {
 		pushlb.WithAntiEntropy(c.Subscriber.AntiEntropy),
 		pushlb.WithLimits(c.Limits),
 		pushlb.WithServiceGrace(c.ServiceGrace),
-		pushlb.WithEventHook(g.metrics.observeEvent),
+		pushlb.WithEventHook(func(e events.Event) {
+			g.metrics.observeEvent(e)
+			g.dash.observeEvent(e)
+		}),
+		pushlb.WithListObserver(g.dash.observe),
 		pushlb.WithTransportOptions(lbhttp.WithObserver(g.metrics.observer())),
 	}
 	var popts []lbhttp.ProxyOption
@@ -212,6 +220,8 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.stopOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(ctx, g.cfg.ShutdownTimeout)
 		defer cancel()
+		// The event streams end first: the admin server waits for them.
+		g.dash.stop()
 		for _, srv := range []*http.Server{g.proxySrv, g.adminSrv} {
 			if srv != nil {
 				if e := srv.Shutdown(ctx); e != nil {

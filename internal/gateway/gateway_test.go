@@ -119,7 +119,8 @@ func TestGatewayAdminEndpoints(t *testing.T) {
 	}
 	html, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(resp.Header.Get("Content-Type"), "text/html") || !strings.Contains(string(html), "<h2>orders") {
+	if !strings.Contains(resp.Header.Get("Content-Type"), "text/html") || !strings.Contains(string(html), `new EventSource("/-/lb/events")`) ||
+		strings.Contains(string(html), `http-equiv="refresh"`) {
 		t.Fatalf("HTML view: %s", html)
 	}
 	_, metrics := get(t, admin+"/metrics")

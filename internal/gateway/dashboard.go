@@ -1,0 +1,485 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/events"
+)
+
+// Dashboard limits and pacing.
+const (
+	// timelineSize is how many list changes /-/lb keeps.
+	timelineSize = 100
+	// maxStreams bounds the /-/lb/events streams served at once.
+	maxStreams = 64
+	// streamBuffer is the number of updates a stream may fall behind
+	// before it is dropped: a slow client never blocks the gateway.
+	streamBuffer = 32
+	// updateInterval is the least time between two pushed updates (4/s),
+	// so that a burst of changes over 1,000 services is one update.
+	updateInterval = 250 * time.Millisecond
+	// statsInterval is how often the request counters (active requests,
+	// response time, breakers) are checked for changes to push.
+	statsInterval = 2 * time.Second
+	// heartbeatInterval is how often an idle stream gets a comment, so
+	// that proxies and the browser see it alive.
+	heartbeatInterval = 15 * time.Second
+	// eventMemory is how long an event waits for the list change it
+	// causes, to name the change's source and lag.
+	eventMemory = 10 * time.Second
+	// maxRememberedEvents bounds the events kept for that.
+	maxRememberedEvents = 10_000
+)
+
+// The sources of a list change, as the timeline names them.
+const (
+	SourceEvent    = "event"    // an online or offline event on the bus
+	SourceGossip   = "gossip"   // gossip declared the instance dead, gone or back
+	SourceRegistry = "registry" // the registry mirror: a new record, a deletion or an expired lease
+	SourceResync   = "resync"   // a full resynchronisation of the mirror (start, reconnect)
+	SourceConfig   = "config"   // a static listOfServers in the balancer configuration
+)
+
+// ListChange is one entry of the timeline: an instance that joined or left
+// a service's list.
+type ListChange struct {
+	// Seq numbers the changes from 1, in the order the gateway saw them.
+	Seq uint64 `json:"seq"`
+	// At is when the gateway's balancer applied the change.
+	At       time.Time `json:"at"`
+	Service  string    `json:"service"`
+	Instance string    `json:"instance"`
+	Addr     string    `json:"addr"`
+	// Change is "online" or "offline".
+	Change string `json:"change"`
+	// Source is what caused it: event, gossip, registry (a record written,
+	// deleted or expired), resync, config; empty while not yet known.
+	Source string `json:"source"`
+	// LagMs is the time from the event's creation (its at field, the
+	// announcer's clock) to the change, for changes caused by an event.
+	LagMs *float64 `json:"lagMs,omitempty"`
+}
+
+// seenEvent is an event waiting for the change it causes.
+type seenEvent struct {
+	online   bool
+	at, seen time.Time
+}
+
+// counterMarks are the counters whose growth names the source of a
+// change no event explains.
+type counterMarks struct {
+	gossipRemovals, gossipRevivals, registryRemovals, syncs uint64
+}
+
+// dashboard keeps the timeline of list changes and pushes updates to the
+// /-/lb/events streams. Its hooks (observe, observeEvent) run on the
+// goroutines that apply changes and deliver events: they only record and
+// wake the loop, which does the work at most 4 times a second.
+type dashboard struct {
+	g          *Gateway
+	maxStreams int
+	heartbeat  time.Duration
+
+	mu       sync.Mutex
+	timeline []ListChange // ring of timelineSize, oldest first once full
+	seq      uint64
+	sentSeq  uint64              // the last change pushed to the streams
+	dirty    map[string]struct{} // services changed since the last update
+	events   map[string]seenEvent
+	marks    counterMarks
+	streams  map[*stream]struct{}
+	fprints  map[string]uint64 // services' request counters at the last stats check
+	shutdown bool
+
+	wake     chan struct{}
+	done     chan struct{}
+	loopDone chan struct{}
+}
+
+func newDashboard(g *Gateway) *dashboard {
+	return &dashboard{
+		g: g, maxStreams: maxStreams, heartbeat: heartbeatInterval,
+		dirty: map[string]struct{}{}, events: map[string]seenEvent{}, streams: map[*stream]struct{}{},
+		fprints: map[string]uint64{},
+		wake:    make(chan struct{}, 1), done: make(chan struct{}),
+	}
+}
+
+func eventKey(service, id string) string { return service + "\x00" + id }
+
+// observeEvent is the client's event hook: it remembers the event so that
+// the change it causes is attributed to it, with its lag.
+func (d *dashboard) observeEvent(e events.Event) {
+	now := time.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.events) >= maxRememberedEvents {
+		for k, ev := range d.events {
+			if now.Sub(ev.seen) > eventMemory {
+				delete(d.events, k)
+			}
+		}
+		if len(d.events) >= maxRememberedEvents {
+			return // a flood of events: the changes show as registry ones
+		}
+	}
+	d.events[eventKey(e.Service, e.InstanceID)] = seenEvent{online: e.Kind == events.Online, at: e.At, seen: now}
+}
+
+// observe is the client's list observer: it records who joined and left.
+func (d *dashboard) observe(service string, old, new []*balancer.Server) {
+	now := time.Now()
+	before := make(map[string]*balancer.Server, len(old))
+	for _, s := range old {
+		before[s.ID] = s
+	}
+	config := len(d.g.cfg.Balancer.For(service).ListOfServers) > 0
+	d.mu.Lock()
+	for _, s := range new {
+		if _, ok := before[s.ID]; ok {
+			delete(before, s.ID)
+			continue
+		}
+		d.recordLocked(now, service, s, true, config)
+	}
+	for _, s := range old {
+		if _, gone := before[s.ID]; gone {
+			d.recordLocked(now, service, s, false, config)
+		}
+	}
+	d.dirty[service] = struct{}{}
+	d.mu.Unlock()
+	d.poke()
+}
+
+func (d *dashboard) recordLocked(now time.Time, service string, s *balancer.Server, online, config bool) {
+	d.seq++
+	c := ListChange{Seq: d.seq, At: now, Service: service, Instance: s.ID, Addr: s.Addr(), Change: "offline"}
+	if online {
+		c.Change = "online"
+	}
+	k := eventKey(service, s.ID)
+	switch ev, ok := d.events[k]; {
+	case ok && ev.online == online && now.Sub(ev.seen) <= eventMemory:
+		delete(d.events, k)
+		c.Source = SourceEvent
+		lag := float64(now.Sub(ev.at).Microseconds()) / 1000
+		c.LagMs = &lag
+	case config:
+		c.Source = SourceConfig
+	}
+	if len(d.timeline) < timelineSize {
+		d.timeline = append(d.timeline, c)
+	} else {
+		copy(d.timeline, d.timeline[1:])
+		d.timeline[len(d.timeline)-1] = c
+	}
+}
+
+func (d *dashboard) poke() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Timeline returns the recent list changes, oldest first.
+func (d *dashboard) Timeline() []ListChange {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]ListChange(nil), d.timeline...)
+}
+
+// start runs the update loop until stop.
+func (d *dashboard) start() {
+	d.loopDone = make(chan struct{})
+	go d.run()
+}
+
+// stop ends the loop and every stream; the streams' handlers return.
+func (d *dashboard) stop() {
+	d.mu.Lock()
+	if d.shutdown {
+		d.mu.Unlock()
+		return
+	}
+	d.shutdown = true
+	d.mu.Unlock()
+	close(d.done)
+	if d.loopDone != nil {
+		<-d.loopDone
+	}
+}
+
+func (d *dashboard) run() {
+	defer close(d.loopDone)
+	stats := time.NewTicker(statsInterval)
+	defer stats.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-d.done:
+			return
+		case <-stats.C:
+			d.markBusyServices()
+		case <-d.wake:
+		}
+		// At most one update per updateInterval: changes that arrive in
+		// between are sent together.
+		if wait := updateInterval - time.Since(last); wait > 0 {
+			select {
+			case <-d.done:
+				return
+			case <-time.After(wait):
+			}
+		}
+		last = time.Now()
+		d.flush()
+	}
+}
+
+// update is what a stream's "update" event carries: the services that
+// changed, those that went, the new timeline entries and the gateway's
+// counters.
+type update struct {
+	Services []ServiceState `json:"services"`
+	Removed  []string       `json:"removed,omitempty"`
+	Changes  []ListChange   `json:"changes,omitempty"`
+	Header   State          `json:"header"`
+}
+
+// flush names the sources of new changes and pushes one update.
+func (d *dashboard) flush() {
+	d.mu.Lock()
+	dirty := d.dirty
+	d.dirty = map[string]struct{}{}
+	unknown := false
+	for i := range d.timeline {
+		if d.timeline[i].Source == "" {
+			unknown = true
+		}
+	}
+	d.mu.Unlock()
+	if unknown {
+		d.nameSources()
+	}
+	d.mu.Lock()
+	var changes []ListChange
+	for _, c := range d.timeline {
+		if c.Seq > d.sentSeq {
+			changes = append(changes, c)
+		}
+	}
+	d.sentSeq = d.seq
+	streams := len(d.streams)
+	d.mu.Unlock()
+	if streams == 0 {
+		return
+	}
+	u := update{Services: []ServiceState{}, Changes: changes, Header: d.g.header()}
+	for name := range dirty {
+		if ss, ok := d.g.serviceState(name); ok {
+			u.Services = append(u.Services, ss)
+		} else {
+			u.Removed = append(u.Removed, name)
+		}
+	}
+	if len(u.Services) == 0 && len(u.Removed) == 0 && len(u.Changes) == 0 {
+		return
+	}
+	d.broadcast(sseMessage("update", u))
+}
+
+// nameSources attributes the changes no event explained from the counters
+// that grew since the last look: gossip removals and revivals, registry
+// removals (deletions, expired leases), resyncs. Changes at the same
+// moment get the same source: a guess when causes mix, never a lie about
+// an event.
+func (d *dashboard) nameSources() {
+	if d.g.client == nil {
+		return
+	}
+	st := d.g.client.Stats()
+	now := counterMarks{st.Events.GossipRemovals, st.Events.GossipRevivals, st.Events.RegistryRemovals, st.Registry.Syncs}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	was := d.marks
+	d.marks = now
+	for i := range d.timeline {
+		c := &d.timeline[i]
+		if c.Source != "" {
+			continue
+		}
+		online := c.Change == "online"
+		switch {
+		case now.syncs > was.syncs:
+			c.Source = SourceResync
+		case !online && now.gossipRemovals > was.gossipRemovals, online && now.gossipRevivals > was.gossipRevivals:
+			c.Source = SourceGossip
+		default:
+			c.Source = SourceRegistry
+		}
+	}
+}
+
+// markBusyServices marks the services whose request counters moved since
+// the last check, so that the page follows active requests, response
+// times and breakers, not only list changes.
+func (d *dashboard) markBusyServices() {
+	d.mu.Lock()
+	streams := len(d.streams)
+	d.mu.Unlock()
+	if streams == 0 || d.g.client == nil {
+		return
+	}
+	changed := map[string]uint64{}
+	for _, name := range d.g.client.Services() {
+		b, err := d.g.client.Balancer(name)
+		if err != nil {
+			continue
+		}
+		var fp uint64
+		for _, s := range b.AllServers() {
+			st := s.Stats()
+			fp = fp*31 + uint64(st.Requests())*7 + uint64(st.ActiveRequests())*13 + uint64(st.SuccessiveFailures())
+			if st.CircuitTripped() {
+				fp++
+			}
+		}
+		changed[name] = fp
+	}
+	d.mu.Lock()
+	for name, fp := range changed {
+		if d.fprints[name] != fp {
+			d.fprints[name] = fp
+			d.dirty[name] = struct{}{}
+		}
+	}
+	for name := range d.fprints {
+		if _, ok := changed[name]; !ok {
+			delete(d.fprints, name)
+		}
+	}
+	d.mu.Unlock()
+}
+
+// stream is one /-/lb/events client.
+type stream struct {
+	ch      chan []byte
+	dropped chan struct{}
+	once    sync.Once
+}
+
+func (s *stream) drop() { s.once.Do(func() { close(s.dropped) }) }
+
+// subscribe adds a stream, or returns nil at the limit or after stop.
+func (d *dashboard) subscribe() *stream {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.shutdown || len(d.streams) >= d.maxStreams {
+		return nil
+	}
+	s := &stream{ch: make(chan []byte, streamBuffer), dropped: make(chan struct{})}
+	d.streams[s] = struct{}{}
+	return s
+}
+
+func (d *dashboard) unsubscribe(s *stream) {
+	d.mu.Lock()
+	delete(d.streams, s)
+	d.mu.Unlock()
+}
+
+// broadcast queues msg on every stream; a stream whose buffer is full is
+// dropped (its handler returns, the browser reconnects and gets the whole
+// state again).
+func (d *dashboard) broadcast(msg []byte) {
+	d.mu.Lock()
+	streams := make([]*stream, 0, len(d.streams))
+	for s := range d.streams {
+		streams = append(streams, s)
+	}
+	d.mu.Unlock()
+	for _, s := range streams {
+		select {
+		case s.ch <- msg:
+		default:
+			d.unsubscribe(s)
+			s.drop()
+		}
+	}
+}
+
+// sseMessage encodes one server-sent event.
+func sseMessage(event string, v any) []byte {
+	data, err := json.Marshal(v)
+	if err != nil {
+		data = []byte(fmt.Sprintf("%q", err.Error()))
+	}
+	var b bytes.Buffer
+	b.Grow(len(data) + len(event) + 16)
+	fmt.Fprintf(&b, "event: %s\ndata: ", event)
+	b.Write(data)
+	b.WriteString("\n\n")
+	return b.Bytes()
+}
+
+// streamWriteTimeout bounds one write to a stream: a client that stopped
+// reading is cut off rather than held.
+const streamWriteTimeout = 10 * time.Second
+
+// serveEvents is GET /-/lb/events: a text/event-stream that starts with
+// the whole state ("state"), then pushes "update" events (changed
+// services, new timeline entries) at most 4 times a second, and a comment
+// every heartbeat.
+func (d *dashboard) serveEvents(w http.ResponseWriter, r *http.Request) {
+	s := d.subscribe()
+	if s == nil {
+		http.Error(w, "too many /-/lb/events streams, or shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	defer d.unsubscribe(s)
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	write := func(b []byte) bool {
+		rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	// Subscribed before the state is read, so no change falls in between.
+	if !write(append([]byte("retry: 1000\n\n"), sseMessage("state", d.g.State())...)) {
+		return
+	}
+	hb := time.NewTicker(d.heartbeat)
+	defer hb.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-d.done:
+			return
+		case <-s.dropped:
+			return
+		case msg := <-s.ch:
+			if !write(msg) {
+				return
+			}
+		case <-hb.C:
+			if !write([]byte(": heartbeat\n\n")) {
+				return
+			}
+		}
+	}
+}
