@@ -55,8 +55,9 @@
 // time to pass. The mirror keeps each instance's revision ([Entry],
 // [Mirror.Entries]); a put that leaves a value unchanged (a lease refresh)
 // only updates it and calls OnRefresh, so it costs no copy and no rebuild;
-// one that re-puts the stored bytes is found by a byte comparison, without
-// decoding the value or allocating (about 0.1 µs, BenchmarkMirrorRefresh).
+// one that re-puts the stored bytes is found by a keyed hash of them,
+// without decoding the value or allocating (about 0.2 µs in a mirror of
+// 100,000 instances, BenchmarkMirrorRefresh).
 // Revisions are the server's, so no client can forge their order; the
 // subscriber orders membership by them. When the bucket is gone (a server
 // restarted without its store, a deleted bucket), the mirror recreates it
