@@ -317,7 +317,10 @@ func BenchmarkHeartbeatCPU(b *testing.B) {
 		p, admin, _ := startGateway(b, nb)
 		defer p.Stop(b, 30*time.Second)
 
-		// The gateway's own background (timers, GC, metrics), with no load.
+		// The gateway's own background (timers, GC, metrics), with no load,
+		// once the start's aftermath (the registry's second delivery of
+		// each service, the GC of the load's garbage) is over.
+		time.Sleep(window(10*time.Second, 200*time.Millisecond))
 		idle := win / 4
 		idle0, _ := procStat(b, p.Pid())
 		time.Sleep(idle)
