@@ -190,6 +190,12 @@ func reportHeartbeats(b *testing.B, st scale.HeartbeatStats, sz scale.Size) {
 
 // procStat returns the CPU time and the resident memory of process pid.
 func procStat(tb testing.TB, pid int) (cpu time.Duration, rss int64) {
+	cpu, rss, _ = procStatPeak(tb, pid)
+	return cpu, rss
+}
+
+// procStatPeak is procStat with the peak resident memory so far (VmHWM).
+func procStatPeak(tb testing.TB, pid int) (cpu time.Duration, rss, peak int64) {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		tb.Fatal(err)
@@ -204,14 +210,20 @@ func procStat(tb testing.TB, pid int) (cpu time.Duration, rss int64) {
 		tb.Fatal(err)
 	}
 	defer status.Close()
+	kB := func(v string) int64 {
+		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		return n * 1024
+	}
 	sc := bufio.NewScanner(status)
 	for sc.Scan() {
 		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			rss = kb * 1024
+			rss = kB(rest)
+		}
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			peak = kB(rest)
 		}
 	}
-	return cpu, rss
+	return cpu, rss, peak
 }
 
 var (
@@ -272,14 +284,16 @@ func startGateway(b *testing.B, nb bus) (*testutil.Proc, string, time.Duration) 
 
 // BenchmarkColdStart: a gateway process starts against a registry holding
 // the whole fleet; measured from its exec until Start returned (every
-// balancer full, /readyz ready), with its resident memory and Go heap then.
+// balancer full, /readyz ready), with its resident memory and Go heap then
+// (both depend on when the last GC ran) and its peak resident memory (the
+// high-water mark) so far. The figures are the last start's.
 func BenchmarkColdStart(b *testing.B) {
 	sz := size(b)
 	eachDeployment(b, func(b *testing.B, nb bus) {
 		_, _, load := loadFleet(b, nb, sz)
 		gateway(b)
 		var total time.Duration
-		var rss int64
+		var rss, peak int64
 		var heap float64
 		for b.Loop() {
 			p, admin, took := startGateway(b, nb)
@@ -288,13 +302,14 @@ func BenchmarkColdStart(b *testing.B) {
 			if m.routed != sz.Total() {
 				b.Fatalf("gateway routes %d instances, want %d", m.routed, sz.Total())
 			}
-			_, rss = procStat(b, p.Pid())
+			_, rss, peak = procStatPeak(b, p.Pid())
 			heap = m.heap
 			p.Stop(b, 30*time.Second)
 		}
 		b.ReportMetric(float64(load.Milliseconds()), "load-ms")
 		b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "start-ms")
 		b.ReportMetric(float64(rss)/1e6, "rss-MB")
+		b.ReportMetric(float64(peak)/1e6, "peak-MB")
 		b.ReportMetric(heap/1e6, "heap-MB")
 		b.ReportMetric(float64(sz.Total()), "instances")
 	})
