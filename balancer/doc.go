@@ -19,16 +19,16 @@
 //
 // A pick goes through two steps:
 //
-//  1. The zone choice, made once, by the balancer. A zone forced with
-//     [WithZone] is used while it has a server whose breaker is closed;
-//     otherwise the zone filter (Config.Filter: ZoneAffinity,
-//     ZonePreference or None) narrows the candidates to the client's zone
-//     or leaves all of them. Then, when zones are avoided (Config.ZoneAware,
-//     or the ZoneAvoidance rule) and the candidates span several zones,
-//     zones that are blacked out or overloaded are avoided as Ribbon's
-//     ZoneAwareLoadBalancer and ZoneAvoidanceRule do, and one zone is drawn
-//     at random weighted by its instance count: with ZoneAware alone only
-//     when some zone is avoided, with ZoneAvoidance on every pick.
+//  1. The zone choice, by the balancer. A zone forced with [WithZone] is
+//     used while it has a server whose breaker is closed; otherwise the
+//     zone filter (Config.Filter: ZoneAffinity, ZonePreference or None)
+//     narrows the candidates to the client's zone or leaves all of them.
+//     Then, when zones are avoided (Config.ZoneAware, or the ZoneAvoidance
+//     rule) and the candidates span several zones, zones that are blacked
+//     out or overloaded are avoided as Ribbon's ZoneAwareLoadBalancer and
+//     ZoneAvoidanceRule do, and one zone is drawn at random weighted by its
+//     instance count: with ZoneAware alone only when some zone is avoided,
+//     with ZoneAvoidance on every pick.
 //  2. The [Rule] (RoundRobin, Random, WeightedResponseTime, BestAvailable,
 //     LeastRequest, AvailabilityFiltering, ZoneAvoidance, Retry, Maglev
 //     (configured as Maglev or Rendezvous), or one of your own) picks a
@@ -37,16 +37,23 @@
 //     (with the key of [WithKey]), the randomness and the clock. If it
 //     declines a zone, it is asked once more with every alive server.
 //
-// Zone statistics (instance count, tripped count, active requests, load per
-// server) are cached per zone and refreshed at most every
-// Config.ZoneStatsInterval or at once when a circuit breaker changes state,
-// so zone-aware picks stay O(zones), not O(servers).
+// The zone choice is decided off the pick path, as grpc-go builds a picker
+// when its inputs change: from the zone statistics (instance count, tripped
+// count, active requests, load per server), the filter's scope, the zones
+// avoided and the cumulative weights of the zone draw are computed and
+// published with the snapshot. A list change makes the decision with the
+// new snapshot; a circuit breaker that trips or resets makes it again at
+// once; load makes it again at most every Config.ZoneStatsInterval, when a
+// request starts or ends or a Pick finds it that old; a blackout's end is
+// seen by the next pick. A pick loads the decision, and draws a zone with
+// one random number when zones are drawn: O(1), with no clock read for
+// Choose unless a breaker is open, requests are in flight or load changed
+// since.
 //
 // Ribbon applies its server-list filter only when the list is polled, so with
 // push updates (no polling) a zone-affinity filter would never revisit its
-// decision. pushlb evaluates the zone filter on every pick from the cached
-// zone statistics instead: the decision follows load and failures as they
-// happen.
+// decision. pushlb's filter is part of the zone decision instead: it
+// follows load and failures within ZoneStatsInterval.
 //
 // # Custom rules
 //
