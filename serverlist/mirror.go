@@ -744,8 +744,8 @@ func (m *Mirror) refresh(old *mirrorEntry, rev uint64) {
 }
 
 // maxEncodedID is the length of the longest key part EncodeKey makes of an
-// instance ID.
-var maxEncodedID = keyEncoding.EncodedLen(events.MaxInstanceIDLength)
+// instance ID: unpadded base64 of events.MaxInstanceIDLength bytes.
+const maxEncodedID = (events.MaxInstanceIDLength*8 + 5) / 6
 
 // sameBytes returns the entry that e refreshes: a put whose key the mirror
 // holds, with the very bytes stored (their sum, see valueSum). It returns nil for anything else (a

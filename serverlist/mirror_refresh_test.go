@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pushlb/pushlb/events"
 )
 
 // fakeEntry is a watch update built in memory, so that the mirror's apply
@@ -126,6 +128,9 @@ func BenchmarkMirrorRefresh(b *testing.B) {
 // OnChange, no new state, no allocation. The same instance in other bytes
 // is a refresh too, found by decoding; a changed value is a change.
 func TestMirrorRefreshCostsNothing(t *testing.T) {
+	if want := keyEncoding.EncodedLen(events.MaxInstanceIDLength); maxEncodedID != want {
+		t.Fatalf("maxEncodedID = %d, want %d", maxEncodedID, want)
+	}
 	var changes, refreshes int
 	var lastRev uint64
 	m, ents := refreshFleet(t, 10, 10, MirrorConfig{
