@@ -47,7 +47,9 @@ func wantsZonePerPick(r Rule) bool {
 // tree of active counts, Maglev's table): the balancer calls prepare with
 // each new snapshot before installing it, with its list lock held, so picks
 // find the index built.
-type preparer interface{ prepare(b *Balancer, s *Snapshot) }
+type preparer interface {
+	prepare(b *Balancer, s *Snapshot)
+}
 
 // prepareRule lets r index s, if it does.
 func prepareRule(b *Balancer, r Rule, s *Snapshot) {
