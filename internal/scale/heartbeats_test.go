@@ -73,7 +73,18 @@ func TestHeartbeats(t *testing.T) {
 		done <- st
 	}()
 
-	time.Sleep(3 * period)
+	// Waits on the puts seen, not on time: the generator's progress is what
+	// the checks below need.
+	total := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, c := range puts {
+			n += c
+		}
+		return n
+	}
+	testutil.Eventually(t, "three rounds of heartbeats", func() bool { return total() >= 3*len(recs) })
 	// Replace the first two records by new ones, as a churn wave does.
 	news, err := scale.Encode(f.Instance(0, 0, 1), f.Instance(0, 1, 1))
 	if err != nil {
@@ -95,11 +106,22 @@ func TestHeartbeats(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Receive(t, marked, 10*time.Second, "the marker")
-	time.Sleep(2 * period) // each record's turn came twice meanwhile
+	// Two more rounds of the records left: each one taken out had its turn
+	// twice meanwhile.
+	base := total()
+	testutil.Eventually(t, "two rounds without the records taken out", func() bool { return total() >= base+2*(len(recs)-2) })
 	if err := h.Replace(ctx, []int{0, 1}, news); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * period)
+	refreshed := func(in serverlist.Instance) int {
+		key, _ := serverlist.EncodeKey(in.Service, in.InstanceID)
+		mu.Lock()
+		defer mu.Unlock()
+		return puts[key]
+	}
+	testutil.Eventually(t, "the replacements refreshed", func() bool {
+		return refreshed(f.Instance(0, 0, 1)) >= 2 && refreshed(f.Instance(0, 1, 1)) >= 2
+	})
 	cancel()
 	st := <-done
 
