@@ -91,18 +91,7 @@ func (c *Cluster) URL() string {
 // over to the others) and closes it in tb.Cleanup.
 func (c *Cluster) Connect(tb testing.TB, opts ...nats.Option) *nats.Conn {
 	tb.Helper()
-	all := append([]nats.Option{
-		nats.Name(tb.Name()),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(20 * time.Millisecond),
-		nats.ReconnectJitter(0, 0),
-	}, opts...)
-	nc, err := nats.Connect(c.URL(), all...)
-	if err != nil {
-		tb.Fatalf("natstest: connect %s: %v", c.URL(), err)
-	}
-	tb.Cleanup(nc.Close)
-	return nc
+	return connect(tb, c.URL(), opts)
 }
 
 // WaitJetStream waits until the running nodes have a JetStream meta leader,

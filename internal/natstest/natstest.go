@@ -227,15 +227,22 @@ func (s *Server) RestartWithoutStore(tb testing.TB) {
 // are applied after them and may override them.
 func (s *Server) Connect(tb testing.TB, opts ...nats.Option) *nats.Conn {
 	tb.Helper()
+	return connect(tb, s.URL(), opts)
+}
+
+// connect connects to url with the test defaults, then opts, and closes
+// the connection in tb.Cleanup.
+func connect(tb testing.TB, url string, opts []nats.Option) *nats.Conn {
+	tb.Helper()
 	all := append([]nats.Option{
 		nats.Name(tb.Name()),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(20 * time.Millisecond),
 		nats.ReconnectJitter(0, 0),
 	}, opts...)
-	nc, err := nats.Connect(s.URL(), all...)
+	nc, err := nats.Connect(url, all...)
 	if err != nil {
-		tb.Fatalf("natstest: connect %s: %v", s.URL(), err)
+		tb.Fatalf("natstest: connect %s: %v", url, err)
 	}
 	tb.Cleanup(nc.Close)
 	return nc
