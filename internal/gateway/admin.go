@@ -206,6 +206,9 @@ func (g *Gateway) adminHandler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", g.serveHealth)
 	mux.HandleFunc("GET /readyz", g.serveReady)
+	if g.cfg.Pprof {
+		registerPprof(mux)
+	}
 	if g.demo != nil {
 		mux.HandleFunc("POST /-/demo/stop/{name}", g.demo.serveStop)
 		mux.HandleFunc("POST /-/demo/start/{name}", g.demo.serveStart)

@@ -97,6 +97,10 @@ type Config struct {
 	// detection time. Off unless Bind or Join is set.
 	Gossip gossipflag.Settings `yaml:"gossip"`
 
+	// Pprof serves net/http/pprof's profiles under /debug/pprof/ on the
+	// admin listener. Default off.
+	Pprof bool `yaml:"pprof"`
+
 	// Demo starts three local backends in two zones that announce
 	// themselves as service "demo".
 	Demo bool `yaml:"demo"`

@@ -10,6 +10,7 @@ import "flag"
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "proxy `address`")
 	fs.StringVar(&c.Admin, "admin", c.Admin, `admin `+"`address`"+` for /-/lb, /metrics, /healthz, /readyz ("off" to disable)`)
+	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve Go profiles (net/http/pprof) under /debug/pprof/ on the admin address")
 	c.HTTP.RegisterFlags(fs)
 	c.NATS.RegisterFlags(fs)
 	fs.Lookup("nats").Usage = "NATS server `URL`s (nats://, tls://, ws:// or wss://), comma-separated; empty starts an embedded server with JetStream"
