@@ -205,7 +205,7 @@ func NewProxy(rt http.RoundTripper, opts ...ProxyOption) (*Proxy, error) {
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:       p.rewrite,
 		Transport:     rt,
-		FlushInterval: -1,
+		FlushInterval: 0, // flushWriter flushes responses of known length; ReverseProxy the others
 		ErrorHandler:  p.handleError,
 		ErrorLog:      log.New(p.log, "", 0),
 		BufferPool:    newCopyBuffers(),
@@ -237,7 +237,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r = r.WithContext(ctx)
 		}
 	}
-	p.rp.ServeHTTP(w, r)
+	p.rp.ServeHTTP(&flushWriter{ResponseWriter: w}, r)
 }
 
 // rewrite turns the inbound request into one for the routed service.

@@ -231,8 +231,8 @@ func TestProxyStreamsResponses(t *testing.T) {
 	next := make(chan struct{})
 	stream := newBackend(t, "stream", func(w http.ResponseWriter, r *http.Request) {
 		// A known length and a plain type: ReverseProxy flushes these only
-		// because the Proxy asks it to (it always flushes event streams and
-		// bodies of unknown length).
+		// because the Proxy's flushWriter does (it always flushes event
+		// streams and bodies of unknown length).
 		w.Header().Set("Content-Type", "text/plain")
 		w.Header().Set("Content-Length", "27")
 		rc := http.NewResponseController(w)
