@@ -93,12 +93,6 @@ type activeBody struct {
 	ended atomic.Bool
 }
 
-// trackBody returns body wrapped to end pick once, at EOF, on a read error
-// or at Close.
-func trackBody(body io.ReadCloser, pick balancer.Pick) io.ReadCloser {
-	return &activeBody{ReadCloser: body, pick: pick}
-}
-
 // Read reads from the body and ends the request at EOF or on an error.
 func (b *activeBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)

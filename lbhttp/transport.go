@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -349,12 +350,13 @@ func (r *roundTrip) attempt(ctx context.Context, pick balancer.Pick) (*http.Resp
 	if r.t.obs.OnPick != nil {
 		r.t.obs.OnPick(r.service, srv)
 	}
-	out := new(http.Request)
-	*out = *r.req
-	u := *r.req.URL
-	u.Scheme = srv.URLScheme()
-	u.Host = srv.Addr()
-	out.URL = &u
+	// One allocation for the attempt's request, its URL and the tracking
+	// of its response body.
+	a := &attemptState{req: *r.req, url: *r.req.URL}
+	out := &a.req
+	a.url.Scheme = srv.URLScheme()
+	a.url.Host = srv.Addr()
+	out.URL = &a.url
 	if !r.keepHost {
 		out.Host = ""
 	}
@@ -379,7 +381,8 @@ func (r *roundTrip) attempt(ctx context.Context, pick balancer.Pick) (*http.Resp
 			pick.Done(balancer.DoneInfo{ResponseTime: elapsed})
 		} else {
 			pick.Responded(elapsed)
-			resp.Body = trackBody(resp.Body, pick)
+			a.body = activeBody{ReadCloser: resp.Body, pick: pick}
+			resp.Body = &a.body
 		}
 		resp.Request = r.req
 	} else {
@@ -395,6 +398,15 @@ func (r *roundTrip) attempt(ctx context.Context, pick balancer.Pick) (*http.Resp
 		r.t.obs.OnResult(res)
 	}
 	return resp, connectFailure, err
+}
+
+// attemptState is what one attempt allocates: the request sent, its URL,
+// and the wrapper that keeps the request active until the response body
+// ends.
+type attemptState struct {
+	req  http.Request
+	url  url.URL
+	body activeBody
 }
 
 // mayRetry reports whether the method, the body and the kind of failure
