@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Runs the side-by-side pick benchmarks (picks/) once and prints, from that
+# one run, a table of ns/op and allocs/op by contender and N, then the
+# ratios between pushlb's rules and their peers (grpc-go's round_robin,
+# caddy's selection policies).
+#
+#   bash bench/picks.sh                  # default -benchtime (1s)
+#   bash bench/picks.sh -benchtime 200ms # extra flags go to go test
+#
+# The raw go test output is kept in $PICKS_OUT when set.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+out=${PICKS_OUT:-$(mktemp)}
+[ -n "${PICKS_OUT:-}" ] || trap 'rm -f "$out"' EXIT
+echo "# commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(go version | cut -d' ' -f3), GOMAXPROCS=${GOMAXPROCS:-$(nproc)}"
+echo "# go test -run '^\$' -bench . -benchmem $* ./picks/"
+go test -run '^$' -bench . -benchmem "$@" ./picks/ > "$out"
+grep -q '^ok' "$out" || { cat "$out"; exit 1; }
+
+awk '
+/^BenchmarkPicks\// {
+	name = $1
+	sub(/^BenchmarkPicks\//, "", name)
+	sub(/-[0-9]+$/, "", name)
+	n = name; sub(/.*\/N=/, "", n)
+	who = name; sub(/\/N=[0-9]+$/, "", who)
+	ns[who, n] = $3
+	for (i = 4; i <= NF; i++) if ($(i+1) == "allocs/op") al[who, n] = $i
+	if (!(who in seen)) { seen[who] = 1; order[++nw] = who }
+	if (!(n in seenN)) { seenN[n] = 1; sizes[++nn] = n }
+}
+function fmtn(x) { return x >= 1000 ? sprintf("%.0f", x) : (x >= 100 ? sprintf("%.0f", x) : sprintf("%.1f", x)) }
+function ratio(a, b, n) { return ((a, n) in ns && (b, n) in ns && ns[b, n] > 0) ? sprintf("%.2fx", ns[a, n] / ns[b, n]) : "-" }
+END {
+	if (nw == 0) { print "no benchmark results"; exit 1 }
+	hdr = "| contender |"; sep = "|---|"
+	for (j = 1; j <= nn; j++) { hdr = hdr " N=" sizes[j] " |"; sep = sep "---|" }
+	print "ns/op (allocs/op) of one pick, serial:"
+	print ""
+	print hdr; print sep
+	for (i = 1; i <= nw; i++) {
+		line = "| " order[i] " |"
+		for (j = 1; j <= nn; j++) {
+			k = order[i] SUBSEP sizes[j]
+			line = line " " ((k in ns) ? fmtn(ns[k]) " (" al[k] ")" : "-") " |"
+		}
+		print line
+	}
+	print ""
+	print "Ratios (ns/op over ns/op, same run):"
+	print ""
+	rhdr = hdr; sub(/contender/, "ratio", rhdr)
+	print rhdr; print sep
+	nr = split("pushlb/RoundRobin_1zone:grpc/round_robin;" \
+		"pushlb/RoundRobin_3zones:grpc/round_robin;" \
+		"pushlb/ZoneAvoidance_3zones:grpc/round_robin;" \
+		"pushlb/RoundRobin_1zone:caddy/RoundRobin;" \
+		"caddy/Random:pushlb/Random_3zones;" \
+		"caddy/LeastConn:pushlb/BestAvailable_3zones;" \
+		"caddy/LeastConn:pushlb/LeastRequest_3zones;" \
+		"caddy/IPHash:pushlb/Maglev_3zones_keyed", pairs, ";")
+	for (r = 1; r <= nr; r++) {
+		split(pairs[r], ab, ":")
+		line = "| " ab[1] " / " ab[2] " |"
+		for (j = 1; j <= nn; j++) line = line " " ratio(ab[1], ab[2], sizes[j]) " |"
+		print line
+	}
+}' "$out"
