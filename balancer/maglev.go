@@ -172,21 +172,11 @@ func buildMaglev(servers []*Server) *maglevTable {
 // len(servers).
 func buildMaglevSize(servers []*Server, m int) *maglevTable {
 	n := len(servers)
-	type perm struct {
-		h          uint64
-		idx        int32
-		next, skip uint32
-	}
-	ps := make([]perm, n)
+	ps := make([]maglevPerm, n)
 	for i, s := range servers {
-		ps[i] = perm{h: fnv64(s.ID), idx: int32(i)}
+		ps[i] = maglevPerm{h: fnv64(s.ID), idx: int32(i)}
 	}
-	slices.SortFunc(ps, func(a, b perm) int {
-		if c := cmp.Compare(a.h, b.h); c != 0 {
-			return c
-		}
-		return cmp.Compare(servers[a.idx].ID, servers[b.idx].ID)
-	})
+	sortMaglevPerms(ps, servers)
 	for i := range ps {
 		h := ps[i].h
 		ps[i].next = uint32(mix64(h^0x9e3779b97f4a7c15) % uint64(m))
@@ -195,37 +185,107 @@ func buildMaglevSize(servers []*Server, m int) *maglevTable {
 	t := &maglevTable{m: uint64(m)}
 	if n <= math.MaxUint16 {
 		t.small = make([]uint16, m)
+		fillMaglev(t.small, ps)
 	} else {
 		t.large = make([]int32, m)
+		fillMaglev(t.large, ps)
 	}
+	return t
+}
+
+// maglevPerm is a server's permutation of the table: its slots are next,
+// next+skip, next+2*skip, ... (mod M), and next is the first of them not
+// yet known to be taken.
+type maglevPerm struct {
+	h          uint64
+	idx        int32
+	next, skip uint32
+}
+
+// fillMaglev runs Maglev's population into table (M slots, M below 2^31):
+// servers take turns, each claiming the next free slot of its
+// permutation. The cost is the probes' branch mispredictions (about one
+// per claim), so the loop has no other branch to mispredict: the
+// wrap-around mod M is a mask.
+func fillMaglev[T uint16 | int32](table []T, ps []maglevPerm) {
+	m := len(table)
 	// Which slots are taken, in a bit set that stays in the L1 cache
 	// (8 KB at 65,537 slots) while the probes run.
 	taken := make([]uint64, (m+63)/64)
 	um := uint32(m)
-	filled := 0
-	for {
+	for filled := 0; ; {
 		for i := range ps {
 			p := &ps[i]
-			c := p.next
+			c, skip := p.next, p.skip
 			for taken[c>>6]&(1<<(c&63)) != 0 {
-				if c += p.skip; c >= um {
-					c -= um
-				}
+				c = wrapMaglev(c+skip, um)
 			}
 			taken[c>>6] |= 1 << (c & 63)
-			if t.small != nil {
-				t.small[c] = uint16(p.idx)
-			} else {
-				t.large[c] = p.idx
-			}
-			if c += p.skip; c >= um {
-				c -= um
-			}
-			p.next = c
+			table[c] = T(p.idx)
+			p.next = wrapMaglev(c+skip, um)
 			if filled++; filled == m {
-				return t
+				return
 			}
 		}
+	}
+}
+
+// wrapMaglev returns c mod m for c below 2m (and 2m below 2^31), without
+// a branch.
+func wrapMaglev(c, m uint32) uint32 {
+	c -= m
+	return c + m&uint32(int32(c)>>31)
+}
+
+// sortMaglevPerms orders the permutations by their ID's hash, ties by ID:
+// a radix sort on the hash for long lists (a comparison sort of 10,000
+// costs more than the table's probes), then the rare runs of equal hashes
+// by ID.
+func sortMaglevPerms(ps []maglevPerm, servers []*Server) {
+	byID := func(a, b maglevPerm) int {
+		if c := cmp.Compare(a.h, b.h); c != 0 {
+			return c
+		}
+		return cmp.Compare(servers[a.idx].ID, servers[b.idx].ID)
+	}
+	if len(ps) < 256 {
+		slices.SortFunc(ps, byID)
+		return
+	}
+	tmp := make([]maglevPerm, len(ps))
+	src, dst := ps, tmp
+	for shift := 0; shift < 64; shift += 8 {
+		var count [256]int
+		for k := range src {
+			count[byte(src[k].h>>shift)]++
+		}
+		if count[byte(src[0].h>>shift)] == len(src) {
+			continue // every hash has this byte
+		}
+		pos := 0
+		for d, c := range count {
+			count[d] = pos
+			pos += c
+		}
+		for k := range src {
+			d := byte(src[k].h >> shift)
+			dst[count[d]] = src[k]
+			count[d]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &ps[0] {
+		copy(ps, src)
+	}
+	for lo := 0; lo < len(ps); {
+		hi := lo + 1
+		for hi < len(ps) && ps[hi].h == ps[lo].h {
+			hi++
+		}
+		if hi-lo > 1 {
+			slices.SortFunc(ps[lo:hi], byID)
+		}
+		lo = hi
 	}
 }
 

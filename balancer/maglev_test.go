@@ -1,8 +1,10 @@
 package balancer
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -303,4 +305,82 @@ func isPrime(n int) bool {
 		}
 	}
 	return true
+}
+
+// buildMaglevReference is the textbook population buildMaglevSize must
+// match slot for slot: servers sorted by hash then ID with a comparison
+// sort, each probing its permutation one slot at a time.
+func buildMaglevReference(servers []*Server, m int) []int32 {
+	type perm struct {
+		h          uint64
+		idx        int32
+		next, skip uint64
+	}
+	ps := make([]perm, len(servers))
+	for i, s := range servers {
+		ps[i] = perm{h: fnv64(s.ID), idx: int32(i)}
+	}
+	slices.SortFunc(ps, func(a, b perm) int {
+		if c := cmp.Compare(a.h, b.h); c != 0 {
+			return c
+		}
+		return cmp.Compare(servers[a.idx].ID, servers[b.idx].ID)
+	})
+	for i := range ps {
+		ps[i].next = mix64(ps[i].h^0x9e3779b97f4a7c15) % uint64(m)
+		ps[i].skip = mix64(ps[i].h^0xc2b2ae3d27d4eb4f)%uint64(m-1) + 1
+	}
+	table := make([]int32, m)
+	for i := range table {
+		table[i] = -1
+	}
+	for filled := 0; filled < m; {
+		for i := range ps {
+			p := &ps[i]
+			for table[p.next] >= 0 {
+				p.next = (p.next + p.skip) % uint64(m)
+			}
+			table[p.next] = p.idx
+			p.next = (p.next + p.skip) % uint64(m)
+			if filled++; filled == m {
+				break
+			}
+		}
+	}
+	return table
+}
+
+// TestMaglevBuildMatchesReference checks that the optimised build (radix
+// sort, branchless probing, 16- and 32-bit tables) gives the textbook
+// table, so that gateways running either agree on every key.
+func TestMaglevBuildMatchesReference(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 10, 255, 256, 1000, 10_000, 70_000} {
+		if n > 10_000 && testing.Short() {
+			continue
+		}
+		servers := make([]*Server, n)
+		for i := range servers {
+			servers[i] = &Server{ID: fmt.Sprintf("10.0.%d.%d:8080", i/256, i%256)}
+		}
+		// Shuffled: neither build may depend on the list's order.
+		rand.New(rand.NewPCG(1, uint64(n))).Shuffle(n, func(i, j int) { servers[i], servers[j] = servers[j], servers[i] })
+		m := maglevSize(n)
+		got, want := buildMaglevSize(servers, m), buildMaglevReference(servers, m)
+		for slot := range m {
+			if g := got.at(uint64(slot)); int32(g) != want[slot] {
+				t.Fatalf("N=%d M=%d slot %d: server %d, want %d", n, m, slot, g, want[slot])
+			}
+		}
+	}
+}
+
+// TestWrapMaglev checks the branchless mod at its edges.
+func TestWrapMaglev(t *testing.T) {
+	for _, m := range []uint32{2, 65537, 6553621} {
+		for _, c := range []uint32{0, 1, m - 1, m, m + 1, 2*m - 1} {
+			if got := wrapMaglev(c, m); got != c%m {
+				t.Errorf("wrapMaglev(%d, %d) = %d, want %d", c, m, got, c%m)
+			}
+		}
+	}
 }
