@@ -78,11 +78,13 @@ func profileDir(t *testing.T) string {
 	return dir
 }
 
-func startGateway(t *testing.T) *gateway.Gateway {
+// startGateway starts a gateway with an embedded NATS server, in demo
+// mode (three demo backends) when demo is set.
+func startGateway(t *testing.T, demo bool) *gateway.Gateway {
 	cfg := gateway.DefaultConfig()
 	cfg.Listen, cfg.Admin, cfg.EmbeddedNATS = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.DataDir = t.TempDir()
-	cfg.Demo = true
+	cfg.Demo = demo
 	g, err := gateway.New(cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +134,7 @@ func poll(t *testing.T, ctx context.Context, what, expr string, within time.Dura
 // timeline names both changes.
 func TestDashboardFollowsListChanges(t *testing.T) {
 	ctx := browser(t)
-	g := startGateway(t)
+	g := startGateway(t, true)
 	admin := "http://" + g.AdminAddr()
 	if err := chromedp.Do(ctx, chromedp.Navigate(admin+"/-/lb")); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,117 @@
+package e2e
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/pushlb/pushlb/internal/gateway"
+	"github.com/pushlb/pushlb/internal/scale"
+	"github.com/pushlb/pushlb/internal/testutil"
+)
+
+// loadFleet registers services x instances (svc-0 … svc-N, instances in
+// zones a, b, c) in the gateway's registry and publishes their online
+// events, as that many announcers would, and waits until the gateway
+// balances all of them.
+func loadFleet(t *testing.T, g *gateway.Gateway, services, instances int) {
+	t.Helper()
+	nc, err := nats.Connect(g.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	f, err := scale.NewFleet(t.Context(), nc, scale.Size{Services: services, Instances: instances, Gateways: 1}, gateway.DefaultConfig().Lease, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Register(t.Context(), nc, f.Generation(0)...); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "every instance in the gateway", func() bool {
+		st := g.State()
+		if len(st.Services) != services {
+			return false
+		}
+		for _, s := range st.Services {
+			if len(s.Servers) != instances {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// visibleJS counts the services the filter leaves shown.
+const visibleJS = `[...document.querySelectorAll("#services details.svc")].filter(e => !e.hidden).length`
+
+// filterJS types f in the filter box as one input event and resolves, at
+// the first animation frame where the page shows want services, with the
+// milliseconds that took.
+func filterJS(f string, want int) string {
+	return `new Promise(resolve => {
+  const box = document.getElementById("filter"), t0 = performance.now();
+  box.value = ` + strconv.Quote(f) + `; box.dispatchEvent(new Event("input"));
+  const check = () => ` + visibleJS + ` === ` + strconv.Itoa(want) + ` ? resolve(performance.now() - t0) : requestAnimationFrame(check);
+  requestAnimationFrame(check);
+})`
+}
+
+// With 1,000 services of 3 instances, the page renders every service
+// collapsed (no instance row built until one is opened), and the filter
+// box narrows the list to one service by name.
+func TestDashboardWithThousandServices(t *testing.T) {
+	const services, instances = 1000, 3
+	ctx := browser(t)
+	g := startGateway(t, false)
+	loadFleet(t, g, services, instances)
+
+	start := time.Now()
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+g.AdminAddr()+"/-/lb")); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "1,000 services on the page", `document.querySelectorAll("#services details.svc").length === 1000`, 20*time.Second)
+	firstRender := time.Since(start)
+	inPage, _ := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`[window.pushlbFirstState || 0, window.pushlbFirstFullRender || 0]`))
+	if len(inPage) != 2 {
+		inPage = []float64{0, 0}
+	}
+	t.Logf("%d services x %d instances: rendered %v after the navigation began (in the page: the state parsed %.0f ms, rendered %.0f ms after the navigation start)",
+		services, instances, firstRender.Round(time.Millisecond), inPage[0], inPage[1])
+
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#services details[open]").length`)); err != nil || n != 0 {
+		t.Fatalf("%d services open (%v), want all collapsed", n, err)
+	}
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("tr.instance").length`)); err != nil || n != 0 {
+		t.Errorf("%d instance rows built (%v), want none while every service is collapsed", n, err)
+	}
+
+	// A user types the name: one service left.
+	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#filter"), "svc-500")); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the filter to leave svc-500 alone", visibleJS+` === 1 && [...document.querySelectorAll("#services details.svc")].find(e => !e.hidden).dataset.name === "svc-500"`, 2*time.Second)
+	// Opened, it shows its instances.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#services details.svc:not([hidden]) > summary`))); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "svc-500's instances", `document.querySelectorAll("#services details[open] tr.instance").length === 3`, 2*time.Second)
+
+	// Timed: clearing the filter, then narrowing again, each as one input.
+	all := measure(t, ctx, filterJS("", services))
+	one := measure(t, ctx, filterJS("svc-500", 1))
+	t.Logf("filter: %.1f ms to show all %d services again, %.1f ms to narrow to one (input to the frame that shows it)", all, services, one)
+}
+
+func measure(t *testing.T, ctx context.Context, js string) float64 {
+	t.Helper()
+	ms, err := chromedp.Run(ctx, chromedp.Evaluate[float64](js, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}

@@ -1,0 +1,112 @@
+package gateway
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/pushlb/pushlb/internal/scale"
+	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+// Payload budgets of the dashboard with many services: the whole state
+// grows with the instances, within these bounds per instance; an update
+// for one change does not grow with the number of services.
+const (
+	maxSnapshotPerInstance = 700  // bytes of the indented /-/lb JSON per instance
+	maxStatePerInstance    = 450  // bytes of the stream's first "state" event per instance
+	maxDeltaBytes          = 4096 // bytes of the "update" event for one instance leaving
+)
+
+// loadFleet registers services x instances in the gateway's registry (and
+// publishes their online events), as that many announcers would, and waits
+// until the gateway balances all of them and its dashboard has pushed every
+// resulting change.
+func loadFleet(t *testing.T, g *Gateway, services, instances int) (*scale.Fleet, *nats.Conn, []serverlist.Instance) {
+	t.Helper()
+	nc, err := nats.Connect(g.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	f, err := scale.NewFleet(t.Context(), nc, scale.Size{Services: services, Instances: instances, Gateways: 1}, g.cfg.Lease, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ins := f.Generation(0)
+	if err := f.Register(t.Context(), nc, ins...); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "every instance in the gateway", func() bool {
+		names := g.client.Services()
+		if len(names) != services {
+			return false
+		}
+		for _, n := range names {
+			if st, ok := g.client.ServiceStats(n); !ok || st.Servers != instances {
+				return false
+			}
+		}
+		return true
+	})
+	testutil.Eventually(t, "the dashboard to have pushed every change", func() bool {
+		g.dash.mu.Lock()
+		defer g.dash.mu.Unlock()
+		return len(g.dash.dirty) == 0 && g.dash.sentSeq == g.dash.seq
+	})
+	return f, nc, ins
+}
+
+// With 1,000 services of 3 instances, the snapshot and the stream's first
+// state stay within a budget per instance, and one instance leaving pushes
+// an update of that service alone, not the whole state.
+func TestDashboardWithThousandServices(t *testing.T) {
+	const services, instances = 1000, 3
+	g := startGateway(t, testConfig(t))
+	f, nc, ins := loadFleet(t, g, services, instances)
+	total := services * instances
+
+	_, snapshot := get(t, "http://"+g.AdminAddr()+"/-/lb")
+	var st struct{ Services []ServiceState }
+	if err := json.Unmarshal([]byte(snapshot), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Services) != services {
+		t.Fatalf("/-/lb: %d services, want %d", len(st.Services), services)
+	}
+	ch, _ := openStream(t, g)
+	state := nextEvent(t, ch, "state", nil)
+	t.Logf("%d services x %d instances: /-/lb JSON %d bytes (%d per instance), stream's first state %d bytes (%d per instance), page %d bytes",
+		services, instances, len(snapshot), len(snapshot)/total, len(state), len(state)/total, len(dashboardHTML))
+	if len(snapshot) > maxSnapshotPerInstance*total {
+		t.Errorf("/-/lb: %d bytes, over the budget of %d per instance", len(snapshot), maxSnapshotPerInstance)
+	}
+	if len(state) > maxStatePerInstance*total {
+		t.Errorf("first state: %d bytes, over the budget of %d per instance", len(state), maxStatePerInstance)
+	}
+
+	gone := ins[500*instances] // instance 0 of svc-500
+	if err := f.Deregister(t.Context(), nc, gone); err != nil {
+		t.Fatal(err)
+	}
+	var u update
+	data := nextEvent(t, ch, "update", func(data string) bool {
+		u = update{}
+		json.Unmarshal([]byte(data), &u)
+		for _, s := range u.Services {
+			if s.Name == gone.Service && len(s.Servers) == instances-1 {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("one instance leaving: an update of %d bytes (%d services, %d changes)", len(data), len(u.Services), len(u.Changes))
+	if len(u.Services) != 1 || len(u.Removed) != 0 || len(u.Changes) != 1 || u.Changes[0].Instance != gone.InstanceID {
+		t.Errorf("update for one instance leaving: %d services, removed %v, changes %+v", len(u.Services), u.Removed, u.Changes)
+	}
+	if len(data) > maxDeltaBytes {
+		t.Errorf("update for one instance leaving: %d bytes, over %d", len(data), maxDeltaBytes)
+	}
+}
