@@ -7,13 +7,14 @@
 #   bash bench/picks.sh                  # default -benchtime (1s)
 #   bash bench/picks.sh -benchtime 200ms # extra flags go to go test
 #
-# The raw go test output is kept in $PICKS_OUT when set.
+# The raw go test output is kept in $PICKS_OUT when set; PUSHLB_COMMIT
+# names the commit measured when this is not a git checkout.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 out=${PICKS_OUT:-$(mktemp)}
 [ -n "${PICKS_OUT:-}" ] || trap 'rm -f "$out"' EXIT
-echo "# commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(go version | cut -d' ' -f3), GOMAXPROCS=${GOMAXPROCS:-$(nproc)}"
+echo "# commit ${PUSHLB_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")}, $(go version | cut -d' ' -f3), GOMAXPROCS=${GOMAXPROCS:-$(nproc)}"
 echo "# go test -run '^\$' -bench . -benchmem $* ./picks/"
 go test -run '^$' -bench . -benchmem "$@" ./picks/ > "$out"
 grep -q '^ok' "$out" || { cat "$out"; exit 1; }
