@@ -172,22 +172,37 @@ func (g *Gateway) serviceState(name string) (ServiceState, bool) {
 	return ss, true
 }
 
-// markAvoided marks the zones the zone-avoidance logic leaves out, as
-// Ribbon's ZoneAvoidanceRule.getAvailableZones does: zones without a
-// server or with a tripped share at the blackout percentage, then, when
-// the worst load per server of the rest reaches the triggering load, the
-// worst zone (every one tied for worst: the balancer drops one of them).
+// markAvoided marks the zones the zone-avoidance logic leaves out, as the
+// balancer's avoidZonesOf does after Ribbon's
+// ZoneAvoidanceRule.getAvailableZones: zones without a server or with a
+// tripped share at the blackout percentage, then, when the worst load per
+// server of the rest reaches the triggering load (or a zone was dropped),
+// the worst zone (every one tied for worst: the balancer drops one of
+// them), but never the last zone left. With no zone left at all, the
+// balancer uses every server: no zone is avoided.
 func markAvoided(zones map[string]ZoneState, th balancer.ZoneAvoidanceConfig) {
-	worst, limited := -1.0, false
-	for z, zs := range zones {
-		if zs.Instances == 0 || float64(zs.Tripped)/float64(zs.Instances) >= th.BlackoutPercentage {
-			zs.Avoided, limited = true, true
-			zones[z] = zs
+	out := func(zs ZoneState) bool {
+		return zs.Instances == 0 || zs.LoadPerServer < 0 || float64(zs.Tripped)/float64(zs.Instances) >= th.BlackoutPercentage
+	}
+	worst, limited, avail := -1.0, false, 0
+	for _, zs := range zones {
+		if out(zs) {
+			limited = true
 			continue
 		}
+		avail++
 		worst = max(worst, zs.LoadPerServer)
 	}
-	if worst < 0 || (worst < th.TriggeringLoadPerServer && !limited) {
+	if avail == 0 {
+		return
+	}
+	for z, zs := range zones {
+		if out(zs) {
+			zs.Avoided = true
+			zones[z] = zs
+		}
+	}
+	if avail == 1 || (worst < th.TriggeringLoadPerServer && !limited) {
 		return
 	}
 	for z, zs := range zones {

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/lbhttp"
 )
 
 // Dashboard limits and pacing.
@@ -97,6 +99,9 @@ type dashboard struct {
 	streams  map[*stream]struct{}
 	fprints  map[string]uint64 // services' request counters at the last stats check
 	shutdown bool
+	// nstreams mirrors len(streams) for the request path, which reads it
+	// without the lock.
+	nstreams atomic.Int32
 
 	wake     chan struct{}
 	done     chan struct{}
@@ -188,6 +193,27 @@ func (d *dashboard) poke() {
 	case d.wake <- struct{}{}:
 	default:
 	}
+}
+
+// observer wraps the proxy's observer: an attempt that fails marks its
+// service, so that the failures it counts and a breaker it trips show at
+// the next update (within updateInterval) rather than at the next stats
+// check. Without a stream open it costs an atomic load.
+func (d *dashboard) observer(next lbhttp.Observer) lbhttp.Observer {
+	onResult := next.OnResult
+	next.OnResult = func(r lbhttp.Result) {
+		if onResult != nil {
+			onResult(r)
+		}
+		if r.Err == nil || d.nstreams.Load() == 0 {
+			return
+		}
+		d.mu.Lock()
+		d.dirty[r.Service] = struct{}{}
+		d.mu.Unlock()
+		d.poke()
+	}
+	return next
 }
 
 // Timeline returns the recent list changes, oldest first.
@@ -388,12 +414,14 @@ func (d *dashboard) subscribe() *stream {
 	}
 	s := &stream{ch: make(chan []byte, streamBuffer), dropped: make(chan struct{})}
 	d.streams[s] = struct{}{}
+	d.nstreams.Store(int32(len(d.streams)))
 	return s
 }
 
 func (d *dashboard) unsubscribe(s *stream) {
 	d.mu.Lock()
 	delete(d.streams, s)
+	d.nstreams.Store(int32(len(d.streams)))
 	d.mu.Unlock()
 }
 

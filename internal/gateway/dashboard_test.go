@@ -284,6 +284,9 @@ func TestMarkAvoided(t *testing.T) {
 		{"idle", map[string]ZoneState{"a": {Instances: 2}, "b": {Instances: 1}}, nil},
 		{"loaded", map[string]ZoneState{"a": {Instances: 2, LoadPerServer: 0.5}, "b": {Instances: 1, LoadPerServer: 0.1}}, []string{"a"}},
 		{"blacked out", map[string]ZoneState{"a": {Instances: 2, Tripped: 2}, "b": {Instances: 1}, "c": {Instances: 1, LoadPerServer: 0.1}}, []string{"a", "c"}},
+		// The balancer never drops the last zone left, nor avoids zones when none is left.
+		{"last zone left", map[string]ZoneState{"a": {Instances: 1, Tripped: 1, LoadPerServer: -1}, "b": {Instances: 1, LoadPerServer: 0.5}}, []string{"a"}},
+		{"all blacked out", map[string]ZoneState{"a": {Instances: 1, Tripped: 1, LoadPerServer: -1}, "b": {Instances: 2, Tripped: 2, LoadPerServer: -1}}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			markAvoided(tc.zones, th)

@@ -143,7 +143,7 @@ func (g *Gateway) options() []pushlb.Option {
 			g.dash.observeEvent(e)
 		}),
 		pushlb.WithListObserver(g.dash.observe),
-		pushlb.WithTransportOptions(lbhttp.WithObserver(g.metrics.observer())),
+		pushlb.WithTransportOptions(lbhttp.WithObserver(g.dash.observer(g.metrics.observer()))),
 	}
 	var popts []lbhttp.ProxyOption
 	if len(c.Routes) > 0 {
