@@ -69,6 +69,7 @@ type parts struct {
 	gossip   *gossip.Node
 	guard    *gossipGuard // checks gossip reports; nil with gossip off
 	janitor  *janitor
+	reaper   *serverlist.Reaper // nil without WithReaper
 }
 
 // New builds a client over nc. It checks every option, builds the balancer
@@ -195,6 +196,15 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	}
 	p.janitor = newJanitor(c, visitors)
 	p.janitor.start()
+	if o.reaper != nil {
+		cfg := *o.reaper
+		cfg.Logger = o.log
+		p.reaper = serverlist.NewReaper(reg, cfg)
+		if err := p.reaper.Start(ctx); err != nil {
+			p.close()
+			return nil, fmt.Errorf("pushlb: reaper: %w", err)
+		}
+	}
 	p.scaler = startRegistryScaler(reg, o.log)
 	return p, nil
 }
@@ -275,6 +285,9 @@ func startGossip(ctx context.Context, cfg gossip.Config, sub *subscriber.Subscri
 func (p *parts) close() {
 	if p.scaler != nil {
 		p.scaler.close()
+	}
+	if p.reaper != nil {
+		p.reaper.Close()
 	}
 	if p.janitor != nil {
 		p.janitor.close()

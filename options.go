@@ -30,6 +30,7 @@ type options struct {
 	antiEntropy  time.Duration
 	serviceGrace time.Duration
 	replicas     int
+	reaper       *serverlist.ReaperConfig // nil: no reaper
 	limits       Limits
 	log          zerolog.Logger
 	gossip       *gossip.Config
@@ -45,6 +46,7 @@ func defaultOptions() options {
 		lease:        serverlist.DefaultTTL,
 		log:          zerolog.Nop(),
 		serviceGrace: DefaultServiceGrace,
+		reaper:       &serverlist.ReaperConfig{},
 	}
 }
 
@@ -170,6 +172,31 @@ func WithServiceGrace(d time.Duration) Option {
 			return optionError("WithServiceGrace: %v is not positive", d)
 		}
 		o.serviceGrace = d
+		return nil
+	}
+}
+
+// WithReaper sets whether the client takes part in the election of the
+// registry's reaper (default: it does, with cfg's zero values). The reaper
+// removes the record of an instance whose lease ran out (a crash, with no
+// gossip to tell it sooner): the registry's records never age out by
+// themselves, since leases are kept apart from them so that gateways
+// receive no lease renewals (docs/protocol.md, "Leases"). Of all the
+// processes that take part, one leads and alone receives the renewals; a
+// process whose NATS user may not write the reaper's lock logs it once and
+// stays out. Without any reaper, a crashed instance that gossip does not
+// report stays registered: keep at least one (docs/security.md gives the
+// reaper's permissions). The reaper logs to the client's logger.
+func WithReaper(enabled bool, cfg serverlist.ReaperConfig) Option {
+	return func(o *options) error {
+		if !enabled {
+			o.reaper = nil
+			return nil
+		}
+		if cfg.SweepInterval < 0 {
+			return optionError("WithReaper: sweep interval %v is negative", cfg.SweepInterval)
+		}
+		o.reaper = &cfg
 		return nil
 	}
 }

@@ -30,6 +30,9 @@ type Stats struct {
 	// attempts, or instances whose publisher does not record its gossip
 	// node. 0 with gossip off.
 	GossipIgnored uint64
+	// Reaper describes this client's part in the registry's reaper
+	// election (WithReaper); zero without one.
+	Reaper serverlist.ReaperStats
 	// Services holds one entry per balancer, sorted by name.
 	Services []ServiceStats
 	// Unregistered counts the lists of services without a balancer that
@@ -90,6 +93,9 @@ func (c *Client) Stats() Stats {
 		if p.gossip != nil {
 			st.GossipMembers = p.gossip.NumMembers()
 			st.GossipIgnored = p.guard.ignored.Load()
+		}
+		if p.reaper != nil {
+			st.Reaper = p.reaper.Stats()
 		}
 	}
 	st.ServicesRemoved = c.removed.Load()

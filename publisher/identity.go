@@ -48,16 +48,16 @@ func (p *Publisher) ReplacedBy() (serverlist.Instance, bool) {
 // claim claims the instance's ID (serverlist.Registry.Claim). A bucket that
 // is gone is recreated first, when this process may create it; otherwise the
 // claim fails until a gateway recreates it.
-func (p *Publisher) claim(ctx context.Context, in serverlist.Instance) (uint64, error) {
+func (p *Publisher) claim(ctx context.Context, in serverlist.Instance) (serverlist.Claimed, error) {
 	opts := serverlist.ClaimOptions{Replace: p.cfg.Replace, Probe: p.cfg.ClaimProbe}
-	rev, err := p.reg.Claim(ctx, in, opts)
-	if err == nil || errors.Is(err, serverlist.ErrInUse) || errors.Is(err, serverlist.ErrInvalidInstance) {
-		return rev, err
+	c, err := p.reg.Claim(ctx, in, opts)
+	if err == nil || c.Record != 0 || errors.Is(err, serverlist.ErrInUse) || errors.Is(err, serverlist.ErrInvalidInstance) {
+		return c, err
 	}
 	if created, eerr := p.reg.Ensure(ctx); eerr == nil && created {
 		return p.reg.Claim(ctx, in, opts)
 	}
-	return rev, err
+	return c, err
 }
 
 // supersededError reports that a newer process holds the instance's ID.
@@ -67,28 +67,63 @@ func (e *supersededError) Error() string {
 	return fmt.Sprintf("replaced by owner %q at %s (incarnation %d)", e.by.Owner, e.by.Addr(), e.by.Incarnation)
 }
 
-// assert refreshes the record at revision rev, and re-asserts it when it
-// is not there any more: the record was removed (deregistered, expired,
-// purged, the bucket lost) or overwritten by another owner. It returns the
-// record's new revision; a *supersededError when a newer process holds the
-// ID.
-func (p *Publisher) assert(ctx context.Context, in serverlist.Instance, rev uint64) (uint64, error) {
-	next, err := p.reg.Update(ctx, in, rev)
-	if err == nil {
-		return next, nil
-	}
-	if !errors.Is(err, serverlist.ErrRevisionMismatch) {
-		// No verdict on the record: NATS is away, or the bucket is gone.
+// leaseState is what the lease loop holds: the revisions of the record and
+// of the lease it last wrote, and the refreshes since it last read the
+// record back.
+type leaseState struct {
+	serverlist.Claimed
+	sinceCheck int
+}
+
+// recordCheckEvery is how many lease refreshes pass between two reads of
+// the record: a record removed or overwritten while the lease lives (by an
+// operator, or a forged write) is re-asserted within this many intervals.
+const recordCheckEvery = 3
+
+// assert renews the lease (a compare-and-set), and re-asserts the record
+// when the lease or the record is not this publisher's any more: removed
+// (withdrawn, expired and reaped, purged, the bucket lost) or overwritten
+// by another owner. It returns a *supersededError when a newer process
+// holds the ID.
+func (p *Publisher) assert(ctx context.Context, in serverlist.Instance, st *leaseState) error {
+	next, err := p.reg.RefreshLease(ctx, in.Service, in.InstanceID, in.Owner, st.Lease)
+	if err != nil && !errors.Is(err, serverlist.ErrRevisionMismatch) {
+		// No verdict: NATS is away, or the bucket is gone.
 		if created, eerr := p.reg.Ensure(ctx); eerr != nil || !created {
-			return rev, err
+			return err
+		}
+		return p.reassert(ctx, in, st)
+	}
+	if err == nil {
+		st.Lease = next
+		if st.sinceCheck++; st.sinceCheck < recordCheckEvery {
+			return nil
 		}
 	}
-	return p.reassert(ctx, in)
+	// The lease is not ours any more, or it is time to read the record back.
+	st.sinceCheck = 0
+	held, err := p.reg.GetEntry(ctx, in.Service, in.InstanceID)
+	if err == nil && held.Owner == in.Owner && held.Revision == st.Record {
+		if st.Lease == next && next != 0 {
+			return nil
+		}
+		// The lease ran out (a pause longer than the TTL) or was ended, but
+		// the record is still ours: start it again.
+		lease, err := p.reg.PutLease(ctx, in.Service, in.InstanceID, in.Owner)
+		if err == nil {
+			st.Lease = lease
+		}
+		return err
+	}
+	if err != nil && !errors.Is(err, serverlist.ErrNotFound) && !errors.Is(err, serverlist.ErrInvalidInstance) {
+		return err
+	}
+	return p.reassert(ctx, in, st)
 }
 
 // reassert reads the record and takes it back, as memberlist refutes a
 // suspicion, unless a newer process legitimately replaced this one.
-func (p *Publisher) reassert(ctx context.Context, in serverlist.Instance) (uint64, error) {
+func (p *Publisher) reassert(ctx context.Context, in serverlist.Instance, st *leaseState) error {
 	log := p.log.Warn().Str("service", in.Service).Str("id", in.InstanceID).Int64("incarnation", in.Incarnation)
 	held, err := p.reg.GetEntry(ctx, in.Service, in.InstanceID)
 	switch {
@@ -96,7 +131,7 @@ func (p *Publisher) reassert(ctx context.Context, in serverlist.Instance) (uint6
 		// Our own write, whose answer was lost: nothing happened.
 		log = nil
 	case err == nil && serverlist.Superseded(in, held.Instance, time.Now()):
-		return 0, &supersededError{by: held.Instance}
+		return &supersededError{by: held.Instance}
 	case err == nil:
 		log = log.Str("by_owner", held.Owner).Str("by_addr", held.Addr()).Int64("by_incarnation", held.Incarnation)
 		log.Msg("the instance's registry record was overwritten by another owner (an older or forged registration); re-asserting it")
@@ -105,9 +140,13 @@ func (p *Publisher) reassert(ctx context.Context, in serverlist.Instance) (uint6
 	case errors.Is(err, serverlist.ErrInvalidInstance):
 		log.Err(err).Msg("the instance's registry record was overwritten with a malformed value; re-asserting it")
 	default:
-		return 0, err
+		return err
 	}
-	return p.reg.Claim(ctx, in, serverlist.ClaimOptions{Replace: true})
+	c, err := p.reg.Claim(ctx, in, serverlist.ClaimOptions{Replace: true})
+	if c.Record != 0 {
+		st.Claimed = c
+	}
+	return err
 }
 
 // yield gives the ID up to the process that replaced this one.
@@ -130,7 +169,7 @@ const reannounceDelay = 100 * time.Millisecond
 // after a reconnect or a failed refresh, with backoff. rev is the record's
 // revision after the announcement. It ends when ctx does, or when a newer
 // process replaced the instance.
-func (p *Publisher) lease(ctx context.Context, in serverlist.Instance, rev uint64, done chan struct{}) {
+func (p *Publisher) lease(ctx context.Context, in serverlist.Instance, st leaseState, done chan struct{}) {
 	defer close(done)
 	refresh := time.NewTicker(p.cfg.LeaseInterval)
 	defer refresh.Stop()
@@ -147,7 +186,7 @@ func (p *Publisher) lease(ctx context.Context, in serverlist.Instance, rev uint6
 			return
 		case <-refresh.C:
 			rctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseInterval)
-			next, err := p.assert(rctx, in, rev)
+			err := p.assert(rctx, in, &st)
 			cancel()
 			var sup *supersededError
 			switch {
@@ -159,8 +198,6 @@ func (p *Publisher) lease(ctx context.Context, in serverlist.Instance, rev uint6
 				if retry == nil {
 					retry = time.After(backoff)
 				}
-			case err == nil:
-				rev = next
 			}
 			continue
 		case _, ok := <-connected:
@@ -177,9 +214,8 @@ func (p *Publisher) lease(ctx context.Context, in serverlist.Instance, rev uint6
 		case <-retry:
 		}
 		rctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseInterval)
-		next, err := p.assert(rctx, in, rev)
+		err := p.assert(rctx, in, &st)
 		if err == nil {
-			rev = next
 			err = p.publish(rctx, in, events.Online, "")
 		}
 		cancel()

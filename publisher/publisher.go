@@ -145,14 +145,14 @@ func (p *Publisher) Announce(ctx context.Context, in serverlist.Instance) error 
 	// accept gossip about the instance only from that node.
 	in = p.joinGossipLocked(ctx, in)
 	p.attempt = in
-	rev, registered, err := p.announce(ctx, in)
+	claimed, registered, err := p.announce(ctx, in)
 	if registered {
 		// From the registry put on, gateways may route to the instance
 		// (the registry is the truth), even if the online event failed or
 		// ctx ended while flushing it: Withdraw must clean up, and the
 		// lease must be kept.
 		p.inst, p.announced = in.Clone(), true
-		p.startLeaseLocked(rev)
+		p.startLeaseLocked(claimed)
 	} else if errors.Is(err, serverlist.ErrInUse) {
 		// Refused: this process holds nothing, not even a gossip node
 		// naming the ID.
@@ -230,15 +230,20 @@ func (p *Publisher) GossipAddr() string {
 // announce puts the registry entry, then publishes online and flushes, so
 // when it returns the event has reached the NATS server. registered
 // reports whether the registry put succeeded.
-func (p *Publisher) announce(ctx context.Context, in serverlist.Instance) (rev uint64, registered bool, err error) {
-	rev, err = p.claim(ctx, in)
+func (p *Publisher) announce(ctx context.Context, in serverlist.Instance) (c serverlist.Claimed, registered bool, err error) {
+	c, err = p.claim(ctx, in)
+	if err != nil && c.Record == 0 {
+		return c, false, fmt.Errorf("publisher: announce %s/%s: %w", in.Service, in.InstanceID, err)
+	}
 	if err != nil {
-		return 0, false, fmt.Errorf("publisher: announce %s/%s: %w", in.Service, in.InstanceID, err)
+		// The record is written but its lease is not started: the lease
+		// loop starts it at its first refresh.
+		p.log.Warn().Err(err).Str("service", in.Service).Str("id", in.InstanceID).Msg("lease not started; retrying at the next refresh")
 	}
 	if err := p.publish(ctx, in, events.Online, ""); err != nil {
-		return rev, true, fmt.Errorf("publisher: announce %s/%s: %w", in.Service, in.InstanceID, err)
+		return c, true, fmt.Errorf("publisher: announce %s/%s: %w", in.Service, in.InstanceID, err)
 	}
-	return rev, true, nil
+	return c, true, nil
 }
 
 func (p *Publisher) publish(ctx context.Context, in serverlist.Instance, k events.Kind, reason string) error {
@@ -325,10 +330,10 @@ func (p *Publisher) Close() error {
 	return nil
 }
 
-func (p *Publisher) startLeaseLocked(rev uint64) {
+func (p *Publisher) startLeaseLocked(c serverlist.Claimed) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel, p.done = cancel, make(chan struct{})
-	go p.lease(ctx, p.inst.Clone(), rev, p.done)
+	go p.lease(ctx, p.inst.Clone(), leaseState{Claimed: c}, p.done)
 }
 
 func (p *Publisher) stopLeaseLocked() {

@@ -114,6 +114,10 @@ func TestAnnounceThenWithdraw(t *testing.T) {
 	}
 }
 
+// TestLeaseKeepsEntryAliveAndCloseLetsItExpire: the record is written once
+// and the lease beside it is renewed past its TTL, so watchers of the
+// records see one put and no renewal; after Close the lease runs out and a
+// reaper removes the record.
 func TestLeaseKeepsEntryAliveAndCloseLetsItExpire(t *testing.T) {
 	const ttl = time.Second
 	r := newRig(t, ttl)
@@ -121,11 +125,11 @@ func TestLeaseKeepsEntryAliveAndCloseLetsItExpire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The watch sees every put and the expiry, in order: no change of the
-	// entry can go unseen, so no sleep is needed to prove anything.
+	// The watch sees every write of the record and of its lease, in order:
+	// no change can go unseen, so no sleep is needed to prove anything.
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	w, err := r.reg.KeyValue().Watch(ctx, key)
+	w, err := r.reg.KeyValue().WatchFiltered(ctx, []string{key, key + ".lease"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,33 +156,42 @@ func TestLeaseKeepsEntryAliveAndCloseLetsItExpire(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := next()
-	if first.Operation() != jetstream.KeyValuePut {
-		t.Fatalf("first change %v, want a put", first.Operation())
+	if first.Key() != key || first.Operation() != jetstream.KeyValuePut {
+		t.Fatalf("first change %s %v, want the record's put", first.Key(), first.Operation())
 	}
-	// Refreshes follow one another without an expiry in between until the
-	// entry has lived longer than its TTL (server timestamps).
-	refreshes := 0
+	// Renewals of the lease follow one another, and the record is not
+	// written again, until the lease has lived longer than its TTL.
+	renewals := 0
 	for {
 		e := next()
-		if e.Operation() != jetstream.KeyValuePut {
-			t.Fatalf("the entry went (%v) after %d refreshes: the lease was not kept", e.Operation(), refreshes)
+		if e.Key() != key+".lease" || e.Operation() != jetstream.KeyValuePut {
+			t.Fatalf("after %d renewals: %s %v; want only renewals of the lease", renewals, e.Key(), e.Operation())
 		}
-		refreshes++
+		renewals++
 		if e.Created().Sub(first.Created()) > ttl {
 			break
 		}
 	}
-	t.Logf("%d refreshes kept the entry alive past its %v TTL", refreshes, ttl)
+	t.Logf("%d renewals kept the lease alive past its %v TTL; the record was written once", renewals, ttl)
 
-	// After Close no refresh comes: the next change is the expiry.
+	// After Close no renewal comes: the next change is the lease's expiry,
+	// and the record stays until a reaper removes it.
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if e := next(); e.Operation() != jetstream.KeyValuePurge {
-		t.Fatalf("after Close the next change is %v, want the expiry (purge)", e.Operation())
+	if e := next(); e.Key() != key+".lease" || e.Operation() != jetstream.KeyValuePurge {
+		t.Fatalf("after Close the next change is %s %v, want the lease's expiry", e.Key(), e.Operation())
 	}
-	if r.registered(t, orders.InstanceID) {
-		t.Fatal("registered after the expiry")
+	if !r.registered(t, orders.InstanceID) {
+		t.Fatal("the record went with the lease, without a reaper")
+	}
+	reaper := serverlist.NewReaper(r.reg, serverlist.ReaperConfig{})
+	if err := reaper.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer reaper.Close()
+	if e := next(); e.Key() != key || e.Operation() != jetstream.KeyValuePurge {
+		t.Fatalf("with a reaper the next change is %s %v, want the record's removal", e.Key(), e.Operation())
 	}
 	if err := p.Announce(t.Context(), orders); !errors.Is(err, publisher.ErrClosed) {
 		t.Fatalf("Announce after Close = %v, want ErrClosed", err)

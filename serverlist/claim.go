@@ -40,20 +40,43 @@ type ClaimOptions struct {
 //     not run out yet) and Claim takes the record over.
 //
 // Every write is conditional on the revision Claim read, so two claimants
-// never both win. It returns the revision of the entry it wrote.
-func (r *Registry) Claim(ctx context.Context, in Instance, opts ClaimOptions) (uint64, error) {
+// never both win. The record is written to never age out, and Claim then
+// starts the instance's lease ([Registry.PutLease]), which the caller
+// renews ([Registry.RefreshLease]) and whose end makes a [Reaper] remove
+// the record. It returns the revisions of the record and of the lease; an
+// error after the record was written leaves Claimed.Lease zero.
+func (r *Registry) Claim(ctx context.Context, in Instance, opts ClaimOptions) (Claimed, error) {
 	if in.Owner == "" {
-		return 0, fmt.Errorf("%w: Claim needs an owner", ErrInvalidInstance)
+		return Claimed{}, fmt.Errorf("%w: Claim needs an owner", ErrInvalidInstance)
 	}
 	if _, _, err := encodeInstance(in); err != nil {
-		return 0, err
+		return Claimed{}, err
 	}
+	rev, err := r.claimRecord(ctx, in, opts)
+	if err != nil {
+		return Claimed{}, err
+	}
+	lease, err := r.PutLease(ctx, in.Service, in.InstanceID, in.Owner)
+	return Claimed{Record: rev, Lease: lease}, err
+}
+
+// Claimed is what [Registry.Claim] wrote: the revisions of the record and
+// of the lease.
+type Claimed struct {
+	Record, Lease uint64
+}
+
+// claimRecord is Claim's record part.
+func (r *Registry) claimRecord(ctx context.Context, in Instance, opts ClaimOptions) (uint64, error) {
 	probe := opts.Probe
 	if probe <= 0 {
 		probe = r.cfg.TTL / 2
 	}
 	for range casAttempts {
-		rev, err := r.Create(ctx, in)
+		rev, err := r.createRecord(ctx, in)
+		if errors.Is(err, ErrRevisionMismatch) {
+			continue // written and removed meanwhile
+		}
 		if !errors.Is(err, ErrExists) {
 			return rev, err
 		}
@@ -86,7 +109,7 @@ func (r *Registry) Claim(ctx context.Context, in Instance, opts ClaimOptions) (u
 				Int64("incarnation", held.Incarnation).Dur("probe", probe).
 				Msg("serverlist: the instance ID's record was not refreshed; its holder is presumed dead, taking the ID over")
 		}
-		rev, err = r.Update(ctx, in, held.Revision)
+		rev, err = r.updateRecord(ctx, in, held.Revision)
 		if !errors.Is(err, ErrRevisionMismatch) {
 			return rev, err
 		}
@@ -108,20 +131,22 @@ func (r *Registry) updateAfterRead(ctx context.Context, in Instance) (uint64, er
 		}
 		return 0, fmt.Errorf("serverlist: get %s/%s: %w", in.Service, in.InstanceID, err)
 	}
-	return r.Update(ctx, in, e.Revision())
+	return r.updateRecord(ctx, in, e.Revision())
 }
 
-// watchForLife watches the key of service/id for up to d. alive: it was
-// written after revision rev; gone: it was removed. Neither: nothing
-// happened.
+// watchForLife watches the record of service/id and its lease for up to d.
+// alive: the record was written after revision rev, or the lease was
+// renewed, meanwhile; gone: the record was removed. Neither: nothing
+// happened, or the lease ran out (its holder is dead either way).
 func (r *Registry) watchForLife(ctx context.Context, service, id string, rev uint64, d time.Duration) (alive, gone bool, err error) {
 	key, err := EncodeKey(service, id)
 	if err != nil {
 		return false, false, err
 	}
+	lease := key + leaseSuffix
 	wctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	w, err := r.kv.Watch(wctx, key)
+	w, err := r.kv.WatchFiltered(wctx, []string{key, lease}, jetstream.UpdatesOnly())
 	if err != nil {
 		return false, false, fmt.Errorf("serverlist: watch %s/%s: %w", service, id, err)
 	}
@@ -138,7 +163,11 @@ func (r *Registry) watchForLife(ctx context.Context, service, id string, rev uin
 				return false, false, fmt.Errorf("serverlist: watch %s/%s: watcher closed", service, id)
 			}
 			switch {
-			case e == nil: // the current value was delivered
+			case e == nil:
+			case e.Key() == lease && e.Operation() == jetstream.KeyValuePut:
+				return true, false, nil
+			case e.Key() == lease:
+				return false, false, nil // the lease ran out or was ended
 			case e.Operation() != jetstream.KeyValuePut:
 				return false, true, nil
 			case e.Revision() > rev:

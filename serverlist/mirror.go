@@ -528,7 +528,7 @@ func (m *Mirror) watch(ctx context.Context, status <-chan nats.Status) (synced b
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	m.noteBucket(ctx)
-	w, err := m.reg.kv.WatchAll(wctx)
+	w, err := m.reg.kv.Watch(wctx, RecordKeys) // records only: leases never reach a gateway
 	if err != nil {
 		return false, err
 	}

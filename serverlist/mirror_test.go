@@ -138,7 +138,15 @@ func TestMirrorSkipsMalformed(t *testing.T) {
 	if _, err := kv.PutString(ctx, "orders.not-base64-$", "{}"); err == nil {
 		t.Log("server accepted an invalid key")
 	}
+	if _, err := kv.PutString(ctx, "orders.YQ==", "{}"); err != nil { // padded: not a key EncodeKey makes
+		t.Fatal(err)
+	}
+	// Keys of another shape (a lease, the reaper's lock) never reach the
+	// mirror: its watch asks for record keys only.
 	if _, err := kv.PutString(ctx, "no_dot_here", "{}"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.PutString(ctx, "orders.YQ.lease", "owner"); err != nil {
 		t.Fatal(err)
 	}
 

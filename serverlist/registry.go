@@ -393,20 +393,26 @@ func (r *Registry) DeregisterRevision(ctx context.Context, service, id string, r
 	return nil
 }
 
-// DeregisterOwned removes the instance if its record names owner, and
-// leaves a record of another owner alone. An absent record is not an error.
+// DeregisterOwned removes the instance, record and lease, if its record
+// names owner, and leaves those of another owner alone. An absent record is
+// not an error.
 func (r *Registry) DeregisterOwned(ctx context.Context, service, id, owner string) error {
 	for range casAttempts {
 		e, err := r.GetEntry(ctx, service, id)
 		switch {
 		case errors.Is(err, ErrNotFound), errors.Is(err, ErrInvalidInstance):
-			return nil // absent, or malformed and so not provably ours
+			// Absent, or malformed and so not provably ours: the lease may
+			// still be.
+			return r.deleteLeaseOwned(ctx, service, id, owner)
 		case err != nil:
 			return err
 		case e.Owner != owner:
 			return nil
 		}
 		err = r.DeregisterRevision(ctx, service, id, e.Revision)
+		if err == nil {
+			return r.deleteLeaseOwned(ctx, service, id, owner)
+		}
 		if !errors.Is(err, ErrRevisionMismatch) {
 			return err
 		}
@@ -455,7 +461,7 @@ func (r *Registry) Get(ctx context.Context, service, id string) (Instance, error
 // service is "", sorted by service and instance ID. Malformed entries are
 // logged, counted (see [Registry.Malformed]) and skipped.
 func (r *Registry) List(ctx context.Context, service string) ([]Instance, error) {
-	filter := jetstream.AllKeys
+	filter := RecordKeys
 	if service != "" {
 		if err := validateService(service); err != nil {
 			return nil, err

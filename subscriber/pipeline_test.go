@@ -522,6 +522,13 @@ func TestLeaseExpiryRemovesCrashedInstance(t *testing.T) {
 	if err := staying.Announce(t.Context(), instance("orders", 2, 1)); err != nil {
 		t.Fatal(err)
 	}
+	// The reaper turns the end of a lease into the record's removal (a
+	// gateway's pushlb.Client runs one).
+	reaper := serverlist.NewReaper(reg, serverlist.ReaperConfig{})
+	if err := reaper.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer reaper.Close()
 	testutil.Eventually(t, "both instances", func() bool { return len(g.ids("orders")) == 2 })
 	crashing.Close() // the lease loop stops, nothing is announced: a crash
 	began := time.Now()

@@ -175,6 +175,7 @@ type Subscriber struct {
 	subs      []*nats.Subscription
 	regDirty  map[string]bool
 	regSignal chan struct{}
+	probes    map[string]bool // lease probes in flight (leaseprobe.go)
 }
 
 // svcState is the delivery state of one service.
@@ -445,6 +446,11 @@ func (s *Subscriber) onMsg(msg *nats.Msg) {
 	case applied:
 		s.stats.applied.Add(1)
 		s.markDirty(ev.Service)
+		if ev.Kind == events.Offline {
+			if _, ok := s.mirror.Entry(ev.Service, ev.InstanceID); ok {
+				s.probeLease(ev.Service, ev.InstanceID)
+			}
+		}
 	case stale:
 		s.stats.drop(DropStale)
 		s.dropLog.Debug().Str("service", ev.Service).Str("id", ev.InstanceID).Int64("incarnation", ev.Incarnation).

@@ -61,10 +61,17 @@ func TestDuplicateAnnounceIsRefused(t *testing.T) {
 		t.Fatalf("registry after the duplicate: %+v, %v", before, err)
 	}
 	testutil.Eventually(t, "the gateway to hold the original", func() bool { return slices.Contains(sub.Live()["orders"], id) })
-	testutil.Eventually(t, "the original's next refresh", func() bool {
-		e, err := w.reg.GetEntry(testCtx(t), "orders", id)
-		return err == nil && e.Revision > before.Revision && e.Incarnation == on.Incarnation
+	lease, err := w.reg.LeaseRevision(testCtx(t), "orders", id)
+	if err != nil {
+		t.Fatalf("the original's lease: %v", err)
+	}
+	testutil.Eventually(t, "the original's next lease renewal", func() bool {
+		rev, err := w.reg.LeaseRevision(testCtx(t), "orders", id)
+		return err == nil && rev > lease
 	})
+	if e, err := w.reg.GetEntry(testCtx(t), "orders", id); err != nil || e.Revision != before.Revision {
+		t.Fatalf("the record after a renewal: %+v, %v; want it unwritten", e, err)
+	}
 	if !slices.Contains(sub.Live()["orders"], id) {
 		t.Fatal("the original left the gateway's live set")
 	}

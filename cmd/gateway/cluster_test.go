@@ -107,7 +107,7 @@ func refreshedSince(kv jetstream.KeyValue, ids []string, since time.Time) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	for _, id := range ids {
-		key, err := serverlist.EncodeKey("orders", id)
+		key, err := serverlist.LeaseKey("orders", id)
 		if err != nil {
 			return false
 		}
@@ -125,7 +125,7 @@ func registryIDs(t testing.TB, kv jetstream.KeyValue) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	lister, err := kv.ListKeys(ctx)
+	lister, err := kv.ListKeysFiltered(ctx, serverlist.RecordKeys)
 	if err != nil {
 		t.Fatalf("list registry keys: %v", err)
 	}
@@ -286,8 +286,9 @@ func TestClusterNodeLoss(t *testing.T) {
 		t.Errorf("%s still reached %v after its SIGTERM, want within 1 s", offName, stoppedAfter)
 	}
 
-	// A whole lease after the loss, every live entry was refreshed since:
-	// an entry that had missed its refreshes for a lease would have expired.
+	// A whole lease after the loss, every live instance renewed its lease
+	// since: a lease that had missed its renewals for a lease would have
+	// expired (and a reaper removed the record).
 	deadline := down.Add(clusterLease)
 	testutil.Eventually(t, "every live entry refreshed a whole lease after the loss", func() bool {
 		return refreshedSince(kv, live, deadline)

@@ -97,6 +97,14 @@ type Config struct {
 	// detection time. Off unless Bind or Join is set.
 	Gossip gossipflag.Settings `yaml:"gossip"`
 
+	// Reaper makes the gateway take part in the election of the registry's
+	// reaper, which removes the record of an instance whose lease ended
+	// (pushlb.WithReaper). Default true. The leader alone receives the
+	// fleet's lease renewals; a gateway whose NATS user may not write the
+	// reaper's lock logs it once and stays out. Keep at least one process
+	// of the deployment able to reap (docs/security.md).
+	Reaper bool `yaml:"reaper"`
+
 	// Pprof serves net/http/pprof's profiles under /debug/pprof/ on the
 	// admin listener. Default off.
 	Pprof bool `yaml:"pprof"`
@@ -127,6 +135,7 @@ func DefaultConfig() Config {
 		EmbeddedNATS:    "127.0.0.1:4222",
 		ShutdownTimeout: 10 * time.Second,
 		ServiceGrace:    pushlb.DefaultServiceGrace,
+		Reaper:          true,
 		HTTP:            DefaultHTTPConfig(),
 		Subscriber:      SubscriberConfig{Coalesce: subscriber.DefaultCoalesce, AntiEntropy: subscriber.DefaultAntiEntropy},
 	}

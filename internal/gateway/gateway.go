@@ -16,6 +16,7 @@ import (
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/natsconn"
 	"github.com/pushlb/pushlb/lbhttp"
+	"github.com/pushlb/pushlb/serverlist"
 )
 
 // Gateway is a running gateway: a pushlb.Client (the push path, its
@@ -138,6 +139,7 @@ func (g *Gateway) options() []pushlb.Option {
 		pushlb.WithAntiEntropy(c.Subscriber.AntiEntropy),
 		pushlb.WithLimits(c.Limits),
 		pushlb.WithServiceGrace(c.ServiceGrace),
+		pushlb.WithReaper(c.Reaper, serverlist.ReaperConfig{}),
 		pushlb.WithEventHook(func(e events.Event) {
 			g.metrics.observeEvent(e)
 			g.dash.observeEvent(e)

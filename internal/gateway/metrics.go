@@ -130,6 +130,9 @@ var (
 	descUnregistered    = prometheus.NewDesc("pushlb_lists_unregistered_total", "Lists of unknown services that named no registered instance and built no balancer.", nil, nil)
 	descServicesRemoved = prometheus.NewDesc("pushlb_services_removed_total", "Balancers removed after their service had no instance and no request for the grace period.", nil, nil)
 	descUpdates         = prometheus.NewDesc("pushlb_list_updates_total", "Changes of a service's server list.", []string{"service"}, nil)
+	descReaperLeader    = prometheus.NewDesc("pushlb_reaper_leader", "1 while this gateway leads the registry's reapers (it alone receives the lease renewals), else 0.", nil, nil)
+	descReaperReaped    = prometheus.NewDesc("pushlb_reaper_removed_total", "Records this gateway's reaper removed because their lease ended (crashes not reported by gossip first).", nil, nil)
+	descReaperEnded     = prometheus.NewDesc("pushlb_reaper_leases_ended_total", "Lease removals and expiries this gateway's reaper saw while leading.", nil, nil)
 )
 
 // stateCollector reads the components' own counters at scrape time.
@@ -137,7 +140,8 @@ type stateCollector struct{ g *Gateway }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReceived, descApplied, descDropped, descDelivered, descHandlerErr,
-		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descUnconfirmed, descMalformed, descResyncs, descLookupHit, descServers, descReachable, descTrips, descUpdates, descUnregistered, descServicesRemoved, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored} {
+		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descUnconfirmed, descMalformed, descResyncs, descLookupHit, descServers, descReachable, descTrips, descUpdates, descUnregistered, descServicesRemoved, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored,
+		descReaperLeader, descReaperReaped, descReaperEnded} {
 		ch <- d
 	}
 }
@@ -176,6 +180,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descGossipMem, st.GossipMembers)
 		counter(descGossipIgnored, st.GossipIgnored)
 	}
+	leader := 0
+	if st.Reaper.Leader {
+		leader = 1
+	}
+	gauge(descReaperLeader, leader)
+	counter(descReaperReaped, st.Reaper.Reaped)
+	counter(descReaperEnded, st.Reaper.LeasesEnded)
 	counter(descLookupHit, st.Lookups.Hits, "hit")
 	counter(descLookupHit, st.Lookups.Fallbacks, "fallback")
 	counter(descLookupHit, st.Lookups.Failures, "failure")

@@ -46,9 +46,10 @@ const (
 	gateway  role = "GATEWAY"
 	orders   role = "ANNOUNCE_ORDERS"
 	billing  role = "ANNOUNCE_BILLING"
+	reaper   role = "REAPER"
 )
 
-var roles = []role{operator, gateway, orders, billing}
+var roles = []role{operator, gateway, orders, billing, reaper}
 
 // user is the user name users.conf gives a role: pushlb-announce-orders.
 func (r role) user() string {
@@ -424,6 +425,55 @@ func testPermissions(t *testing.T, st style) {
 		}
 	})
 
+	t.Run("a reaper removes the record of an ended lease", func(t *testing.T) {
+		// The gateway may not reap: it tried the lock once and stays out.
+		testutil.Eventually(t, "the gateway out of the reaper election", func() bool { return lb.Stats().Reaper.NotPermitted })
+		rc, err := natsconn.Connect(ctx, withURL(creds[reaper].conn, srv.URL()), zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		rjs, err := jetstream.New(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg, err := serverlist.Open(ctx, rjs, serverlist.RegistryConfig{Prefix: prefix})
+		if err != nil {
+			t.Fatalf("a reaper opens the bucket: %v", err)
+		}
+		r := serverlist.NewReaper(reg, serverlist.ReaperConfig{Node: "permtest-reaper"})
+		if err := r.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		testutil.Eventually(t, "the reaper to lead", r.Leader)
+
+		// A second billing instance crashes: its publisher stops without a
+		// word, and its lease ends (the operator ends it here rather than
+		// waiting out the 30 s TTL; an expiry is the same removal).
+		crashed := testpub.Backend(t, "billing-2")
+		pub := testpub.Announce(t, billingConn, "billing", "", crashed)
+		testutil.Eventually(t, "billing-2 routed", func() bool {
+			b, err := lb.Balancer("billing")
+			return err == nil && len(b.AllServers()) == 2
+		})
+		pub.Close()
+		lease, _ := serverlist.LeaseKey("billing", crashed.URL)
+		if err := kv.Purge(ctx, lease); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, "billing-2 dropped once the reaper removed its record", func() bool {
+			b, err := lb.Balancer("billing")
+			return err == nil && len(b.AllServers()) == 1
+		})
+		if st := r.Stats(); st.Reaped != 1 || st.Errors != 0 {
+			t.Fatalf("reaper stats %+v", st)
+		}
+		if body, err := get("http://billing/x"); err != nil || body != "billing-1 /x" {
+			t.Fatalf("billing after the reaping: %q, %v", body, err)
+		}
+	})
+
 	// The withdrawal reaches the gateway: the instance is dropped.
 	if code := ann.Stop(t, 15*time.Second); code != 0 {
 		t.Fatalf("announce exited %d", code)
@@ -449,8 +499,10 @@ func testPermissions(t *testing.T, st style) {
 	testutil.Eventually(t, "the gateway's sentinel refusal", func() bool {
 		return strings.Contains(gwLogs.String(), `permtest.sentinel`)
 	})
-	if n := strings.Count(gwLogs.String(), "Permissions Violation"); n != 1 {
-		t.Errorf("the gateway was refused %d things, want only the sentinel:\n%s", n-1, gwLogs.String())
+	// Its refusals: the reaper's lock, tried once, and the sentinel.
+	logs := gwLogs.String()
+	if n := strings.Count(logs, "Permissions Violation"); n != 2 || !strings.Contains(logs, serverlist.ReaperLockKey) {
+		t.Errorf("the gateway was refused %d things, want only the reaper's lock and the sentinel:\n%s", n, logs)
 	}
 }
 

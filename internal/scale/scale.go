@@ -158,17 +158,20 @@ func (f *Fleet) Deregister(ctx context.Context, nc *nats.Conn, ins ...serverlist
 	return f.Purge(ctx, recs)
 }
 
-// Purge removes the entries of recs as Registry.Deregister does (a purge
-// marker that rolls the key's history up), with asynchronous publishes
-// (up to putWindow in flight, as many announcers stopping at once), and
-// returns once the server acknowledged all of them.
+// Purge removes the entries of recs as Registry.DeregisterOwned does (a
+// purge marker that rolls the key's history up, for the record, then for
+// its lease), with asynchronous publishes (up to putWindow in flight, as
+// many announcers stopping at once), and returns once the server
+// acknowledged all of them.
 func (f *Fleet) Purge(ctx context.Context, recs []Record) error {
-	msgs := make([]*nats.Msg, len(recs))
-	for i, r := range recs {
-		msgs[i] = &nats.Msg{Subject: kvSubject(r.key), Header: nats.Header{
-			"KV-Operation":      []string{"PURGE"},
-			jetstream.MsgRollup: []string{jetstream.MsgRollupSubject},
-		}}
+	msgs := make([]*nats.Msg, 0, 2*len(recs))
+	for _, r := range recs {
+		for _, key := range []string{r.key, r.key + leaseSuffix} {
+			msgs = append(msgs, &nats.Msg{Subject: kvSubject(key), Header: nats.Header{
+				"KV-Operation":      []string{"PURGE"},
+				jetstream.MsgRollup: []string{jetstream.MsgRollupSubject},
+			}})
+		}
 	}
 	return f.publish(ctx, msgs)
 }
@@ -192,16 +195,46 @@ func Announce(nc *nats.Conn, k events.Kind, ins ...serverlist.Instance) error {
 // putWindow is the number of puts Put keeps in flight.
 const putWindow = 2048
 
-// Put writes records to the bucket with asynchronous publishes (up to
-// putWindow in flight), and returns once the server acknowledged all of
-// them.
+// Put writes records to the bucket as Registry.Claim does, each record
+// marked to never age out and followed by its lease, with asynchronous
+// publishes (up to putWindow in flight), and returns once the server
+// acknowledged all of them.
 func (f *Fleet) Put(ctx context.Context, recs []Record) error {
+	msgs := make([]*nats.Msg, 0, 2*len(recs))
+	for _, r := range recs {
+		msgs = append(msgs,
+			&nats.Msg{Subject: kvSubject(r.key), Data: r.val, Header: nats.Header{"Nats-TTL": []string{"never"}}},
+			&nats.Msg{Subject: kvSubject(r.key + leaseSuffix), Data: leaseValue})
+	}
+	return f.publish(ctx, msgs)
+}
+
+// RenewLeases renews the leases of recs once, as their publishers'
+// renewals do.
+func (f *Fleet) RenewLeases(ctx context.Context, recs []Record) error {
+	msgs := make([]*nats.Msg, len(recs))
+	for i, r := range recs {
+		msgs[i] = &nats.Msg{Subject: kvSubject(r.key + leaseSuffix), Data: leaseValue}
+	}
+	return f.publish(ctx, msgs)
+}
+
+// RefreshRecords puts recs again, unchanged and without the never-expire
+// mark, as a publisher of protocol version 1 (whose record carries its own
+// lease) refreshes.
+func (f *Fleet) RefreshRecords(ctx context.Context, recs []Record) error {
 	msgs := make([]*nats.Msg, len(recs))
 	for i, r := range recs {
 		msgs[i] = &nats.Msg{Subject: kvSubject(r.key), Data: r.val}
 	}
 	return f.publish(ctx, msgs)
 }
+
+// leaseSuffix ends a lease's key (serverlist.LeaseKey); leaseValue is the
+// fleet's lease value (a publisher writes its owner token).
+const leaseSuffix = ".lease"
+
+var leaseValue = []byte("scale-fleet")
 
 // publish sends msgs to the bucket's stream, putWindow at a time, and waits
 // for their acknowledgements.
@@ -267,8 +300,8 @@ func (s HeartbeatStats) KeptUp() bool {
 // schedule.
 const heartbeatTick = 5 * time.Millisecond
 
-// Heartbeats re-puts a fleet's records, unchanged, as its lease refreshes
-// do: every record once per period, spread evenly. Build it with
+// Heartbeats renews a fleet's leases, as its publishers do: every record's
+// lease once per period, spread evenly. Build it with
 // NewHeartbeats, run it with Run; Replace changes a record while it runs (a
 // churn wave's new instances refresh, the replaced ones stop).
 type Heartbeats struct {
@@ -290,7 +323,7 @@ func NewHeartbeats(nc *nats.Conn, recs []Record, period time.Duration, maxInFlig
 	}
 	h := &Heartbeats{nc: nc, period: period, recs: slices.Clone(recs), subjects: make([]string, len(recs))}
 	for i, r := range recs {
-		h.subjects[i] = kvSubject(r.key)
+		h.subjects[i] = kvSubject(r.key + leaseSuffix)
 	}
 	var err error
 	h.js, err = jetstream.New(nc,
@@ -317,7 +350,7 @@ func (h *Heartbeats) Replace(ctx context.Context, idx []int, recs []Record) erro
 			h.recs[k], h.subjects[k] = Record{}, ""
 			continue
 		}
-		h.recs[k], h.subjects[k] = recs[i], kvSubject(recs[i].key)
+		h.recs[k], h.subjects[k] = recs[i], kvSubject(recs[i].key+leaseSuffix)
 	}
 	h.mu.Unlock()
 	if _, ok := ctx.Deadline(); !ok {
@@ -372,7 +405,7 @@ func (h *Heartbeats) send(ctx context.Context, st *HeartbeatStats, next *int) er
 			*next = (*next + 1) % len(h.recs)
 			continue
 		}
-		_, err := h.js.PublishAsync(h.subjects[*next], h.recs[*next].val, jetstream.WithStallWait(heartbeatTick))
+		_, err := h.js.PublishAsync(h.subjects[*next], leaseValue, jetstream.WithStallWait(heartbeatTick))
 		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
 			st.Stalls++
 			return nil // acknowledgements are late: go on at the next tick

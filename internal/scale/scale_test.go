@@ -229,14 +229,16 @@ func procStatPeak(tb testing.TB, pid int) (cpu time.Duration, rss, peak int64) {
 var (
 	serversLine   = regexp.MustCompile(`(?m)^pushlb_servers\{service="[^"]+"\} (\d+)$`)
 	refreshesLine = regexp.MustCompile(`(?m)^pushlb_registry_refreshes_total (\S+)$`)
+	leaderLine    = regexp.MustCompile(`(?m)^pushlb_reaper_leader 1$`)
 	heapLine      = regexp.MustCompile(`(?m)^go_memstats_heap_inuse_bytes (\S+)$`)
 )
 
 // gatewayMetrics is what the benchmarks read from a gateway's /metrics.
 type gatewayMetrics struct {
-	routed    int     // the sum of pushlb_servers over its services
-	refreshes float64 // lease refreshes its mirror saw
-	heap      float64 // Go heap in use, bytes
+	routed       int     // the sum of pushlb_servers over its services
+	refreshes    float64 // record refreshes its mirror saw
+	reaperLeader bool    // it leads the registry's reapers
+	heap         float64 // Go heap in use, bytes
 }
 
 func scrape(tb testing.TB, admin string) gatewayMetrics {
@@ -257,6 +259,7 @@ func scrape(tb testing.TB, admin string) gatewayMetrics {
 	if l := refreshesLine.FindStringSubmatch(string(body)); l != nil {
 		m.refreshes, _ = strconv.ParseFloat(l[1], 64)
 	}
+	m.reaperLeader = leaderLine.MatchString(string(body))
 	if l := heapLine.FindStringSubmatch(string(body)); l != nil {
 		m.heap, _ = strconv.ParseFloat(l[1], 64)
 	}
@@ -266,11 +269,11 @@ func scrape(tb testing.TB, admin string) gatewayMetrics {
 // startGateway runs the gateway binary on nb and waits until /readyz says
 // ready: the client's Start returned, which it does once every registered
 // instance is in a balancer. The binary is built before, not timed.
-func startGateway(b *testing.B, nb bus) (*testutil.Proc, string, time.Duration) {
+func startGateway(b *testing.B, nb bus, args ...string) (*testutil.Proc, string, time.Duration) {
 	admin, listen, bin := testutil.FreeAddr(b), testutil.FreeAddr(b), gateway(b)
 	start := time.Now()
-	p := testutil.Start(b, bin, "-nats", nb.url, "-listen", listen, "-admin", admin,
-		"-lease", "10m", "-log-level", "warn")
+	p := testutil.Start(b, bin, append([]string{"-nats", nb.url, "-listen", listen, "-admin", admin,
+		"-lease", "10m", "-log-level", "warn"}, args...)...)
 	testutil.EventuallyWithin(b, 5*time.Minute, "the gateway to be ready", func() bool {
 		resp, err := http.Get("http://" + admin + "/readyz")
 		if err != nil {
@@ -329,68 +332,84 @@ func BenchmarkHeartbeatCPU(b *testing.B) {
 	eachDeployment(b, func(b *testing.B, nb bus) {
 		_, recs, _ := loadFleet(b, nb, sz)
 		gateway(b)
-		p, admin, _ := startGateway(b, nb)
-		defer p.Stop(b, 30*time.Second)
-
-		// The gateway's own background (timers, GC, metrics), with no load,
-		// once the start's aftermath (the registry's second delivery of
-		// each service, the GC of the load's garbage) is over.
-		time.Sleep(window(10*time.Second, 200*time.Millisecond))
-		idle := win / 4
-		idle0, _ := procStat(b, p.Pid())
-		time.Sleep(idle)
-		idle1, _ := procStat(b, p.Pid())
-		idleShare := (idle1 - idle0).Seconds() / idle.Seconds()
-
-		var cpuShare, perRefresh, seenRate float64
-		var rss0, rssHalf1, rssHalf2 int64
-		var hb scale.HeartbeatStats
-		for b.Loop() {
-			_, stop := fleetHeartbeats(b, nb, recs)
-			time.Sleep(warm)
-			// A scrape costs the gateway CPU: it stays out of the window.
-			m0 := scrape(b, admin)
-			cpu0, r0 := procStat(b, p.Pid())
-			start := time.Now()
-			// The resident memory every second: steady means the second
-			// half of the window peaks no higher than the first (the heap
-			// grows with the refreshes' garbage until a GC, then drops).
-			rssHalf1, rssHalf2 = r0, 0
-			for tick := time.Second; tick <= win; tick += time.Second {
-				time.Sleep(time.Until(start.Add(tick)))
-				_, r := procStat(b, p.Pid())
-				if tick <= win/2 {
-					rssHalf1 = max(rssHalf1, r)
-				} else {
-					rssHalf2 = max(rssHalf2, r)
-				}
-			}
-			time.Sleep(time.Until(start.Add(win)))
-			cpu1, r1 := procStat(b, p.Pid())
-			elapsed := time.Since(start)
-			m1 := scrape(b, admin)
-			hb = stop()
-			used := (cpu1 - cpu0).Seconds()
-			cpuShare = used / elapsed.Seconds()
-			seen := m1.refreshes - m0.refreshes // a few after the window: the scrape came later
-			seenRate = seen / elapsed.Seconds()
-			if seen > 0 {
-				perRefresh = (used - idleShare*elapsed.Seconds()) / seen
-			}
-			rss0, rssHalf2 = r0, max(rssHalf2, r1)
+		// "gateway": a gateway that does not lead the reapers (-reaper=false
+		// here; a follower costs the same), which no renewal reaches.
+		// "reaper": the gateway that leads them, which receives every one.
+		for _, role := range []struct {
+			name   string
+			args   []string
+			leader bool
+		}{{"gateway", []string{"-reaper=false"}, false}, {"reaper", nil, true}} {
+			b.Run(role.name, func(b *testing.B) { heartbeatCPU(b, nb, sz, recs, win, warm, role.args, role.leader) })
 		}
-		if m := scrape(b, admin); m.routed != sz.Total() {
-			b.Fatalf("after the heartbeats the gateway routes %d instances, want %d", m.routed, sz.Total())
-		}
-		b.ReportMetric(100*cpuShare, "cpu-%")
-		b.ReportMetric(100*idleShare, "idle-cpu-%")
-		b.ReportMetric(1e6*perRefresh, "µs/refresh")
-		reportHeartbeats(b, hb, sz)
-		b.ReportMetric(seenRate, "seen/s")
-		b.ReportMetric(float64(rss0)/1e6, "rss0-MB")
-		b.ReportMetric(float64(rssHalf1)/1e6, "rss-h1-MB")
-		b.ReportMetric(float64(rssHalf2)/1e6, "rss-h2-MB")
 	})
+}
+
+func heartbeatCPU(b *testing.B, nb bus, sz scale.Size, recs []scale.Record, win, warm time.Duration, args []string, leader bool) {
+	p, admin, _ := startGateway(b, nb, args...)
+	defer p.Stop(b, 30*time.Second)
+	if leader {
+		testutil.EventuallyWithin(b, time.Minute, "the gateway to lead the reapers", func() bool { return scrape(b, admin).reaperLeader })
+	}
+
+	// The gateway's own background (timers, GC, metrics), with no load,
+	// once the start's aftermath (the registry's second delivery of each
+	// service, the GC of the load's garbage) is over.
+	time.Sleep(window(10*time.Second, 200*time.Millisecond))
+	idle := win / 4
+	idle0, _ := procStat(b, p.Pid())
+	time.Sleep(idle)
+	idle1, _ := procStat(b, p.Pid())
+	idleShare := (idle1 - idle0).Seconds() / idle.Seconds()
+
+	var cpuShare, perRenewal, seenRate float64
+	var rss0, rssHalf1, rssHalf2 int64
+	var hb scale.HeartbeatStats
+	for b.Loop() {
+		_, stop := fleetHeartbeats(b, nb, recs)
+		time.Sleep(warm)
+		// A scrape costs the gateway CPU: it stays out of the window.
+		m0 := scrape(b, admin)
+		cpu0, r0 := procStat(b, p.Pid())
+		start := time.Now()
+		// The resident memory every second: steady means the second half
+		// of the window peaks no higher than the first (the heap grows
+		// with the renewals' garbage until a GC, then drops).
+		rssHalf1, rssHalf2 = r0, 0
+		for tick := time.Second; tick <= win; tick += time.Second {
+			time.Sleep(time.Until(start.Add(tick)))
+			_, r := procStat(b, p.Pid())
+			if tick <= win/2 {
+				rssHalf1 = max(rssHalf1, r)
+			} else {
+				rssHalf2 = max(rssHalf2, r)
+			}
+		}
+		time.Sleep(time.Until(start.Add(win)))
+		cpu1, r1 := procStat(b, p.Pid())
+		elapsed := time.Since(start)
+		m1 := scrape(b, admin)
+		hb = stop()
+		used := (cpu1 - cpu0).Seconds()
+		cpuShare = used / elapsed.Seconds()
+		// Record refreshes its mirror saw: none, renewals write the leases.
+		seenRate = (m1.refreshes - m0.refreshes) / elapsed.Seconds()
+		if renewals := hb.Rate() * elapsed.Seconds(); renewals > 0 {
+			perRenewal = max(used-idleShare*elapsed.Seconds(), 0) / renewals
+		}
+		rss0, rssHalf2 = r0, max(rssHalf2, r1)
+	}
+	if m := scrape(b, admin); m.routed != sz.Total() || m.reaperLeader != leader {
+		b.Fatalf("after the heartbeats the gateway routes %d instances (want %d), leads the reapers: %v (want %v)", m.routed, sz.Total(), m.reaperLeader, leader)
+	}
+	b.ReportMetric(100*cpuShare, "cpu-%")
+	b.ReportMetric(100*idleShare, "idle-cpu-%")
+	b.ReportMetric(1e6*perRenewal, "µs/renewal")
+	reportHeartbeats(b, hb, sz)
+	b.ReportMetric(seenRate, "seen/s")
+	b.ReportMetric(float64(rss0)/1e6, "rss0-MB")
+	b.ReportMetric(float64(rssHalf1)/1e6, "rss-h1-MB")
+	b.ReportMetric(float64(rssHalf2)/1e6, "rss-h2-MB")
 }
 
 // gateways starts n in-process clients, each on its own connection, with

@@ -1,0 +1,365 @@
+package serverlist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// DefaultSweepInterval is the pace of a leading reaper's sweep for records
+// that have no lease (see [Reaper]).
+const DefaultSweepInterval = 5 * time.Minute
+
+// ReaperConfig configures [NewReaper]. The zero value is usable.
+type ReaperConfig struct {
+	// Node names this reaper in the lock while it leads. Empty means
+	// "<hostname>-<pid>".
+	Node string
+	// SweepInterval is how often the leader lists the records to find those
+	// that have no lease (a publisher that died between its record and its
+	// lease, or leases that ran out while no reaper led). A record found
+	// without a lease at two sweeps in a row, unchanged, is removed. The
+	// first sweep after taking the lead follows the initial one after one
+	// TTL. Zero means DefaultSweepInterval.
+	SweepInterval time.Duration
+	// Logger receives elections, removals and failures. The zero value logs
+	// nothing.
+	Logger zerolog.Logger
+}
+
+// ReaperStats count what a reaper did. Safe to read at any time.
+type ReaperStats struct {
+	// Leader reports whether this reaper leads now.
+	Leader bool `json:"leader"`
+	// Terms counts the times it took the lead.
+	Terms uint64 `json:"terms"`
+	// LeasesEnded counts the lease removals and expiries it saw while
+	// leading.
+	LeasesEnded uint64 `json:"leasesEnded"`
+	// Reaped counts the records it removed.
+	Reaped uint64 `json:"reaped"`
+	// Sweeps counts its sweeps for records without a lease.
+	Sweeps uint64 `json:"sweeps"`
+	// Errors counts failed watches, reads and removals.
+	Errors uint64 `json:"errors"`
+	// NotPermitted reports that the NATS account may not write the lock:
+	// this process cannot reap and does not try again until restarted.
+	NotPermitted bool `json:"notPermitted"`
+}
+
+// Reaper turns the end of a lease into the removal of its record, for the
+// records written by [Registry.Claim], which never age out by themselves.
+//
+// Many processes may run a Reaper over one bucket (every gateway does by
+// default): they elect one leader with a create-only write of
+// [ReaperLockKey], which the leader renews at a third of the TTL and which
+// ages out with the bucket's TTL when the leader dies. Only the leader
+// watches the leases, so only it receives the fleet's lease refreshes; the
+// others watch the lock key alone. On each lease that ends (removed, or run
+// out: its expiry marker) the leader removes the record of that instance if
+// no new lease was started meanwhile, conditionally on the record's
+// revision, so a record rewritten by a new holder is never removed. Its
+// sweeps remove records that have had no lease for a whole sweep interval.
+//
+// A process whose NATS account may not write the lock (a gateway with
+// read-only permissions) logs it once and stays out of the election; see
+// docs/security.md for the reaper's permissions.
+type Reaper struct {
+	reg *Registry
+	cfg ReaperConfig
+	log zerolog.Logger
+
+	leader, notPermitted                           atomic.Bool
+	terms, leasesEnded, reaped, sweeps, errorsSeen atomic.Uint64
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewReaper returns a reaper over reg. It starts nothing until Start.
+func NewReaper(reg *Registry, cfg ReaperConfig) *Reaper {
+	if cfg.Node == "" {
+		host, _ := os.Hostname()
+		cfg.Node = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = DefaultSweepInterval
+	}
+	return &Reaper{reg: reg, cfg: cfg, log: cfg.Logger}
+}
+
+// Start runs the reaper in a goroutine until Close. It returns at once.
+func (r *Reaper) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done != nil {
+		return errors.New("serverlist: reaper already started")
+	}
+	ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	r.done = make(chan struct{})
+	go func() {
+		defer close(r.done)
+		r.run(ctx)
+	}()
+	return nil
+}
+
+// Close stops the reaper and waits for its goroutine; a leader gives the
+// lock up, so another reaper takes the lead at once. Idempotent.
+func (r *Reaper) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cancel == nil {
+		return nil
+	}
+	r.cancel()
+	<-r.done
+	r.cancel = nil
+	return nil
+}
+
+// Leader reports whether this reaper leads now.
+func (r *Reaper) Leader() bool { return r.leader.Load() }
+
+// Stats returns the reaper's counters.
+func (r *Reaper) Stats() ReaperStats {
+	return ReaperStats{
+		Leader: r.leader.Load(), Terms: r.terms.Load(), LeasesEnded: r.leasesEnded.Load(),
+		Reaped: r.reaped.Load(), Sweeps: r.sweeps.Load(), Errors: r.errorsSeen.Load(),
+		NotPermitted: r.notPermitted.Load(),
+	}
+}
+
+const (
+	// reaperRetry is the wait after a failure before the next attempt.
+	reaperRetry = time.Second
+	// lockWriteTimeout bounds a write of the lock.
+	lockWriteTimeout = 2 * time.Second
+)
+
+func (r *Reaper) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		cctx, cancel := context.WithTimeout(ctx, lockWriteTimeout)
+		rev, err := r.reg.kv.Create(cctx, ReaperLockKey, []byte(r.cfg.Node))
+		cancel()
+		switch {
+		case err == nil:
+			r.lead(ctx, rev)
+			continue
+		case errors.Is(err, jetstream.ErrKeyExists):
+			err = r.follow(ctx)
+		case err != nil && r.refused(err):
+			r.notPermitted.Store(true)
+			r.log.Info().Err(err).Str("bucket", r.reg.cfg.Bucket).
+				Msg("serverlist: this process may not write the reaper lock, so it does not reap; another process must (docs/security.md)")
+			<-ctx.Done()
+			return
+		}
+		if err != nil && ctx.Err() == nil {
+			r.errorsSeen.Add(1)
+			r.log.Warn().Err(err).Msg("serverlist: reaper election")
+			sleepCtx(ctx, reaperRetry)
+		}
+	}
+}
+
+// refused reports whether err, the answer to a write of the lock, is the
+// server's refusal: a permissions violation is reported asynchronously and
+// the write's request then times out, so the connection's last error tells.
+func (r *Reaper) refused(err error) bool {
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		return true
+	}
+	last := r.reg.js.Conn().LastError()
+	return last != nil && errors.Is(last, nats.ErrPermissionViolation) &&
+		strings.Contains(last.Error(), r.reg.subject(ReaperLockKey))
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// follow watches the lock until it is gone (its leader gave it up or died).
+func (r *Reaper) follow(ctx context.Context) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := r.reg.kv.Watch(wctx, ReaperLockKey)
+	if err != nil {
+		return fmt.Errorf("watch the reaper lock: %w", err)
+	}
+	defer stopWatcher(w)
+	held := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				return errors.New("the reaper lock's watch ended")
+			case e == nil:
+				if !held {
+					return nil // gone before the watch began
+				}
+			case e.Operation() == jetstream.KeyValuePut:
+				held = true
+			default:
+				return nil
+			}
+		}
+	}
+}
+
+// lead reaps while this reaper holds the lock at revision rev, and gives
+// the lock up when ctx ends.
+func (r *Reaper) lead(ctx context.Context, rev uint64) {
+	r.leader.Store(true)
+	r.terms.Add(1)
+	r.log.Info().Str("node", r.cfg.Node).Msg("serverlist: leading the reapers")
+	defer func() {
+		r.leader.Store(false)
+		if ctx.Err() != nil {
+			// Give the lock up, so that another reaper leads at once.
+			gctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = r.reg.kv.Purge(gctx, ReaperLockKey, jetstream.LastRevision(rev))
+			cancel()
+		}
+	}()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := r.reg.kv.Watch(wctx, LeaseKeys)
+	if err != nil {
+		r.errorsSeen.Add(1)
+		r.log.Warn().Err(err).Msg("serverlist: reaper: watch the leases")
+		sleepCtx(ctx, reaperRetry)
+		return
+	}
+	defer stopWatcher(w)
+
+	ttl := r.reg.cfg.TTL
+	renew := time.NewTicker(max(ttl/3, 100*time.Millisecond))
+	defer renew.Stop()
+	var sweep <-chan time.Time
+	live := make(map[string]uint64)       // lease key -> revision
+	candidates := make(map[string]uint64) // record key -> revision, without a lease at the last sweep
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-renew.C:
+			next, err := r.reg.kv.Update(ctx, ReaperLockKey, []byte(r.cfg.Node), rev)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn().Err(err).Msg("serverlist: reaper lost the lead")
+				}
+				return
+			}
+			rev = next
+		case <-sweep:
+			candidates = r.sweep(ctx, live, candidates)
+			sweep = time.After(r.cfg.SweepInterval)
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				r.errorsSeen.Add(1)
+				return
+			case e == nil:
+				// Every live lease is known: mark the records without one.
+				candidates = r.sweep(ctx, live, candidates)
+				sweep = time.After(ttl)
+			case e.Operation() == jetstream.KeyValuePut:
+				live[e.Key()] = e.Revision()
+			default:
+				delete(live, e.Key())
+				if rec, ok := RecordOfLease(e.Key()); ok {
+					r.leasesEnded.Add(1)
+					r.reap(ctx, rec, live)
+				}
+			}
+		}
+	}
+}
+
+// reap removes the record under key unless its lease lives again.
+func (r *Reaper) reap(ctx context.Context, key string, live map[string]uint64) {
+	if _, ok := live[key+leaseSuffix]; ok {
+		return
+	}
+	e, err := r.reg.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return // withdrawn: the record went first
+	}
+	if err != nil {
+		r.errorsSeen.Add(1)
+		r.log.Warn().Err(err).Str("key", key).Msg("serverlist: reaper: read the record")
+		return
+	}
+	r.remove(ctx, key, e.Revision(), "lease ended")
+}
+
+// remove purges the record under key if it is still at rev.
+func (r *Reaper) remove(ctx context.Context, key string, rev uint64, why string) {
+	err := r.reg.kv.Purge(ctx, key, jetstream.LastRevision(rev))
+	switch {
+	case err == nil:
+		r.reaped.Add(1)
+		r.log.Info().Str("key", key).Uint64("revision", rev).Str("why", why).Msg("serverlist: reaper removed the record")
+	case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
+		// Rewritten meanwhile (a new holder): not ours to remove.
+	default:
+		r.errorsSeen.Add(1)
+		r.log.Warn().Err(err).Str("key", key).Msg("serverlist: reaper: remove the record")
+	}
+}
+
+// sweep lists the records and removes those that had no lease at the
+// previous sweep (prev) and still have none, unchanged. It returns the
+// records without a lease now.
+func (r *Reaper) sweep(ctx context.Context, live map[string]uint64, prev map[string]uint64) map[string]uint64 {
+	r.sweeps.Add(1)
+	lister, err := r.reg.kv.ListKeysFiltered(ctx, RecordKeys)
+	if err != nil {
+		r.errorsSeen.Add(1)
+		r.log.Warn().Err(err).Msg("serverlist: reaper: list the records")
+		return prev
+	}
+	var orphans []string
+	for key := range lister.Keys() {
+		if _, ok := live[key+leaseSuffix]; !ok {
+			orphans = append(orphans, key)
+		}
+	}
+	next := make(map[string]uint64, len(orphans))
+	for _, key := range orphans {
+		e, err := r.reg.kv.Get(ctx, key)
+		if err != nil {
+			continue // gone meanwhile, or unreadable: the next sweep tells
+		}
+		if _, ok := live[key+leaseSuffix]; ok {
+			continue
+		}
+		if prev[key] == e.Revision() {
+			r.remove(ctx, key, e.Revision(), "no lease for a sweep interval")
+			continue
+		}
+		next[key] = e.Revision()
+	}
+	return next
+}

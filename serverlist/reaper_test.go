@@ -1,0 +1,153 @@
+package serverlist_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+// claim claims in for owner and returns what Claim wrote.
+func claim(t *testing.T, reg *serverlist.Registry, in serverlist.Instance, owner string) serverlist.Claimed {
+	t.Helper()
+	in.Owner = owner
+	c, err := reg.Claim(testCtx(t, 5*time.Second), in, serverlist.ClaimOptions{})
+	if err != nil {
+		t.Fatalf("claim %s: %v", in.InstanceID, err)
+	}
+	return c
+}
+
+// renewing renews a lease every interval until stopped, as a live
+// publisher does.
+func renewing(t *testing.T, reg *serverlist.Registry, in serverlist.Instance, owner string, rev uint64, every time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				next, err := reg.RefreshLease(ctx, in.Service, in.InstanceID, owner, rev)
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("refresh the lease of %s: %v", in.InstanceID, err)
+					}
+					return
+				}
+				rev = next
+			}
+		}
+	}()
+	return func() { cancel(); wg.Wait() }
+}
+
+func startReaper(t *testing.T, reg *serverlist.Registry, cfg serverlist.ReaperConfig) *serverlist.Reaper {
+	t.Helper()
+	r := serverlist.NewReaper(reg, cfg)
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// TestReaperRemovesRecordWhenLeaseEnds: a claimed record never ages out by
+// itself; when its lease runs out the leading reaper removes it, and a
+// gateway's mirror sees the removal, while a record whose lease is renewed
+// stays. The mirror receives none of the renewals.
+func TestReaperRemovesRecordWhenLeaseEnds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{TTL: time.Second})
+	m := startMirror(t, e.reg, serverlist.MirrorConfig{})
+	r := startReaper(t, e.reg, serverlist.ReaperConfig{Node: "r1"})
+	testutil.Eventually(t, "the reaper to lead", r.Leader)
+
+	dead, live := inst("orders", "dead", 1), inst("orders", "live", 2)
+	claim(t, e.reg, dead, "o-dead")
+	c := claim(t, e.reg, live, "o-live")
+	stop := renewing(t, e.reg, live, "o-live", c.Lease, 200*time.Millisecond)
+	defer stop()
+
+	began := time.Now()
+	testutil.EventuallyWithin(t, 10*time.Second, "the dead instance's record removed", func() bool {
+		_, ok := m.Get("orders", "dead")
+		return !ok && m.Stats().Removals == 1
+	})
+	t.Logf("record removed %v after its lease began (TTL 1s)", time.Since(began).Round(time.Millisecond))
+	// Both leases began together: the renewed one would have run out too.
+	if _, ok := m.Get("orders", "live"); !ok {
+		t.Fatal("the record of a renewed lease was removed")
+	}
+	if st := r.Stats(); st.Reaped != 1 || st.LeasesEnded != 1 {
+		t.Fatalf("reaper stats %+v, want 1 lease ended and 1 record reaped", st)
+	}
+	// The mirror saw the two records and the removal, not one renewal.
+	if st := m.Stats(); st.Puts != 2 || st.Refreshes != 0 {
+		t.Fatalf("mirror stats %+v: lease renewals reached it", st)
+	}
+}
+
+// TestReaperElection: of two reapers one leads; when it closes, the other
+// takes the lead at once (the lock is given up, not left to age out).
+func TestReaperElection(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{TTL: 30 * time.Second})
+	a := startReaper(t, e.reg, serverlist.ReaperConfig{Node: "a"})
+	testutil.Eventually(t, "a to lead", a.Leader)
+	b := startReaper(t, e.reg, serverlist.ReaperConfig{Node: "b"})
+	// b has seen the lock held once its election watch is up; the lock's
+	// value names the leader.
+	ent, err := e.reg.KeyValue().Get(testCtx(t, 5*time.Second), serverlist.ReaperLockKey)
+	if err != nil || string(ent.Value()) != "a" {
+		t.Fatalf("lock = %v, %v; want held by a", ent, err)
+	}
+	began := time.Now()
+	a.Close()
+	testutil.Eventually(t, "b to lead", b.Leader)
+	if took := time.Since(began); took > 15*time.Second {
+		t.Fatalf("b led %v after a closed: the lock aged out instead of being given up", took)
+	}
+	if a.Leader() || b.Stats().Terms != 1 {
+		t.Fatalf("a leads %v, b's terms %d", a.Leader(), b.Stats().Terms)
+	}
+}
+
+// TestReaperSweepsRecordsWithoutLease: a record without a lease, and with
+// no marker of its end left (it ended long before, while no reaper led), is
+// removed by the sweeps of the next leader: found at the first, removed at
+// the second, one TTL later.
+func TestReaperSweepsRecordsWithoutLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{TTL: time.Second})
+	ctx := testCtx(t, 10*time.Second)
+	orphan := inst("orders", "orphan", 1)
+	claim(t, e.reg, orphan, "o")
+	bucket := e.reg.Config().Bucket
+	st, err := e.js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, _ := serverlist.LeaseKey("orders", "orphan")
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject("$KV."+bucket+"."+lease)); err != nil {
+		t.Fatal(err)
+	}
+	r := startReaper(t, e.reg, serverlist.ReaperConfig{Node: "r"})
+	testutil.EventuallyWithin(t, 10*time.Second, "the orphan removed", func() bool { return r.Stats().Reaped == 1 })
+	if _, err := e.reg.Get(ctx, "orders", "orphan"); err == nil {
+		t.Fatal("the orphan's record is still there")
+	}
+	if st := r.Stats(); st.Sweeps < 2 {
+		t.Fatalf("removed after %d sweeps, want the second", st.Sweeps)
+	}
+}

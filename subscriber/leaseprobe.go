@@ -1,0 +1,89 @@
+package subscriber
+
+import (
+	"context"
+	"time"
+)
+
+// Lease probes. A publisher that claims its ID keeps its lease apart from
+// its record (serverlist.Registry.Claim): its renewals write the lease key,
+// which the mirror does not watch, so no renewal reaches the membership to
+// undo an offline event as a record write does (see membership.registered).
+// After an offline event takes out an instance whose record stays, the
+// subscriber reads the instance's lease at once and again after each
+// renewal interval (a third of the TTL) for up to one TTL: a renewal in
+// between proves the holder alive after the offline, which was forged, and
+// brings the instance back as a record write would. The record's removal
+// (a real withdrawal) or the lease's end (a crash) ends the probe.
+
+// maxLeaseProbes bounds the probes in flight: a flood of forged offlines
+// costs at most this many goroutines and reads per renewal interval.
+const maxLeaseProbes = 10_000
+
+// leaseProbeRounds is how many renewal intervals a probe waits for a
+// renewal: one TTL.
+const leaseProbeRounds = 3
+
+// probeLease starts a lease probe for service/id unless one runs already,
+// the bound is reached or the subscriber is closed.
+func (s *Subscriber) probeLease(service, id string) {
+	key := service + "\x00" + id
+	s.dmu.Lock()
+	if s.stopped || s.probes[key] || len(s.probes) >= maxLeaseProbes {
+		s.dmu.Unlock()
+		return
+	}
+	if s.probes == nil {
+		s.probes = make(map[string]bool)
+	}
+	s.probes[key] = true
+	s.wg.Add(1)
+	s.dmu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			s.dmu.Lock()
+			delete(s.probes, key)
+			s.dmu.Unlock()
+		}()
+		s.leaseProbe(service, id)
+	}()
+}
+
+func (s *Subscriber) leaseProbe(service, id string) {
+	ttl := s.reg.Config().TTL
+	read := func() (uint64, bool) {
+		ctx, cancel := context.WithTimeout(s.ctx, ttl/3)
+		defer cancel()
+		rev, err := s.reg.LeaseRevision(ctx, service, id)
+		return rev, err == nil
+	}
+	// No lease: a record that carries its own (its refreshes reach the
+	// mirror), or a holder already gone.
+	before, ok := read()
+	if !ok {
+		return
+	}
+	t := time.NewTimer(ttl / 3)
+	defer t.Stop()
+	for range leaseProbeRounds {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		rec, ok := s.mirror.Entry(service, id)
+		if !ok {
+			return // removed: the offline was real
+		}
+		now, ok := read()
+		if !ok {
+			return // ended: the holder is gone, a reaper removes the record
+		}
+		if now > before {
+			s.registryRefreshed(service, id, rec.Incarnation, now)
+			return
+		}
+		t.Reset(ttl / 3)
+	}
+}
