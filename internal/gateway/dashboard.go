@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,12 @@ const (
 	// statsInterval is how often the request counters (active requests,
 	// response time, breakers) are checked for changes to push.
 	statsInterval = 2 * time.Second
+	// maxStatsServers bounds the servers whose counters one stats check
+	// sends again: beyond it, busy services take turns (in name order, from
+	// where the last check stopped), so that 1,000 services under traffic
+	// do not resend the whole state every statsInterval. Services with a
+	// list change or a failed request are sent at once, outside the bound.
+	maxStatsServers = 1000
 	// heartbeatInterval is how often an idle stream gets a comment, so
 	// that proxies and the browser see it alive.
 	heartbeatInterval = 15 * time.Second
@@ -88,6 +95,8 @@ type dashboard struct {
 	g          *Gateway
 	maxStreams int
 	heartbeat  time.Duration
+	statsEvery time.Duration // statsInterval; tests shorten it before start
+	statsMax   int           // maxStatsServers; tests lower it before start
 
 	mu       sync.Mutex
 	timeline []ListChange // ring of timelineSize, oldest first once full
@@ -97,7 +106,8 @@ type dashboard struct {
 	events   map[string]seenEvent
 	marks    counterMarks
 	streams  map[*stream]struct{}
-	fprints  map[string]uint64 // services' request counters at the last stats check
+	fprints  map[string]uint64 // services' request counters as last sent
+	cursor   string            // the last service a stats check sent: the next starts after it
 	shutdown bool
 	// nstreams mirrors len(streams) for the request path, which reads it
 	// without the lock.
@@ -110,7 +120,7 @@ type dashboard struct {
 
 func newDashboard(g *Gateway) *dashboard {
 	return &dashboard{
-		g: g, maxStreams: maxStreams, heartbeat: heartbeatInterval,
+		g: g, maxStreams: maxStreams, heartbeat: heartbeatInterval, statsEvery: statsInterval, statsMax: maxStatsServers,
 		dirty: map[string]struct{}{}, events: map[string]seenEvent{}, streams: map[*stream]struct{}{},
 		fprints: map[string]uint64{},
 		wake:    make(chan struct{}, 1), done: make(chan struct{}),
@@ -246,7 +256,7 @@ func (d *dashboard) stop() {
 
 func (d *dashboard) run() {
 	defer close(d.loopDone)
-	stats := time.NewTicker(statsInterval)
+	stats := time.NewTicker(d.statsEvery)
 	defer stats.Stop()
 	var last time.Time
 	for {
@@ -356,44 +366,66 @@ func (d *dashboard) nameSources() {
 }
 
 // markBusyServices marks the services whose request counters moved since
-// the last check, so that the page follows active requests, response
-// times and breakers, not only list changes.
+// they were last sent, so that the page follows active requests, response
+// times and breakers, not only list changes: up to statsMax servers' worth
+// per check, the others at the next checks.
 func (d *dashboard) markBusyServices() {
-	d.mu.Lock()
-	streams := len(d.streams)
-	d.mu.Unlock()
-	if streams == 0 || d.g.client == nil {
+	if d.nstreams.Load() == 0 || d.g.client == nil {
 		return
 	}
-	changed := map[string]uint64{}
+	type counters struct {
+		fp      uint64
+		servers int
+	}
+	now := map[string]counters{}
 	for _, name := range d.g.client.Services() {
 		b, err := d.g.client.Balancer(name)
 		if err != nil {
 			continue
 		}
 		var fp uint64
-		for _, s := range b.AllServers() {
+		all := b.AllServers()
+		for _, s := range all {
 			st := s.Stats()
 			fp = fp*31 + uint64(st.Requests())*7 + uint64(st.ActiveRequests())*13 + uint64(st.SuccessiveFailures())
 			if st.CircuitTripped() {
 				fp++
 			}
 		}
-		changed[name] = fp
+		now[name] = counters{fp, len(all)}
 	}
 	d.mu.Lock()
-	for name, fp := range changed {
-		if d.fprints[name] != fp {
-			d.fprints[name] = fp
-			d.dirty[name] = struct{}{}
-		}
-	}
+	defer d.mu.Unlock()
 	for name := range d.fprints {
-		if _, ok := changed[name]; !ok {
+		if _, ok := now[name]; !ok {
 			delete(d.fprints, name)
 		}
 	}
-	d.mu.Unlock()
+	var moved []string
+	for name, c := range now {
+		if d.fprints[name] == c.fp {
+			continue
+		}
+		if _, ok := d.dirty[name]; ok { // sent anyway
+			d.fprints[name] = c.fp
+			continue
+		}
+		moved = append(moved, name)
+	}
+	slices.Sort(moved)
+	// Take turns: start after the service the last check stopped at.
+	first, _ := slices.BinarySearch(moved, d.cursor+"\x00")
+	budget := d.statsMax
+	for i := range moved {
+		if budget <= 0 {
+			break
+		}
+		name := moved[(first+i)%len(moved)]
+		d.fprints[name] = now[name].fp
+		d.dirty[name] = struct{}{}
+		d.cursor = name
+		budget -= max(now[name].servers, 1)
+	}
 }
 
 // stream is one /-/lb/events client.

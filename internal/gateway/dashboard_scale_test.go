@@ -1,10 +1,15 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb/balancer"
 
 	"github.com/pushlb/pushlb/internal/scale"
 	"github.com/pushlb/pushlb/internal/testutil"
@@ -108,5 +113,69 @@ func TestDashboardWithThousandServices(t *testing.T) {
 	}
 	if len(data) > maxDeltaBytes {
 		t.Errorf("update for one instance leaving: %d bytes, over %d", len(data), maxDeltaBytes)
+	}
+}
+
+// Under traffic on every one of 1,000 services, the stats checks do not
+// resend the whole state: each update carries at most maxStatsServers'
+// worth of busy services, and they take turns until every one was sent.
+func TestDashboardStatsTakeTurns(t *testing.T) {
+	const services, instances, perCheck = 1000, 3, 600 // 200 services per check
+	g, err := New(testConfig(t), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.dash.statsEvery, g.dash.statsMax = 50*time.Millisecond, perCheck // before the loop starts
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := g.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Shutdown(context.Background()) })
+	loadFleet(t, g, services, instances)
+	ch, _ := openStream(t, g)
+	nextEvent(t, ch, "state", nil)
+
+	// One request on every service, through its balancer.
+	for _, name := range g.client.Services() {
+		b, err := g.client.Balancer(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pick, err := b.Pick(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pick.Done(balancer.DoneInfo{})
+	}
+	sent := map[string]bool{}
+	updates, largest := 0, 0
+	for len(sent) < services {
+		data := nextEvent(t, ch, "update", nil)
+		var u struct{ Services []ServiceState }
+		if err := json.Unmarshal([]byte(data), &u); err != nil {
+			t.Fatal(err)
+		}
+		updates++
+		largest = max(largest, len(data))
+		if len(u.Services) > perCheck/instances {
+			t.Fatalf("update %d: %d services, over the %d of one check", updates, len(u.Services), perCheck/instances)
+		}
+		for _, s := range u.Services {
+			var requests int64
+			for _, srv := range s.Servers {
+				requests += srv.Requests
+			}
+			if requests == 1 {
+				sent[s.Name] = true
+			}
+		}
+	}
+	t.Logf("1,000 busy services sent in %d updates of at most %d bytes (the whole state: %d services)", updates, largest, services)
+	if updates < services*instances/perCheck {
+		t.Errorf("%d updates, want at least %d", updates, services*instances/perCheck)
+	}
+	if largest > perCheck*maxStatePerInstance+maxDeltaBytes {
+		t.Errorf("an update of %d bytes, over %d", largest, perCheck*maxStatePerInstance+maxDeltaBytes)
 	}
 }
