@@ -68,10 +68,24 @@ func TestDashboardWithThousandServices(t *testing.T) {
 	const services, instances = 1000, 3
 	ctx := browser(t)
 	g := startGateway(t, false)
-	loadFleet(t, g, services, instances)
+	page := "http://" + g.AdminAddr() + "/-/lb"
 
+	// The page open while the services join: they arrive in updates.
+	if err := chromedp.Do(ctx, chromedp.Navigate(page)); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the empty page live", `document.getElementById("status").textContent === "live"`, 10*time.Second)
 	start := time.Now()
-	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+g.AdminAddr()+"/-/lb")); err != nil {
+	loadFleet(t, g, services, instances)
+	poll(t, ctx, "1,000 services joining the open page", `(n => n.length === 1000 && [...n].every((e, i) => i === 0 || n[i-1].dataset.name < e.dataset.name || n[i-1].dataset.name.length < e.dataset.name.length))(document.querySelectorAll("#services details.svc"))`, 10*time.Second)
+	t.Logf("the open page showed the 1,000 services %v after their registration began", time.Since(start).Round(time.Millisecond))
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#services details[open]").length`)); err != nil || n != 0 {
+		t.Fatalf("%d services open (%v), want all folded once there are 1,000", n, err)
+	}
+
+	// Loaded afresh: the whole state at once.
+	start = time.Now()
+	if err := chromedp.Do(ctx, chromedp.Navigate(page)); err != nil {
 		t.Fatal(err)
 	}
 	poll(t, ctx, "1,000 services on the page", `document.querySelectorAll("#services details.svc").length === 1000`, 20*time.Second)
