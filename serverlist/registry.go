@@ -293,10 +293,11 @@ func (r *Registry) Refresh(ctx context.Context, in Instance) (revision uint64, e
 	return r.Register(ctx, in)
 }
 
-// Deregister removes the instance. Removing an absent instance is not an
-// error. It purges the key rather than deleting it: the purge marker is
-// dropped when it ages out, whereas an aged-out delete marker would produce
-// a second (expiry) marker.
+// Deregister removes the instance, its record and then its lease, whoever
+// holds them. Removing an absent instance is not an error. It purges the
+// keys rather than deleting them: a purge marker is dropped when it ages
+// out, whereas an aged-out delete marker would produce a second (expiry)
+// marker.
 func (r *Registry) Deregister(ctx context.Context, service, id string) error {
 	key, err := EncodeKey(service, id)
 	if err != nil {
@@ -305,7 +306,7 @@ func (r *Registry) Deregister(ctx context.Context, service, id string) error {
 	if err := r.kv.Purge(ctx, key); err != nil {
 		return fmt.Errorf("serverlist: deregister %s/%s: %w", service, id, err)
 	}
-	return nil
+	return r.DeleteLease(ctx, service, id)
 }
 
 // Entry is an instance with the bucket revision that stored it. Revisions
