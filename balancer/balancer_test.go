@@ -272,3 +272,34 @@ func TestCloseIsIdempotentAndKeepsAnswering(t *testing.T) {
 		t.Fatalf("Choose after Close should answer from the last list: %v", err)
 	}
 }
+
+// TestTrippedFastPathFollowsTheBreakers: a pick skips reading each
+// server's statistics only while no server of the balancer has reached the
+// breaker's threshold; the count behind it rises with a trip and falls with
+// the response that resets it, so a tripped server is never picked and a
+// reset one is picked again.
+func TestTrippedFastPathFollowsTheBreakers(t *testing.T) {
+	tb := newTest(t, func(c *Config) { c.Rule = RuleZoneAvoidance }, servers(3, "", 0))
+	if n := tb.shared.atThreshold.Load(); n != 0 {
+		t.Fatalf("at threshold %d before any failure", n)
+	}
+	tb.trip(t, "s1")
+	if n := tb.shared.atThreshold.Load(); n != 1 {
+		t.Fatalf("at threshold %d after one trip, want 1", n)
+	}
+	// Failures beyond the threshold count the server once.
+	tb.ServerStats("s1").noteConnectionFailure()
+	if n := tb.shared.atThreshold.Load(); n != 1 {
+		t.Fatalf("at threshold %d after a failure beyond the threshold, want 1", n)
+	}
+	if c := tb.pickCounts(t, 300); c["s1"] != 0 || c["s0"] == 0 || c["s2"] == 0 {
+		t.Fatalf("picks with s1 tripped: %v", c)
+	}
+	tb.ServerStats("s1").requestFinished(time.Millisecond)
+	if n := tb.shared.atThreshold.Load(); n != 0 {
+		t.Fatalf("at threshold %d after the reset, want 0", n)
+	}
+	if c := tb.pickCounts(t, 300); c["s1"] == 0 {
+		t.Fatalf("picks after s1's reset: %v", c)
+	}
+}

@@ -69,6 +69,12 @@ func (p *PickInfo) Tripped(s *Server) bool {
 	if s.inst == nil {
 		return false
 	}
+	if p.b != nil && p.b.shared.breaker.Threshold > 0 && p.b.shared.atThreshold.Load() == 0 {
+		// No server of the balancer has reached the threshold: no breaker
+		// is open, and s's statistics need not be read (at N=10,000, a
+		// cache miss per pick).
+		return false
+	}
 	st := &s.inst.stats
 	return st.failures.Load() >= int64(st.shared.breaker.Threshold) && st.trippedAt(p.nanotime())
 }

@@ -53,6 +53,13 @@ type statsShared struct {
 	// trips counts breakers tripping: a closed breaker opening, whether at
 	// the threshold or, after a blackout ended, at a later failure.
 	trips atomic.Uint64
+	// atThreshold counts the servers whose successive connection failures
+	// reached the breaker's threshold since their last reset: counted when
+	// the count reaches it, uncounted when a response resets it. A server
+	// removed meanwhile stays counted, so it is an upper bound; 0 means no
+	// breaker can be open, which lets a pick skip reading each server's
+	// statistics (PickInfo.Tripped).
+	atThreshold atomic.Int64
 
 	// The zone decision (zone.go) is the balancer's; the statistics tell
 	// it when its inputs change. zonesChanged remakes it at once (a
@@ -166,6 +173,7 @@ func (s *ServerStats) requestStartedAt(now int64) int64 {
 func (s *ServerStats) responseReceived(responseTime time.Duration) {
 	s.noteResponseTime(responseTime)
 	if s.failures.Swap(0) >= int64(s.shared.breaker.Threshold) {
+		s.shared.atThreshold.Add(-1)
 		s.openUntil.Store(0)
 		s.changed()
 		s.shared.breakerChanged()
@@ -193,6 +201,9 @@ func (s *ServerStats) noteConnectionFailure() {
 	now := s.shared.nanotime()
 	s.lastFailure.Store(now)
 	f := s.failures.Add(1)
+	if f == int64(s.shared.breaker.Threshold) {
+		s.shared.atThreshold.Add(1)
+	}
 	tripped := false
 	if blackout := s.shared.breaker.Blackout(f); blackout > 0 { // f at or above the threshold
 		// openUntil decides which failure opened the breaker, exactly,
