@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Runs nginx (worker_processes auto, upstream keepalive), caddy
-# (reverse_proxy, built from its Go module in this bench module) and the
-# pushlb gateway (embedded NATS, the backend registered by announce) in front
-# of the same Go backend (internal/testbackend), and loads each with wrk in
+# (reverse_proxy, built from its Go module in this bench module), the
+# pushlb gateway (embedded NATS, the backend registered by announce) and
+# fastlb (cmd/fastlb: pushlb's balancer behind fasthttp instead of net/http,
+# a measurement of another HTTP engine, static upstream list) in front of
+# the same Go backend (internal/testbackend), and loads each with wrk in
 # alternating rounds. Prints req/s, p50 and p99 of every round, their
 # medians, and the ratios to nginx.
 #
 #   bash bench/gateway.sh
 #   ROUNDS=3 DURATION=10s CONNS=32 THREADS=1 bash bench/gateway.sh
 #
-# PUSHLB_SRC=DIR builds the gateway, announce and the backend from another
-# checkout of pushlb (for example `git archive HEAD | tar -x -C DIR`, to
-# measure a commit while the work tree has changes; PUSHLB_COMMIT then names
-# the commit in the output); default: this one.
+# PUSHLB_SRC=DIR builds the gateway, announce, the backend and fastlb's
+# balancer from another checkout of pushlb (for example `git archive HEAD |
+# tar -x -C DIR`, to measure a commit while the work tree has changes;
+# PUSHLB_COMMIT then names the commit in the output); default: this one.
 #
 # Installs wrk and nginx with apt-get when they are missing (Debian). Ports,
 # all on 127.0.0.1, can be moved with the variables below; every process the
@@ -33,6 +35,7 @@ CADDY_PORT=${CADDY_PORT:-19103}
 GW_PORT=${GW_PORT:-19104}
 GW_ADMIN_PORT=${GW_ADMIN_PORT:-19105}
 NATS_PORT=${NATS_PORT:-19106}
+FASTLB_PORT=${FASTLB_PORT:-19107}
 SERVICE=bench
 
 missing=()
@@ -45,7 +48,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
 
-for port in $BACKEND_PORT $NGINX_PORT $CADDY_PORT $GW_PORT $GW_ADMIN_PORT $NATS_PORT; do
+for port in $BACKEND_PORT $NGINX_PORT $CADDY_PORT $GW_PORT $GW_ADMIN_PORT $NATS_PORT $FASTLB_PORT; do
 	if (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; then
 		echo "port $port on 127.0.0.1 is in use: move it (see the variables at the top of $0)" >&2
 		exit 1
@@ -55,8 +58,8 @@ done
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
-	# Newest first: announce withdraws the backend and stops it, then the
-	# gateway (and its NATS server), caddy and nginx.
+	# Newest first: fastlb, caddy and nginx, then announce withdraws the
+	# backend and stops it, then the gateway (and its NATS server).
 	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
 		kill "${pids[i]}" 2>/dev/null || true
 	done
@@ -72,6 +75,11 @@ echo "== build (into $tmp/bin)"
 mkdir -p "$tmp/bin"
 (cd "$root" && go build -o "$tmp/bin/" ./cmd/gateway ./cmd/announce ./internal/testbackend)
 go build -o "$tmp/bin/caddy" ./cmd/caddy
+# fastlb links the balancer of the same checkout as the gateway: a copy of
+# this module's go.mod with its replace pointed at $root.
+cp go.mod go.sum "$tmp/"
+go mod edit -modfile="$tmp/go.mod" -replace "github.com/pushlb/pushlb=$root"
+go build -modfile="$tmp/go.mod" -o "$tmp/bin/fastlb" ./cmd/fastlb
 
 # waitfor URL WANT: until URL answers 200 with WANT in the body (10 s).
 waitfor() {
@@ -141,12 +149,17 @@ XDG_DATA_HOME=$tmp/caddy XDG_CONFIG_HOME=$tmp/caddy HOME=$tmp/caddy \
 	"$tmp/bin/caddy" run --config "$tmp/Caddyfile" --adapter caddyfile >"$tmp/caddy.log" 2>&1 &
 pids+=($!)
 
+echo "== start fastlb (fasthttp $(go list -m -f '{{.Version}}' github.com/valyala/fasthttp), static upstream)"
+"$tmp/bin/fastlb" -listen "127.0.0.1:$FASTLB_PORT" -upstream "$SERVICE=127.0.0.1:$BACKEND_PORT" >"$tmp/fastlb.log" 2>&1 &
+pids+=($!)
+
 declare -A url=(
 	[nginx]="http://127.0.0.1:$NGINX_PORT/$SERVICE/x"
 	[caddy]="http://127.0.0.1:$CADDY_PORT/$SERVICE/x"
 	[pushlb]="http://127.0.0.1:$GW_PORT/$SERVICE/x"
+	[fastlb]="http://127.0.0.1:$FASTLB_PORT/$SERVICE/x"
 )
-names=(nginx caddy pushlb)
+names=(nginx caddy pushlb fastlb)
 for n in "${names[@]}"; do waitfor "${url[$n]}" "$SERVICE"; done
 
 commit=${PUSHLB_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')}
@@ -200,4 +213,5 @@ awk -v order="${names[*]}" '
 				R[m] / R["nginx"], P50[m] / P50["nginx"], P99[m] / P99["nginx"], (errs[m] ? " errors: " errs[m] : "")
 		}
 		printf "pushlb / caddy req/s: %.2fx\n", R["pushlb"] / R["caddy"]
+		printf "fastlb / pushlb req/s: %.2fx\n", R["fastlb"] / R["pushlb"]
 	}' "$tmp/results"
