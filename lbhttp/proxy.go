@@ -433,6 +433,9 @@ func removeDotSegments(path string) (clean, literal string, lowest int, ok bool)
 	rest := path[1:]
 	for {
 		seg, more, found := strings.Cut(rest, "/")
+		if !validEscapes(seg) {
+			return "", "", 0, false
+		}
 		seg = decodeDots(seg)
 		if seg != "." && seg != ".." && hidesDotSegment(seg) {
 			return "", "", 0, false
@@ -469,6 +472,28 @@ func joinSegments(segs []string, trailing bool) string {
 		s += "/"
 	}
 	return s
+}
+
+// validEscapes reports whether every '%' of an escaped segment starts an
+// escape of two hex digits. A request's URL must hold no other (net/http
+// answers 400 before a handler runs); the proxy refuses them as well, so
+// that a stray '%' can never make it read what follows as an escape and
+// hide a dot-segment behind it.
+func validEscapes(seg string) bool {
+	for i := 0; i < len(seg); i++ {
+		if seg[i] != '%' {
+			continue
+		}
+		if i+2 >= len(seg) || !isHex(seg[i+1]) || !isHex(seg[i+2]) {
+			return false
+		}
+		i += 2
+	}
+	return true
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // decodeDots replaces "%2e" and "%2E" in an escaped segment by ".".

@@ -516,3 +516,19 @@ func TestProxySetsXRealIPFromTheConnection(t *testing.T) {
 		t.Errorf("Forwarded = %q, want none", got)
 	}
 }
+
+// A stray '%' (not followed by two hex digits) is refused, so that it can
+// never make the cleaner read what follows as an escape: "%\%2E" would
+// otherwise hide a "." behind a backslash (found by FuzzProxyPath).
+func TestRemoveDotSegmentsRefusesInvalidEscapes(t *testing.T) {
+	for _, path := range []string{`/%\%2E`, "/a/%zz", "/a/%2", "/a/b%"} {
+		if clean, _, _, ok := removeDotSegments(path); ok {
+			t.Errorf("%q accepted as %q", path, clean)
+		}
+	}
+	for _, path := range []string{"/a/%2E%2e/b", "/a/%41%7e"} {
+		if _, _, _, ok := removeDotSegments(path); !ok {
+			t.Errorf("%q refused", path)
+		}
+	}
+}
