@@ -53,8 +53,13 @@ type ReaperStats struct {
 	// Errors counts failed watches, reads and removals.
 	Errors uint64 `json:"errors"`
 	// NotPermitted reports that the NATS account may not write the lock:
-	// this process cannot reap and does not try again until restarted.
+	// this process cannot reap and does not try again until restarted. It
+	// watches the lock instead, to tell when no reaper leads.
 	NotPermitted bool `json:"notPermitted"`
+	// Unled reports, for a reaper that may not lead, that no reaper has
+	// held the lock for more than a TTL: crashed instances are not being
+	// removed (a warning is logged when it becomes true).
+	Unled bool `json:"unled"`
 }
 
 // Reaper turns the end of a lease into the removal of its record, for the
@@ -79,7 +84,7 @@ type Reaper struct {
 	cfg ReaperConfig
 	log zerolog.Logger
 
-	leader, notPermitted                           atomic.Bool
+	leader, notPermitted, unled                    atomic.Bool
 	terms, leasesEnded, reaped, sweeps, errorsSeen atomic.Uint64
 
 	mu     sync.Mutex
@@ -137,7 +142,7 @@ func (r *Reaper) Stats() ReaperStats {
 	return ReaperStats{
 		Leader: r.leader.Load(), Terms: r.terms.Load(), LeasesEnded: r.leasesEnded.Load(),
 		Reaped: r.reaped.Load(), Sweeps: r.sweeps.Load(), Errors: r.errorsSeen.Load(),
-		NotPermitted: r.notPermitted.Load(),
+		NotPermitted: r.notPermitted.Load(), Unled: r.unled.Load(),
 	}
 }
 
@@ -163,7 +168,7 @@ func (r *Reaper) run(ctx context.Context) {
 			r.notPermitted.Store(true)
 			r.log.Info().Err(err).Str("bucket", r.reg.cfg.Bucket).
 				Msg("serverlist: this process may not write the reaper lock, so it does not reap; another process must (docs/security.md)")
-			<-ctx.Done()
+			r.watchLeaders(ctx)
 			return
 		}
 		if err != nil && ctx.Err() == nil {
@@ -193,6 +198,56 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():
 	case <-t.C:
+	}
+}
+
+// watchLeaders watches the lock until ctx ends, for a reaper that may not
+// lead: when no reaper has held it for more than a TTL, it logs a warning
+// (once per absence) and reports Unled, since crashed instances are then
+// not removed.
+func (r *Reaper) watchLeaders(ctx context.Context) {
+	for ctx.Err() == nil {
+		if err := r.watchLock(ctx, r.reg.cfg.TTL); err != nil && ctx.Err() == nil {
+			r.errorsSeen.Add(1)
+			sleepCtx(ctx, reaperRetry)
+		}
+	}
+}
+
+// watchLock is one watch of the lock for watchLeaders.
+func (r *Reaper) watchLock(ctx context.Context, ttl time.Duration) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := r.reg.kv.Watch(wctx, ReaperLockKey)
+	if err != nil {
+		return fmt.Errorf("watch the reaper lock: %w", err)
+	}
+	defer stopWatcher(w)
+	absent := time.NewTimer(ttl) // stopped while a reaper holds the lock
+	defer absent.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-absent.C:
+			if !r.unled.Swap(true) {
+				r.log.Warn().Str("bucket", r.reg.cfg.Bucket).Dur("for", ttl).
+					Msg("serverlist: no reaper has led for a lease: the records of crashed instances are not removed; run a process with the reaper's permissions (docs/security.md)")
+			}
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				return errors.New("the reaper lock's watch ended")
+			case e == nil:
+			case e.Operation() == jetstream.KeyValuePut:
+				absent.Stop()
+				if r.unled.Swap(false) {
+					r.log.Info().Msg("serverlist: a reaper leads again")
+				}
+			default:
+				absent.Reset(ttl)
+			}
+		}
 	}
 }
 

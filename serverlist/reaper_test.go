@@ -2,12 +2,16 @@ package serverlist_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/pushlb/pushlb/internal/natstest"
 	"github.com/pushlb/pushlb/internal/testutil"
 	"github.com/pushlb/pushlb/serverlist"
 )
@@ -150,4 +154,48 @@ func TestReaperSweepsRecordsWithoutLease(t *testing.T) {
 	if st := r.Stats(); st.Sweeps < 2 {
 		t.Fatalf("removed after %d sweeps, want the second", st.Sweeps)
 	}
+}
+
+// TestReaperWithoutPermissionWatchesForALeader: a reaper whose user may
+// not write the lock stays out of the election, and reports (and logs)
+// when no reaper has led for a lease, until one does.
+func TestReaperWithoutPermissionWatchesForALeader(t *testing.T) {
+	t.Parallel()
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	if err := os.WriteFile(conf, []byte(`
+jetstream: {}
+accounts: {
+  A: {
+    jetstream: enabled
+    users: [
+      {user: rw, password: rw}
+      {user: ro, password: ro, permissions: {publish: {deny: ["$KV.pushlb_lb._pushlb.reaper.lock"]}}}
+    ]
+  }
+}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := natstest.Start(t, natstest.WithConfigFile(t, conf))
+	open := func(user string) *serverlist.Registry {
+		js, err := jetstream.New(srv.Connect(t, nats.UserInfo(user, user)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg, err := serverlist.Open(testCtx(t, 10*time.Second), js, serverlist.RegistryConfig{TTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reg
+	}
+	rw := open("rw")
+	ro := startReaper(t, open("ro"), serverlist.ReaperConfig{Node: "ro"})
+	testutil.EventuallyWithin(t, 10*time.Second, "the read-only reaper out of the election", func() bool { return ro.Stats().NotPermitted })
+	testutil.EventuallyWithin(t, 10*time.Second, "no leader reported", func() bool { return ro.Stats().Unled })
+	if ro.Leader() {
+		t.Fatal("a reaper that may not write the lock leads")
+	}
+	lead := startReaper(t, rw, serverlist.ReaperConfig{Node: "rw"})
+	testutil.Eventually(t, "the permitted reaper to lead", lead.Leader)
+	testutil.Eventually(t, "the leader seen", func() bool { return !ro.Stats().Unled })
 }

@@ -132,6 +132,7 @@ var (
 	descUpdates         = prometheus.NewDesc("pushlb_list_updates_total", "Changes of a service's server list.", []string{"service"}, nil)
 	descReaperLeader    = prometheus.NewDesc("pushlb_reaper_leader", "1 while this gateway leads the registry's reapers (it alone receives the lease renewals), else 0.", nil, nil)
 	descReaperReaped    = prometheus.NewDesc("pushlb_reaper_removed_total", "Records this gateway's reaper removed because their lease ended (crashes not reported by gossip first).", nil, nil)
+	descReaperUnled     = prometheus.NewDesc("pushlb_reaper_unled", "1 while this gateway, which may not reap, has seen no reaper lead for more than a lease: the records of crashed instances are not removed.", nil, nil)
 	descReaperEnded     = prometheus.NewDesc("pushlb_reaper_leases_ended_total", "Lease removals and expiries this gateway's reaper saw while leading.", nil, nil)
 )
 
@@ -141,7 +142,7 @@ type stateCollector struct{ g *Gateway }
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReceived, descApplied, descDropped, descDelivered, descHandlerErr,
 		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descUnconfirmed, descMalformed, descResyncs, descLookupHit, descServers, descReachable, descTrips, descUpdates, descUnregistered, descServicesRemoved, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored,
-		descReaperLeader, descReaperReaped, descReaperEnded} {
+		descReaperLeader, descReaperReaped, descReaperEnded, descReaperUnled} {
 		ch <- d
 	}
 }
@@ -185,6 +186,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		leader = 1
 	}
 	gauge(descReaperLeader, leader)
+	unled := 0
+	if st.Reaper.Unled {
+		unled = 1
+	}
+	gauge(descReaperUnled, unled)
 	counter(descReaperReaped, st.Reaper.Reaped)
 	counter(descReaperEnded, st.Reaper.LeasesEnded)
 	counter(descLookupHit, st.Lookups.Hits, "hit")
