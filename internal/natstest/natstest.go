@@ -13,8 +13,10 @@ import (
 )
 
 // readyTimeout bounds how long Start and Restart wait for the server to
-// accept connections.
-const readyTimeout = 10 * time.Second
+// accept connections. Generous: a cluster node with JetStream, under the
+// race detector, while the other test packages build and run on two
+// cores, once took more than 10 s (CI from a clean cache).
+const readyTimeout = 30 * time.Second
 
 // Option adjusts the server options. Options are applied, in order, every
 // time the server starts, so changes made here persist across restarts.
