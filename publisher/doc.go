@@ -3,9 +3,12 @@
 //
 // Announce registers the instance in the registry (JetStream KV) and then
 // publishes <prefix>.svc.<service>.online; Withdraw publishes the offline
-// event first, so gateways stop routing at once, and then deregisters. While
-// announced, a lease loop re-puts the registry entry every LeaseInterval so
-// it does not expire, and after a NATS reconnect (the connection reports
+// event first, so gateways stop routing at once, and then deregisters. The
+// record is written once and never ages out by itself; while announced, a
+// lease loop renews the instance's lease, a key beside the record, every
+// LeaseInterval, so that no gateway receives the renewals and a reaper
+// removes the record once the lease ends (serverlist.Reaper). After a NATS
+// reconnect (the connection reports
 // it; a short random delay lets gateways resubscribe) the instance is announced
 // again (register, then online), so a gateway that missed events or saw the
 // lease run out during the outage learns of it again.
@@ -23,8 +26,8 @@
 // lease loop (and the gossip node). Withdraw is the graceful stop of the
 // announcement: offline event, deregistration, gossip leave. Close stops
 // the lease loop and the gossip node and waits for them, without
-// withdrawing (to the gateways it looks like a crash: the lease expires,
-// gossip declares the node dead); it is idempotent and ends the Publisher.
+// withdrawing (to the gateways it looks like a crash: the lease expires and
+// a reaper removes the record, gossip declares the node dead); it is idempotent and ends the Publisher.
 // A service calls Withdraw, then Close.
 //
 // # Identity
@@ -32,7 +35,8 @@
 // One live process holds an instance ID. Announce claims it
 // (serverlist.Registry.Claim): a record of another live process is refused
 // with an error wrapping serverlist.ErrInUse, unless Config.Replace. The
-// lease loop refreshes with a compare-and-set; a record found removed
+// lease loop renews the lease with a compare-and-set and reads the record
+// back every third renewal; a lease or record found removed
 // (deregistered, expired, purged, the bucket lost: the bucket is recreated
 // when the publisher may) or overwritten by an older or forged registration
 // is re-asserted and a warning logged. A record of a newer incarnation

@@ -33,8 +33,8 @@ var (
 type Config struct {
 	// Prefix is the subject prefix. Default events.DefaultPrefix ("lb").
 	Prefix string
-	// LeaseInterval is how often the registry entry is re-put. Default: a
-	// third of the registry's TTL, so two refreshes may fail before the
+	// LeaseInterval is how often the instance's lease is renewed. Default:
+	// a third of the registry's TTL, so two renewals may fail before the
 	// lease runs out.
 	LeaseInterval time.Duration
 	// Logger receives lease and re-announce failures. Zero: no logs.

@@ -6,12 +6,21 @@
 // A [Registry] keeps one KV entry per running instance in a bucket
 // ([BucketName] of the subject prefix: "pushlb_lb" for the default prefix
 // events.DefaultPrefix): the key is [EncodeKey] of service and instance ID, the value
-// the JSON of an [Instance]. The bucket's MaxAge is the lease: publishers
-// [Registry.Register] at start, [Registry.Refresh] on an interval, and
-// [Registry.Deregister] on a clean stop. A crashed instance stops refreshing
-// and its entry expires. The bucket has limit markers enabled
-// (nats-server 2.11+), so an expiry reaches every watcher as a purge, the
-// same way a deregistration does.
+// the JSON of an [Instance]. The bucket's MaxAge is the lease. Two forms of
+// lease coexist (lease.go, docs/protocol.md section 4):
+//
+//   - [Registry.Claim] writes the record to never age out and starts a
+//     lease beside it ([LeaseKey]), which the publisher renews
+//     ([Registry.RefreshLease]); gateways watch the records only
+//     ([RecordKeys]), so no renewal reaches them, and a [Reaper], elected
+//     among the gateways, removes the record of a lease that ended;
+//   - [Registry.Register] writes a record that carries its own lease: it
+//     expires unless put again ([Registry.Refresh]), the way simple
+//     clients in other languages do it.
+//
+// [Registry.Deregister] removes record and lease on a clean stop. The
+// bucket has limit markers enabled (nats-server 2.11+), so an expiry reaches
+// every watcher as a purge, the same way a deregistration does.
 //
 // The bucket's configuration belongs to the deployment: [Open] creates the
 // bucket when it is missing and otherwise uses it as it is, its TTL being
@@ -22,8 +31,9 @@
 //
 // One live process holds an instance ID. [Registry.Claim] registers with a
 // create-only write; a record of another owner ([Instance].Owner) is
-// watched for a refresh (its holder lives: [ErrInUse]) or taken over once
-// it proves dead, or at once with ClaimOptions.Replace. Conditional writes
+// watched, with its lease, for a renewal (its holder lives: [ErrInUse]) or
+// taken over once it proves dead (no renewal for half the TTL, or the lease
+// ended), or at once with ClaimOptions.Replace. Conditional writes
 // ([Registry.Create], [Registry.Update], [Registry.DeregisterRevision],
 // [Registry.DeregisterOwned]) let a publisher refresh, re-assert and remove
 // only its own record; [Superseded] tells a legitimate replacement (a newer
