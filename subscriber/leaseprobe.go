@@ -9,9 +9,9 @@ import (
 // its record (serverlist.Registry.Claim): its renewals write the lease key,
 // which the mirror does not watch, so no renewal reaches the membership to
 // undo an offline event as a record write does (see membership.registered).
-// After an offline event takes out an instance whose record stays, the
-// subscriber reads the instance's lease at once and again after each
-// renewal interval (a third of the TTL) for up to one TTL: a renewal in
+// After an offline event takes out an instance whose record stays (still
+// there a second later), the subscriber reads the instance's lease, and
+// again after each renewal interval (a third of the TTL) for up to one TTL: a renewal in
 // between proves the holder alive after the offline, which was forged, and
 // brings the instance back as a record write would. The record's removal
 // (a real withdrawal) or the lease's end (a crash) ends the probe.
@@ -23,6 +23,12 @@ const maxLeaseProbes = 10_000
 // leaseProbeRounds is how many renewal intervals a probe waits for a
 // renewal: one TTL.
 const leaseProbeRounds = 3
+
+// leaseProbeSettle is how long a probe waits before its first read (at most
+// a sixth of the TTL): a real withdrawal's record is gone by then. A renewal
+// within it is taken for one before the offline, so the revival may come
+// one renewal later.
+const leaseProbeSettle = time.Second
 
 // probeLease starts a lease probe for service/id unless one runs already,
 // the bound is reached or the subscriber is closed.
@@ -58,14 +64,25 @@ func (s *Subscriber) leaseProbe(service, id string) {
 		rev, err := s.reg.LeaseRevision(ctx, service, id)
 		return rev, err == nil
 	}
+	// A withdrawal removes the record right after its offline event: give
+	// it a moment, so that a churn wave costs the registry no reads.
+	t := time.NewTimer(min(leaseProbeSettle, ttl/6))
+	defer t.Stop()
+	select {
+	case <-s.ctx.Done():
+		return
+	case <-t.C:
+	}
+	if _, ok := s.mirror.Entry(service, id); !ok {
+		return
+	}
 	// No lease: a record that carries its own (its refreshes reach the
 	// mirror), or a holder already gone.
 	before, ok := read()
 	if !ok {
 		return
 	}
-	t := time.NewTimer(ttl / 3)
-	defer t.Stop()
+	t.Reset(ttl / 3)
 	for range leaseProbeRounds {
 		select {
 		case <-s.ctx.Done():
