@@ -72,8 +72,8 @@ func TestForgedOfflineLastsUntilTheNextRegistryWrite(t *testing.T) {
 	if bound := 3*time.Second/2 + time.Second; took > bound {
 		t.Fatalf("out for %v, want within half the TTL (3 s) and a second of slack: %v", took, bound)
 	}
-	if g.sub.Stats().RegistryRevivals == 0 {
-		t.Fatal("the revival should be counted")
+	if st := g.sub.Stats(); st.RegistryRevivals == 0 || st.LeaseProbeReads < 2 {
+		t.Fatalf("revivals %d, lease probe reads %d: the probe's revival should be counted", st.RegistryRevivals, st.LeaseProbeReads)
 	}
 
 	// Events still order within the registry's incarnation: the real
@@ -140,4 +140,26 @@ func TestLostBucketIsRecreatedAndResynced(t *testing.T) {
 		return slices.Equal(g.ids("orders"), ids) && slices.Equal(g.sub.Live()["orders"], ids)
 	})
 	t.Logf("recovered %v after the restart without store; mirror %+v", time.Since(began), g.sub.Mirror().Stats())
+}
+
+// TestWithdrawalCostsNoLeaseRead: the offline event of a real withdrawal
+// starts a lease probe (the record is still there when the event arrives),
+// which ends without reading the registry, since the record is gone when
+// it looks.
+func TestWithdrawalCostsNoLeaseRead(t *testing.T) {
+	srv := natstest.Start(t)
+	p := leasedPublisher(t, srv, 3*time.Second, time.Second)
+	g := startGateway(t, srv, subscriber.Config{})
+	in := instance("orders", 1, time.Now().UnixNano())
+	if err := p.Announce(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the instance routed", func() bool { return g.live("orders", in.InstanceID) })
+	if err := p.Withdraw(t.Context(), "shutdown"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the withdrawal's lease probe to end", func() bool { return g.sub.Stats().LeaseProbes == 1 })
+	if st := g.sub.Stats(); st.LeaseProbeReads != 0 || st.RegistryRevivals != 0 {
+		t.Fatalf("a withdrawal's probe read the lease %d times, revived %d", st.LeaseProbeReads, st.RegistryRevivals)
+	}
 }

@@ -51,6 +51,7 @@ func (s *Subscriber) probeLease(service, id string) {
 			s.dmu.Lock()
 			delete(s.probes, key)
 			s.dmu.Unlock()
+			s.stats.leaseProbes.Add(1)
 		}()
 		s.leaseProbe(service, id)
 	}()
@@ -59,6 +60,7 @@ func (s *Subscriber) probeLease(service, id string) {
 func (s *Subscriber) leaseProbe(service, id string) {
 	ttl := s.reg.Config().TTL
 	read := func() (uint64, bool) {
+		s.stats.leaseProbeReads.Add(1)
 		ctx, cancel := context.WithTimeout(s.ctx, ttl/3)
 		defer cancel()
 		rev, err := s.reg.LeaseRevision(ctx, service, id)

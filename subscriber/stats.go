@@ -113,6 +113,11 @@ type Stats struct {
 	// offline undone by the instance's next lease refresh, or an instance
 	// that re-asserted its record.
 	RegistryRevivals uint64 `json:"registryRevivals"`
+	// LeaseProbes counts the lease probes that ended (see leaseprobe.go),
+	// LeaseProbeReads the registry reads they made: a withdrawal's probe
+	// ends without one.
+	LeaseProbes     uint64 `json:"leaseProbes"`
+	LeaseProbeReads uint64 `json:"leaseProbeReads"`
 	// GossipRemovals counts instances taken offline because gossip declared
 	// them dead or gone; GossipRevivals those it brought back.
 	GossipRemovals uint64 `json:"gossipRemovals"`
@@ -127,6 +132,7 @@ type counters struct {
 	received, applied, delivered, handlerErrors atomic.Uint64
 	reconciles, registryRemovals                atomic.Uint64
 	registryRevivals                            atomic.Uint64
+	leaseProbes, leaseProbeReads                atomic.Uint64
 	gossipRemovals, gossipRevivals              atomic.Uint64
 	unconfirmed                                 atomic.Uint64
 	dropped                                     [numDropReasons]atomic.Uint64
@@ -143,6 +149,8 @@ func (c *counters) snapshot() Stats {
 		Reconciles:       c.reconciles.Load(),
 		RegistryRemovals: c.registryRemovals.Load(),
 		RegistryRevivals: c.registryRevivals.Load(),
+		LeaseProbes:      c.leaseProbes.Load(),
+		LeaseProbeReads:  c.leaseProbeReads.Load(),
 		GossipRemovals:   c.gossipRemovals.Load(),
 		GossipRevivals:   c.gossipRevivals.Load(),
 		Unconfirmed:      c.unconfirmed.Load(),
