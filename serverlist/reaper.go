@@ -362,8 +362,10 @@ func (r *Reaper) reap(ctx context.Context, key string, live map[string]uint64) {
 		return // withdrawn: the record went first
 	}
 	if err != nil {
-		r.errorsSeen.Add(1)
-		r.log.Warn().Err(err).Str("key", key).Msg("serverlist: reaper: read the record")
+		if ctx.Err() == nil { // not the reaper stopping
+			r.errorsSeen.Add(1)
+			r.log.Warn().Err(err).Str("key", key).Msg("serverlist: reaper: read the record")
+		}
 		return
 	}
 	r.remove(ctx, key, e.Revision(), "lease ended")
@@ -378,6 +380,8 @@ func (r *Reaper) remove(ctx context.Context, key string, rev uint64, why string)
 		r.log.Info().Str("key", key).Uint64("revision", rev).Str("why", why).Msg("serverlist: reaper removed the record")
 	case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
 		// Rewritten meanwhile (a new holder): not ours to remove.
+	case ctx.Err() != nil:
+		// The reaper is stopping.
 	default:
 		r.errorsSeen.Add(1)
 		r.log.Warn().Err(err).Str("key", key).Msg("serverlist: reaper: remove the record")
@@ -391,8 +395,10 @@ func (r *Reaper) sweep(ctx context.Context, live map[string]uint64, prev map[str
 	r.sweeps.Add(1)
 	lister, err := r.reg.kv.ListKeysFiltered(ctx, RecordKeys)
 	if err != nil {
-		r.errorsSeen.Add(1)
-		r.log.Warn().Err(err).Msg("serverlist: reaper: list the records")
+		if ctx.Err() == nil {
+			r.errorsSeen.Add(1)
+			r.log.Warn().Err(err).Msg("serverlist: reaper: list the records")
+		}
 		return prev
 	}
 	var orphans []string
