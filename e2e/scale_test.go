@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -12,13 +13,15 @@ import (
 	"github.com/pushlb/pushlb/internal/gateway"
 	"github.com/pushlb/pushlb/internal/scale"
 	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/serverlist"
 )
 
 // loadFleet registers services x instances (svc-0 … svc-N, instances in
 // zones a, b, c) in the gateway's registry and publishes their online
 // events, as that many announcers would, and waits until the gateway
-// balances all of them.
-func loadFleet(t *testing.T, g *gateway.Gateway, services, instances int) {
+// balances all of them. It returns the fleet, its connection and the
+// instances, for a test to deregister some.
+func loadFleet(t *testing.T, g *gateway.Gateway, services, instances int) (*scale.Fleet, *nats.Conn, []serverlist.Instance) {
 	t.Helper()
 	nc, err := nats.Connect(g.NATSURL())
 	if err != nil {
@@ -29,7 +32,8 @@ func loadFleet(t *testing.T, g *gateway.Gateway, services, instances int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Register(t.Context(), nc, f.Generation(0)...); err != nil {
+	ins := f.Generation(0)
+	if err := f.Register(t.Context(), nc, ins...); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, "every instance in the gateway", func() bool {
@@ -44,6 +48,7 @@ func loadFleet(t *testing.T, g *gateway.Gateway, services, instances int) {
 		}
 		return true
 	})
+	return f, nc, ins
 }
 
 // visibleJS counts the services the filter leaves shown.
@@ -128,4 +133,42 @@ func measure(t *testing.T, ctx context.Context, js string) float64 {
 		t.Fatal(err)
 	}
 	return ms
+}
+
+// With 1,000 services of 6 instances, more than the gateway sends whole,
+// the page gets summaries: its folded lines count the servers, and a
+// service opened shows its instances, fetched then, and follows them live:
+// an instance that leaves loses its row without a reload.
+func TestDashboardOpensServiceOnBigGateway(t *testing.T) {
+	const services, instances = 1000, 6
+	ctx := browser(t)
+	g := startGateway(t, false)
+	f, nc, ins := loadFleet(t, g, services, instances)
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+g.AdminAddr()+"/-/lb")); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "1,000 services in summaries", `document.querySelectorAll("#services details.svc").length === 1000 && model.services.get("svc-500").summary === true && document.getElementById("status").textContent === "live"`, 20*time.Second)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.noReload = true`)); err != nil {
+		t.Fatal(err)
+	}
+	svc := `document.getElementById("svc-svc-500")`
+	poll(t, ctx, "svc-500's line to count 6 servers", svc+`.firstChild.textContent.includes("6 servers (6 up)")`, 2*time.Second)
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("tr.instance").length`)); err != nil || n != 0 {
+		t.Fatalf("%d instance rows (%v), want none before a service is opened", n, err)
+	}
+
+	start := time.Now()
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](svc+`.firstChild.click(), true`)); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "svc-500's 6 instance rows", `document.querySelectorAll("tr.instance").length === 6 && `+svc+`.querySelectorAll("tr.instance").length === 6`, 5*time.Second)
+	t.Logf("svc-500 opened: its %d instance rows shown %v after the click", instances, time.Since(start).Round(time.Millisecond))
+
+	gone := ins[500*instances] // instance 0 of svc-500
+	start = time.Now()
+	if err := f.Deregister(t.Context(), nc, gone); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the row of the instance that left to go", fmt.Sprintf(`(rows => rows.length === 5 && !rows.some(r => r.dataset.instance === %q))([...%s.querySelectorAll("tr.instance")]) && %s.firstChild.textContent.includes("5 servers") && window.noReload === true`, gone.InstanceID, svc, svc), 5*time.Second)
+	t.Logf("%s's row went %v after its deregistration", gone.InstanceID, time.Since(start).Round(time.Millisecond))
 }

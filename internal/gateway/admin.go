@@ -218,6 +218,7 @@ func (g *Gateway) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /-/lb", g.serveState)
 	mux.HandleFunc("GET /-/lb/events", g.dash.serveEvents)
+	mux.HandleFunc("GET /-/lb/service", g.serveService)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", g.serveHealth)
 	mux.HandleFunc("GET /readyz", g.serveReady)

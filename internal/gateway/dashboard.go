@@ -44,6 +44,13 @@ const (
 	eventMemory = 10 * time.Second
 	// maxRememberedEvents bounds the events kept for that.
 	maxRememberedEvents = 10_000
+	// summarizeOver is the number of instances on the gateway (every
+	// service's together) above which the streams carry per-service
+	// summaries (ServiceSummary) instead of every instance: the page
+	// fetches an opened service's instances from /-/lb/service. 5,000
+	// instances make a first state of about 1.9 MB in full; 100,000 would
+	// make 37 MB.
+	summarizeOver = 5000
 )
 
 // The sources of a list change, as the timeline names them.
@@ -97,6 +104,9 @@ type dashboard struct {
 	heartbeat  time.Duration
 	statsEvery time.Duration // statsInterval; tests shorten it before start
 	statsMax   int           // maxStatsServers; tests lower it before start
+	// summarizeOver is the package's summarizeOver; tests may change it
+	// before start.
+	summarizeOver int
 
 	mu       sync.Mutex
 	timeline []ListChange // ring of timelineSize, oldest first once full
@@ -121,7 +131,8 @@ type dashboard struct {
 func newDashboard(g *Gateway) *dashboard {
 	return &dashboard{
 		g: g, maxStreams: maxStreams, heartbeat: heartbeatInterval, statsEvery: statsInterval, statsMax: maxStatsServers,
-		dirty: map[string]struct{}{}, events: map[string]seenEvent{}, streams: map[*stream]struct{}{},
+		summarizeOver: summarizeOver,
+		dirty:         map[string]struct{}{}, events: map[string]seenEvent{}, streams: map[*stream]struct{}{},
 		fprints: map[string]uint64{},
 		wake:    make(chan struct{}, 1), done: make(chan struct{}),
 	}
@@ -282,13 +293,15 @@ func (d *dashboard) run() {
 }
 
 // update is what a stream's "update" event carries: the services that
-// changed, those that went, the new timeline entries and the gateway's
-// counters.
+// changed (whole in services, or in summaries when the gateway holds more
+// than summarizeOver instances), those that went, the new timeline entries
+// and the gateway's counters.
 type update struct {
-	Services []ServiceState `json:"services"`
-	Removed  []string       `json:"removed,omitempty"`
-	Changes  []ListChange   `json:"changes,omitempty"`
-	Header   State          `json:"header"`
+	Services  []ServiceState   `json:"services"`
+	Summaries []ServiceSummary `json:"summaries,omitempty"`
+	Removed   []string         `json:"removed,omitempty"`
+	Changes   []ListChange     `json:"changes,omitempty"`
+	Header    State            `json:"header"`
 }
 
 // flush names the sources of new changes and pushes one update.
@@ -320,14 +333,20 @@ func (d *dashboard) flush() {
 		return
 	}
 	u := update{Services: []ServiceState{}, Changes: changes, Header: d.g.header()}
+	summarize := d.summarizing()
 	for name := range dirty {
-		if ss, ok := d.g.serviceState(name); ok {
+		if summarize {
+			if sum, ok := d.g.serviceSummary(name); ok {
+				u.Summaries = append(u.Summaries, sum)
+				continue
+			}
+		} else if ss, ok := d.g.serviceState(name); ok {
 			u.Services = append(u.Services, ss)
-		} else {
-			u.Removed = append(u.Removed, name)
+			continue
 		}
+		u.Removed = append(u.Removed, name)
 	}
-	if len(u.Services) == 0 && len(u.Removed) == 0 && len(u.Changes) == 0 {
+	if len(u.Services) == 0 && len(u.Summaries) == 0 && len(u.Removed) == 0 && len(u.Changes) == 0 {
 		return
 	}
 	d.broadcast(sseMessage("update", u))
@@ -378,6 +397,7 @@ func (d *dashboard) markBusyServices() {
 		servers int
 	}
 	now := map[string]counters{}
+	total := 0
 	for _, name := range d.g.client.Services() {
 		b, err := d.g.client.Balancer(name)
 		if err != nil {
@@ -393,7 +413,10 @@ func (d *dashboard) markBusyServices() {
 			}
 		}
 		now[name] = counters{fp, len(all)}
+		total += len(all)
 	}
+	// A summary costs about one server's worth, whatever the instances.
+	summarize := total > d.summarizeOver
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for name := range d.fprints {
@@ -424,7 +447,11 @@ func (d *dashboard) markBusyServices() {
 		d.fprints[name] = now[name].fp
 		d.dirty[name] = struct{}{}
 		d.cursor = name
-		budget -= max(now[name].servers, 1)
+		if summarize {
+			budget--
+		} else {
+			budget -= max(now[name].servers, 1)
+		}
 	}
 }
 
@@ -496,7 +523,8 @@ func sseMessage(event string, v any) []byte {
 const streamWriteTimeout = 10 * time.Second
 
 // serveEvents is GET /-/lb/events: a text/event-stream that starts with
-// the whole state ("state"), then pushes "update" events (changed
+// the whole state ("state"; with summaries beyond summarizeOver instances),
+// then pushes "update" events (changed
 // services, new timeline entries) at most 4 times a second, and a comment
 // every heartbeat.
 func (d *dashboard) serveEvents(w http.ResponseWriter, r *http.Request) {
@@ -519,7 +547,7 @@ func (d *dashboard) serveEvents(w http.ResponseWriter, r *http.Request) {
 		return rc.Flush() == nil
 	}
 	// Subscribed before the state is read, so no change falls in between.
-	if !write(append([]byte("retry: 1000\n\n"), sseMessage("state", d.g.State())...)) {
+	if !write(append([]byte("retry: 1000\n\n"), sseMessage("state", d.firstState())...)) {
 		return
 	}
 	hb := time.NewTicker(d.heartbeat)
@@ -542,4 +570,115 @@ func (d *dashboard) serveEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// ServiceSummary is what a stream carries of a service when the gateway
+// holds more than summarizeOver instances: what its folded line on the
+// page shows, without its instances (GET /-/lb/service?name= has them).
+type ServiceSummary struct {
+	Name string `json:"name"`
+	Rule string `json:"rule"`
+	// Instances counts the service's servers: Up those alive with a closed
+	// breaker, Tripped those alive with an open one (the others are down).
+	Instances  int                  `json:"instances"`
+	Up         int                  `json:"up"`
+	Tripped    int                  `json:"tripped"`
+	Zones      map[string]ZoneState `json:"zones"`
+	Updates    uint64               `json:"updates"`
+	LastChange *time.Time           `json:"lastChange,omitempty"`
+	Trips      uint64               `json:"breakerTrips"`
+}
+
+// streamState is the stream's first event: the State, its services in
+// summaries when the gateway holds more than summarizeOver instances.
+type streamState struct {
+	State
+	Summaries []ServiceSummary `json:"summaries,omitempty"`
+}
+
+// instances counts the servers of every service.
+func (g *Gateway) instances() int {
+	if g.client == nil {
+		return 0
+	}
+	n := 0
+	for _, name := range g.client.Services() {
+		if sv, ok := g.client.ServiceStats(name); ok {
+			n += sv.Servers
+		}
+	}
+	return n
+}
+
+// summarizing reports whether the streams carry summaries: the gateway
+// holds more than summarizeOver instances.
+func (d *dashboard) summarizing() bool { return d.g.instances() > d.summarizeOver }
+
+// firstState is a stream's first event: the whole State, or the services'
+// summaries beyond summarizeOver instances.
+func (d *dashboard) firstState() streamState {
+	if !d.summarizing() {
+		return streamState{State: d.g.State()}
+	}
+	st := streamState{State: d.g.header(), Summaries: []ServiceSummary{}}
+	st.Services = []ServiceState{}
+	st.Timeline = d.Timeline()
+	for _, name := range d.g.client.Services() {
+		if sum, ok := d.g.serviceSummary(name); ok {
+			st.Summaries = append(st.Summaries, sum)
+		}
+	}
+	return st
+}
+
+// serviceSummary reads one service's summary; false when it has none.
+func (g *Gateway) serviceSummary(name string) (ServiceSummary, bool) {
+	if g.client == nil {
+		return ServiceSummary{}, false
+	}
+	sv, ok := g.client.ServiceStats(name)
+	if !ok {
+		return ServiceSummary{}, false
+	}
+	b, err := g.client.Balancer(name)
+	if err != nil {
+		return ServiceSummary{}, false
+	}
+	cfg := b.Config()
+	sum := ServiceSummary{Name: name, Rule: cfg.Rule, Zones: map[string]ZoneState{}, Updates: sv.Updates, Trips: sv.BreakerTrips}
+	if !sv.LastChange.IsZero() {
+		sum.LastChange = &sv.LastChange
+	}
+	zones := b.ZoneSnapshots()
+	for z, zs := range zones {
+		sum.Zones[z] = ZoneState{Instances: zs.InstanceCount, Tripped: zs.TrippedCount, ActiveRequests: zs.ActiveRequests, LoadPerServer: zs.LoadPerServer}
+	}
+	if (cfg.ZoneAware || cfg.Rule == balancer.RuleZoneAvoidance) && len(zones) > 1 {
+		markAvoided(sum.Zones, cfg.ZoneAvoidance)
+	}
+	for _, s := range b.AllServers() {
+		sum.Instances++
+		switch {
+		case !s.Alive():
+		case s.Stats().CircuitTripped():
+			sum.Tripped++
+		default:
+			sum.Up++
+		}
+	}
+	return sum, true
+}
+
+// serveService is GET /-/lb/service?name=: one service as /-/lb shows it,
+// with every instance; the page fetches it when a service is opened while
+// the stream carries summaries.
+func (g *Gateway) serveService(w http.ResponseWriter, r *http.Request) {
+	ss, ok := g.serviceState(r.URL.Query().Get("name"))
+	if !ok {
+		http.Error(w, "no such service", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-cache")
+	json.NewEncoder(w).Encode(ss)
 }

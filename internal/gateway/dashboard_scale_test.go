@@ -3,6 +3,9 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/url"
+	"os"
 	"testing"
 	"time"
 
@@ -177,5 +180,129 @@ func TestDashboardStatsTakeTurns(t *testing.T) {
 	}
 	if largest > perCheck*maxStatePerInstance+maxDeltaBytes {
 		t.Errorf("an update of %d bytes, over %d", largest, perCheck*maxStatePerInstance+maxDeltaBytes)
+	}
+}
+
+// maxSummaryPerService bounds the bytes of the stream's first state per
+// service on a gateway beyond summarizeOver instances, whatever its
+// instances; maxStateOverhead is the timeline and counters on top.
+const (
+	maxSummaryPerService = 400
+	maxStateOverhead     = 64 << 10
+)
+
+// summarized is the stream's state or update, with its summaries.
+type summarized struct {
+	Services  []ServiceState
+	Summaries []ServiceSummary
+	Removed   []string
+	Changes   []ListChange
+}
+
+// fetchService reads /-/lb/service?name=.
+func fetchService(t *testing.T, g *Gateway, name string) (ServiceState, int) {
+	t.Helper()
+	code, body := get(t, "http://"+g.AdminAddr()+"/-/lb/service?name="+url.QueryEscape(name))
+	var ss ServiceState
+	if code == http.StatusOK {
+		if err := json.Unmarshal([]byte(body), &ss); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ss, len(body)
+}
+
+// With 1,000 services of 6 instances (over summarizeOver), the stream's
+// first state carries a summary per service, bounded per service and not
+// per instance; an instance leaving an unopened service sends that
+// service's summary alone; /-/lb/service has the service's instances.
+func TestDashboardSummariesOnBigGateway(t *testing.T) {
+	const services, instances = 1000, 6
+	if services*instances <= summarizeOver {
+		t.Fatalf("%d instances: not over summarizeOver (%d)", services*instances, summarizeOver)
+	}
+	g := startGateway(t, testConfig(t))
+	f, nc, ins := loadFleet(t, g, services, instances)
+	ch, _ := openStream(t, g)
+	data := nextEvent(t, ch, "state", nil)
+	var st summarized
+	if err := json.Unmarshal([]byte(data), &st); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d services x %d instances: first state %d bytes (%d per service)", services, instances, len(data), len(data)/services)
+	if len(st.Services) != 0 || len(st.Summaries) != services {
+		t.Fatalf("first state: %d services, %d summaries, want 0 and %d", len(st.Services), len(st.Summaries), services)
+	}
+	if s := st.Summaries[0]; s.Instances != instances || s.Up != instances || s.Tripped != 0 || len(s.Zones) == 0 || s.Rule == "" {
+		t.Errorf("summary: %+v", s)
+	}
+	if len(data) > maxSummaryPerService*services+maxStateOverhead {
+		t.Errorf("first state: %d bytes, over %d per service", len(data), maxSummaryPerService)
+	}
+
+	gone := ins[500*instances] // instance 0 of svc-500
+	if err := f.Deregister(t.Context(), nc, gone); err != nil {
+		t.Fatal(err)
+	}
+	var u summarized
+	data = nextEvent(t, ch, "update", func(data string) bool {
+		u = summarized{}
+		json.Unmarshal([]byte(data), &u)
+		for _, s := range u.Summaries {
+			if s.Name == gone.Service && s.Instances == instances-1 {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("one instance leaving: an update of %d bytes", len(data))
+	if len(u.Services) != 0 || len(u.Summaries) != 1 || len(u.Removed) != 0 || len(u.Changes) != 1 || u.Changes[0].Instance != gone.InstanceID {
+		t.Errorf("update for one instance leaving: %d services, %d summaries, removed %v, changes %+v", len(u.Services), len(u.Summaries), u.Removed, u.Changes)
+	}
+	if len(data) > maxDeltaBytes {
+		t.Errorf("update for one instance leaving: %d bytes, over %d", len(data), maxDeltaBytes)
+	}
+
+	ss, n := fetchService(t, g, gone.Service)
+	t.Logf("/-/lb/service?name=%s: %d bytes", gone.Service, n)
+	if ss.Name != gone.Service || len(ss.Servers) != instances-1 {
+		t.Fatalf("/-/lb/service: %s with %d servers, want %s with %d", ss.Name, len(ss.Servers), gone.Service, instances-1)
+	}
+	for _, s := range ss.Servers {
+		if s.ID == gone.InstanceID || s.Status != "up" || s.Addr == "" {
+			t.Errorf("/-/lb/service: server %+v", s)
+		}
+	}
+	if code, _ := get(t, "http://"+g.AdminAddr()+"/-/lb/service?name=nope"); code != http.StatusNotFound {
+		t.Errorf("/-/lb/service for no service: %d, want 404", code)
+	}
+}
+
+// At the fleet size this project targets, 1,000 services of 100 instances,
+// the first state in full and in summaries, and one service's detail:
+// figures for docs/config.md. It loads 100,000 instances: run it with
+// PUSHLB_DASHBOARD_FLEET=1.
+func TestDashboardFirstStateAtFleetSize(t *testing.T) {
+	if os.Getenv("PUSHLB_DASHBOARD_FLEET") == "" {
+		t.Skip("set PUSHLB_DASHBOARD_FLEET=1 to load 1,000 services x 100 instances")
+	}
+	const services, instances = 1000, 100
+	g := startGateway(t, testConfig(t))
+	loadFleet(t, g, services, instances)
+
+	start := time.Now()
+	full := sseMessage("state", streamState{State: g.State()})
+	fullTook := time.Since(start)
+	start = time.Now()
+	ch, _ := openStream(t, g)
+	data := nextEvent(t, ch, "state", nil)
+	took := time.Since(start)
+	start = time.Now()
+	ss, n := fetchService(t, g, "svc-500")
+	detailTook := time.Since(start)
+	t.Logf("%d services x %d instances: the first state in full %d bytes (read and encoded in %v), in summaries %d bytes (%d per service, received in %v); /-/lb/service?name=svc-500 %d bytes (%d servers) in %v",
+		services, instances, len(full), fullTook.Round(time.Millisecond), len(data), len(data)/services, took.Round(time.Millisecond), n, len(ss.Servers), detailTook.Round(time.Microsecond))
+	if len(data) > maxSummaryPerService*services+maxStateOverhead || len(ss.Servers) != instances {
+		t.Errorf("first state %d bytes, detail %d servers", len(data), len(ss.Servers))
 	}
 }
