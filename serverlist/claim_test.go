@@ -3,7 +3,6 @@ package serverlist_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,25 +13,12 @@ import (
 // until stopped.
 func holder(t *testing.T, reg *serverlist.Registry, in serverlist.Instance, every time.Duration) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				rctx, rcancel := context.WithTimeout(ctx, time.Second)
-				reg.Refresh(rctx, in)
-				rcancel()
-			}
-		}
-	}()
-	return func() { cancel(); wg.Wait() }
+	return repeat(every, func(ctx context.Context) bool {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		reg.Refresh(rctx, in)
+		return true
+	})
 }
 
 // TestClaim: the identity rule. A free ID is created; the same owner

@@ -3,6 +3,7 @@ package serverlist_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,6 +42,30 @@ func newEnv(t testing.TB, cfg serverlist.RegistryConfig) *env {
 		t.Fatal(err)
 	}
 	return &env{srv: srv, js: js, reg: reg}
+}
+
+// repeat calls f every interval in a goroutine until f returns false or
+// stop is called; stop waits for the goroutine.
+func repeat(every time.Duration, f func(ctx context.Context) bool) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if !f(ctx) {
+					return
+				}
+			}
+		}
+	}()
+	return func() { cancel(); wg.Wait() }
 }
 
 // testCtx is a context bounded by timeout and by the end of the test.

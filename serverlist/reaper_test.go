@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,30 +29,17 @@ func claim(t *testing.T, reg *serverlist.Registry, in serverlist.Instance, owner
 // renewing renews a lease every interval until stopped, as a live
 // publisher does.
 func renewing(t *testing.T, reg *serverlist.Registry, in serverlist.Instance, owner string, rev uint64, every time.Duration) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				next, err := reg.RefreshLease(ctx, in.Service, in.InstanceID, owner, rev)
-				if err != nil {
-					if ctx.Err() == nil {
-						t.Errorf("refresh the lease of %s: %v", in.InstanceID, err)
-					}
-					return
-				}
-				rev = next
+	return repeat(every, func(ctx context.Context) bool {
+		next, err := reg.RefreshLease(ctx, in.Service, in.InstanceID, owner, rev)
+		if err != nil {
+			if ctx.Err() == nil {
+				t.Errorf("refresh the lease of %s: %v", in.InstanceID, err)
 			}
+			return false
 		}
-	}()
-	return func() { cancel(); wg.Wait() }
+		rev = next
+		return true
+	})
 }
 
 func startReaper(t *testing.T, reg *serverlist.Registry, cfg serverlist.ReaperConfig) *serverlist.Reaper {
