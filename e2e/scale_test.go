@@ -28,12 +28,8 @@ func loadFleet(t *testing.T, g *gateway.Gateway, services, instances int) (*scal
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	f, err := scale.NewFleet(t.Context(), nc, scale.Size{Services: services, Instances: instances, Gateways: 1}, gateway.DefaultConfig().Lease, 1)
+	f, ins, err := scale.Load(t.Context(), nc, scale.Size{Services: services, Instances: instances, Gateways: 1}, gateway.DefaultConfig().Lease, 1)
 	if err != nil {
-		t.Fatal(err)
-	}
-	ins := f.Generation(0)
-	if err := f.Register(t.Context(), nc, ins...); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, "every instance in the gateway", func() bool {

@@ -98,6 +98,21 @@ func NewFleet(ctx context.Context, nc *nats.Conn, size Size, ttl time.Duration, 
 	return &Fleet{Size: size, KV: reg.KeyValue(), js: js}, nil
 }
 
+// Load opens the registry as NewFleet does and registers generation 0 of
+// the fleet, as its announcers would (records, leases, online events). It
+// returns the fleet and the instances registered.
+func Load(ctx context.Context, nc *nats.Conn, size Size, ttl time.Duration, replicas int) (*Fleet, []serverlist.Instance, error) {
+	f, err := NewFleet(ctx, nc, size, ttl, replicas)
+	if err != nil {
+		return nil, nil, err
+	}
+	ins := f.Generation(0)
+	if err := f.Register(ctx, nc, ins...); err != nil {
+		return nil, nil, err
+	}
+	return f, ins, nil
+}
+
 // Record is one registry entry to write: its key and JSON value.
 type Record struct {
 	key string
