@@ -214,15 +214,24 @@ func (r *Reaper) watchLeaders(ctx context.Context) {
 	}
 }
 
+// watchLockKey starts a watch of the lock; stop ends it and drains it.
+func (r *Reaper) watchLockKey(ctx context.Context) (w jetstream.KeyWatcher, stop func(), err error) {
+	wctx, cancel := context.WithCancel(ctx)
+	w, err = r.reg.kv.Watch(wctx, ReaperLockKey)
+	if err != nil {
+		cancel()
+		return nil, nil, fmt.Errorf("watch the reaper lock: %w", err)
+	}
+	return w, func() { stopWatcher(w); cancel() }, nil
+}
+
 // watchLock is one watch of the lock for watchLeaders.
 func (r *Reaper) watchLock(ctx context.Context, ttl time.Duration) error {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w, err := r.reg.kv.Watch(wctx, ReaperLockKey)
+	w, stop, err := r.watchLockKey(ctx)
 	if err != nil {
-		return fmt.Errorf("watch the reaper lock: %w", err)
+		return err
 	}
-	defer stopWatcher(w)
+	defer stop()
 	absent := time.NewTimer(ttl) // stopped while a reaper holds the lock
 	defer absent.Stop()
 	for {
@@ -253,13 +262,11 @@ func (r *Reaper) watchLock(ctx context.Context, ttl time.Duration) error {
 
 // follow watches the lock until it is gone (its leader gave it up or died).
 func (r *Reaper) follow(ctx context.Context) error {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w, err := r.reg.kv.Watch(wctx, ReaperLockKey)
+	w, stop, err := r.watchLockKey(ctx)
 	if err != nil {
-		return fmt.Errorf("watch the reaper lock: %w", err)
+		return err
 	}
-	defer stopWatcher(w)
+	defer stop()
 	held := false
 	for {
 		select {
