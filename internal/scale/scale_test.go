@@ -345,6 +345,11 @@ func BenchmarkHeartbeatCPU(b *testing.B) {
 	})
 }
 
+// heartbeatCPU measures one gateway process (run with args) under the
+// fleet's renewals. Its sleeps are the measurement windows themselves (CPU
+// time over wall time, resident memory sampled every second): they order
+// no event and no absence is checked after one; what the gateway did is
+// read from its /metrics and /proc.
 func heartbeatCPU(b *testing.B, nb bus, sz scale.Size, recs []scale.Record, win, warm time.Duration, args []string, leader bool) {
 	p, admin, _ := startGateway(b, nb, args...)
 	defer p.Stop(b, 30*time.Second)
