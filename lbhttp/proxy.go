@@ -103,6 +103,12 @@ func WithPreserveHost() ProxyOption {
 // WithProxyLogger sets the logger of failed requests: 5xx answers at warn
 // level, 404s and requests abandoned by their client at debug level. The
 // default logs nothing.
+//
+// Warnings are limited per upstream (service, server last tried and
+// status): the first failure is logged at once, later ones at most once
+// per 10 s, each line with "folded", the failures not logged since the
+// previous one. A dead instance under load thus costs one line per 10 s;
+// the metrics still count every failure.
 func WithProxyLogger(l zerolog.Logger) ProxyOption {
 	return func(p *Proxy) error {
 		p.log = l
@@ -178,6 +184,7 @@ type Proxy struct {
 	hints        Hints // the default rule's (WithHints)
 	hinted       bool  // some route reads hints
 	log          zerolog.Logger
+	errLog       *errorLog // which failures are logged
 }
 
 // NewProxy returns a Proxy that forwards through rt, normally a *Transport
@@ -187,7 +194,7 @@ func NewProxy(rt http.RoundTripper, opts ...ProxyOption) (*Proxy, error) {
 	if rt == nil {
 		return nil, optionError("nil RoundTripper")
 	}
-	p := &Proxy{defaultRoute: true, log: zerolog.Nop()}
+	p := &Proxy{defaultRoute: true, log: zerolog.Nop(), errLog: newErrorLog()}
 	for i, o := range opts {
 		if o == nil {
 			return nil, optionError("nil proxy option at index %d", i)
@@ -556,10 +563,10 @@ func plausibleService(s string) bool {
 // why.
 func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 	var e *Error
-	service := ""
+	service, server := "", ""
 	attempts := 0
 	if errors.As(err, &e) {
-		service, attempts = e.Service, e.Attempts
+		service, server, attempts = e.Service, e.Server, e.Attempts
 	}
 	if r.Context().Err() != nil {
 		// The client went away or gave up: nobody reads the answer.
@@ -581,12 +588,17 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 	default:
 		status, msg = http.StatusBadGateway, "bad gateway"
 	}
-	ev := p.log.Warn()
 	if status == http.StatusNotFound {
-		ev = p.log.Debug()
+		p.log.Debug().Str("service", service).Int("status", status).Err(err).Msg("lbhttp: proxy error")
+	} else if ok, folded := p.errLog.allow(errorLogKey{service, server, status}); ok {
+		// One line per upstream and interval: the first failure, then the
+		// count folded since.
+		ev := p.log.Warn().Str("service", service).Str("server", server).Int("attempts", attempts).Int("status", status).Err(err)
+		if folded > 0 {
+			ev = ev.Int("folded", folded)
+		}
+		ev.Msg("lbhttp: proxy error")
 	}
-	ev.Str("service", service).Int("attempts", attempts).Int("status", status).Err(err).
-		Msg("lbhttp: proxy error")
 	http.Error(w, msg, status)
 }
 

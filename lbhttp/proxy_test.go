@@ -189,6 +189,52 @@ func TestProxyErrorAnswers(t *testing.T) {
 	}
 }
 
+// TestProxyErrorLogIsLimited: a dead instance under load costs one warning
+// per upstream and interval, the next one counting the failures folded
+// since; another upstream's first failure is logged at once.
+func TestProxyErrorLogIsLimited(t *testing.T) {
+	cfg := balancer.DefaultConfig()
+	cfg.Breaker.Threshold = 1000 // every request tries the dead server
+	bs := BalancerMap{
+		"dead":  newBalancer(t, "dead", cfg, []balancer.Server{refusing(t, "d1")}),
+		"other": newBalancer(t, "other", cfg, []balancer.Server{refusing(t, "o1")}),
+	}
+	var logs lockedBuffer
+	p, err := NewProxy(newTestTransport(t, bs), WithProxyLogger(zerolog.New(&logs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	now := time.Unix(1000, 0)
+	p.errLog.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	get := func(path string, n int) {
+		for range n {
+			if status, _, err := send(t, front.Client(), newRequest(t, "GET", front.URL+path, nil)); err != nil || status != 502 {
+				t.Fatalf("GET %s = %d, %v; want 502", path, status, err)
+			}
+		}
+	}
+	lines := func() []string { return strings.Split(strings.TrimSpace(logs.String()), "\n") }
+
+	get("/dead/x", 50)
+	if l := lines(); len(l) != 1 || !strings.Contains(l[0], `"service":"dead"`) || strings.Contains(l[0], "folded") {
+		t.Fatalf("50 failures of one upstream logged %d lines, want 1 without a count:\n%s", len(l), logs.String())
+	}
+	get("/other/x", 1)
+	if l := lines(); len(l) != 2 || !strings.Contains(l[1], `"service":"other"`) {
+		t.Fatalf("another upstream's first failure not logged at once:\n%s", logs.String())
+	}
+	mu.Lock()
+	now = now.Add(errorLogInterval)
+	mu.Unlock()
+	get("/dead/x", 1)
+	if l := lines(); len(l) != 3 || !strings.Contains(l[2], `"service":"dead"`) || !strings.Contains(l[2], `"folded":49`) {
+		t.Fatalf("after the interval, want a line counting 49 folded failures:\n%s", logs.String())
+	}
+}
+
 // lockedBuffer is a log sink safe for concurrent writes.
 type lockedBuffer struct {
 	mu  sync.Mutex

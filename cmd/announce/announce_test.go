@@ -280,8 +280,11 @@ func TestNATSUnreachable(t *testing.T) {
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("gave up after %v", d)
 	}
-	if want := "cannot reach NATS at " + url + " after 300ms"; !strings.Contains(a.Stderr(), want) {
-		t.Fatalf("stderr %q lacks %q", a.Stderr(), want)
+	// It says what to do, too.
+	for _, want := range []string{"cannot reach NATS at " + url + " after 300ms", "start a gateway", "pass -nats"} {
+		if !strings.Contains(a.Stderr(), want) {
+			t.Fatalf("stderr %q lacks %q", a.Stderr(), want)
+		}
 	}
 	// Supervise mode does not start the command then.
 	a = announce(t, "-nats", url, "-nats-timeout", "300ms", "-service", "orders", "-addr", "127.0.0.1:9001",

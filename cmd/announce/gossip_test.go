@@ -3,9 +3,12 @@ package main
 import (
 	"errors"
 	"io"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
+	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/internal/testutil"
 )
 
@@ -41,5 +44,23 @@ func TestGossipSettingsWithGossipOffWarn(t *testing.T) {
 		if !strings.Contains(l.Text, want) {
 			t.Errorf("warning %s lacks %q", l.Text, want)
 		}
+	}
+}
+
+// TestGossipMemberLoggedOnce: the gossip address is logged once, by the
+// announcement that joins, not again by announce itself.
+func TestGossipMemberLoggedOnce(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	addr := testutil.FreeAddr(t)
+	start(t, backendBin, "-addr", addr).WaitFor(t, "listening on", lineTimeout)
+	a := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr, "-gossip-bind", "127.0.0.1:0")
+	expectKind(t, w.next(t), events.Online, "127.0.0.1:orders:"+strconv.Itoa(portOf(t, addr)))
+	a.Signal(t, syscall.SIGTERM)
+	if code := a.Wait(t, exitTimeout); code != 0 {
+		t.Fatalf("exit status %d", code)
+	}
+	if n := strings.Count(a.Output(), `"message":"gossip member"`); n != 1 {
+		t.Fatalf("%d \"gossip member\" lines, want 1:\n%s", n, a.Output())
 	}
 }

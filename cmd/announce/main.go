@@ -154,7 +154,7 @@ type session struct {
 
 // connect opens the session of hold and supervise modes.
 func (a *app) connect(ctx context.Context) (*session, error) {
-	nc, err := natsconn.Connect(ctx, a.cfg.nats, a.log)
+	nc, err := a.dial(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -164,6 +164,15 @@ func (a *app) connect(ctx context.Context) (*session, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// dial connects to NATS; when nothing answers, the error says what to do.
+func (a *app) dial(ctx context.Context) (*nats.Conn, error) {
+	nc, err := natsconn.Connect(ctx, a.cfg.nats, a.log)
+	if errors.Is(err, natsconn.ErrUnreachable) {
+		return nil, fmt.Errorf("%w; start a gateway (it embeds a NATS server on %s), or pass -nats with your NATS server's URL", err, natsconn.DefaultURL)
+	}
+	return nc, err
 }
 
 func (a *app) openRegistry(ctx context.Context, nc *nats.Conn) (*session, error) {
@@ -212,9 +221,6 @@ func (a *app) announce(ctx context.Context, s *session) error {
 			in := a.cfg.instance
 			a.log.Info().Str("host", in.Host).Int("port", in.Port).Str("zone", in.Zone).
 				Bool("secure", in.Secure).Int64("incarnation", in.Incarnation).Msg("announced online")
-			if addr := s.pub.GossipAddr(); addr != "" {
-				a.log.Info().Str("gossip", addr).Msg("gossip member")
-			}
 			return nil
 		}
 		if ctx.Err() != nil {

@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pushlb/pushlb/events"
-	"github.com/pushlb/pushlb/internal/natsconn"
 	"github.com/pushlb/pushlb/serverlist"
 )
 
@@ -36,7 +35,7 @@ func (a *app) offline() int {
 func (a *app) runOffline(ctx context.Context) int {
 	service, id := a.cfg.instance.Service, a.cfg.instance.InstanceID
 	log := a.log
-	nc, err := natsconn.Connect(ctx, a.cfg.nats, a.log)
+	nc, err := a.dial(ctx)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot connect")
 		return exitFailure

@@ -54,6 +54,10 @@ func TestStartupMistakesSayWhy(t *testing.T) {
 			if strings.Contains(out, "is the port in use?") {
 				t.Errorf("the output guesses:\n%s", out)
 			}
+			// A gateway that never started does not say it stopped.
+			if strings.Contains(out, "gateway stopped") {
+				t.Errorf("a failed start logs a stop:\n%s", out)
+			}
 			if took > 5*time.Second {
 				t.Errorf("took %v, want at once", took)
 			}

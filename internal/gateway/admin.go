@@ -224,6 +224,8 @@ func (g *Gateway) adminHandler() http.Handler {
 	mux.HandleFunc("GET /readyz", g.serveReady)
 	if g.cfg.Pprof {
 		registerPprof(mux)
+	} else {
+		mux.HandleFunc("GET /debug/pprof/", servePprofOff)
 	}
 	if g.demo != nil {
 		mux.HandleFunc("POST /-/demo/stop/{name}", g.demo.serveStop)

@@ -241,7 +241,7 @@ func (d *dashboard) observer(next lbhttp.Observer) lbhttp.Observer {
 func (d *dashboard) Timeline() []ListChange {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return append([]ListChange(nil), d.timeline...)
+	return append(make([]ListChange, 0, len(d.timeline)), d.timeline...) // [] in JSON when empty, not null
 }
 
 // start runs the update loop until stop.
@@ -673,7 +673,12 @@ func (g *Gateway) serviceSummary(name string) (ServiceSummary, bool) {
 // with every instance; the page fetches it when a service is opened while
 // the stream carries summaries.
 func (g *Gateway) serveService(w http.ResponseWriter, r *http.Request) {
-	ss, ok := g.serviceState(r.URL.Query().Get("name"))
+	name := r.URL.Query().Get("name")
+	if name == "" {
+		http.Error(w, "usage: GET /-/lb/service?name=SERVICE", http.StatusBadRequest)
+		return
+	}
+	ss, ok := g.serviceState(name)
 	if !ok {
 		http.Error(w, "no such service", http.StatusNotFound)
 		return

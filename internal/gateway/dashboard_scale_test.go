@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -271,6 +272,9 @@ func TestDashboardSummariesOnBigGateway(t *testing.T) {
 	}
 	if code, _ := get(t, "http://"+g.AdminAddr()+"/-/lb/service?name=nope"); code != http.StatusNotFound {
 		t.Errorf("/-/lb/service for no service: %d, want 404", code)
+	}
+	if code, body := get(t, "http://"+g.AdminAddr()+"/-/lb/service"); code != http.StatusBadRequest || !strings.Contains(body, "usage") {
+		t.Errorf("/-/lb/service without a name: %d %q, want 400 with the usage", code, body)
 	}
 }
 

@@ -40,6 +40,7 @@ type Gateway struct {
 	proxySrv, adminSrv *http.Server
 	serveWG            sync.WaitGroup
 	stopOnce           sync.Once
+	started            bool // Start succeeded: Shutdown then logs "gateway stopped"
 }
 
 // New validates the configuration and builds a gateway without starting
@@ -121,6 +122,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		g.serve(g.adminSrv, g.adminLn)
 	}
 	g.log.Info().Str("listen", g.proxyLn.Addr().String()).Str("admin", g.AdminAddr()).Str("nats", g.nc.ConnectedUrl()).Msg("gateway started")
+	g.started = true
 	return nil
 }
 
@@ -248,7 +250,11 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		if g.embedded != nil {
 			g.embedded.shutdown()
 		}
-		g.log.Info().Msg("gateway stopped")
+		// A failed Start cleans up through here; its caller logs the
+		// failure, and "stopped" would come first and mislead.
+		if g.started {
+			g.log.Info().Msg("gateway stopped")
+		}
 	})
 	return err
 }

@@ -138,6 +138,10 @@ func TestGatewayAdminEndpoints(t *testing.T) {
 
 func TestGatewayNoServersIs503(t *testing.T) {
 	g := startGateway(t, testConfig(t))
+	// Before any change, the timeline is an empty list, not null.
+	if code, body := get(t, "http://"+g.AdminAddr()+"/-/lb"); code != 200 || !strings.Contains(body, `"timeline": []`) {
+		t.Fatalf("/-/lb of a new gateway: %d %s", code, body)
+	}
 	p := announce(t, g, "orders", "", testpub.Backend(t, "a"))
 	testutil.Eventually(t, "the server", func() bool { s := g.State().Services; return len(s) == 1 && len(s[0].Servers) == 1 })
 	p.Withdraw(t.Context(), "")

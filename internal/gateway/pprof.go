@@ -18,3 +18,9 @@ func registerPprof(mux *http.ServeMux) {
 	mux.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 }
+
+// servePprofOff answers /debug/pprof/ when profiling is off with how to
+// turn it on, instead of a bare 404.
+func servePprofOff(w http.ResponseWriter, r *http.Request) {
+	http.Error(w, "profiling is off: start the gateway with -pprof (or pprof: true in its config file) to serve /debug/pprof/", http.StatusNotFound)
+}
