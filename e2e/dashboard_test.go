@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/internal/gateway"
+	"github.com/pushlb/pushlb/internal/testutil"
 )
 
 // chromium returns the browser to drive: $CHROMIUM, or the first of the
@@ -27,7 +28,7 @@ func chromium(t *testing.T) string {
 			return p
 		}
 	}
-	t.Skip("no Chromium installed (apt-get install chromium, or set CHROMIUM): the dashboard's browser test is skipped")
+	testutil.Missing(t, "no Chromium installed (apt-get install chromium, or set CHROMIUM): the dashboard's browser test needs it")
 	return ""
 }
 

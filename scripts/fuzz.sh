@@ -8,7 +8,7 @@
 # The seed corpora (testdata/fuzz/ and the f.Add seeds) run with every
 # plain `go test`; this script explores beyond them.
 #
-# FUZZTIME is go test's -fuzztime: a count of inputs ("200000x", the
+# FUZZTIME is go test's -fuzztime: a count of inputs ("100000x", the
 # default) or a duration ("30s"). CI uses a count because Go 1.26's fuzzing
 # engine can end a run bounded by a duration with "context deadline
 # exceeded" and no failing input (golang/go#75804, fixed in Go 1.27): a
@@ -19,7 +19,7 @@
 # (it then runs as a seed in every `go test`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-FUZZTIME=${FUZZTIME:-200000x}
+FUZZTIME=${FUZZTIME:-100000x}
 dirs=("$@")
 [ ${#dirs[@]} -eq 0 ] && mapfile -t dirs < <(git ls-files -- '*_test.go' | xargs grep -l '^func Fuzz' | xargs -n1 dirname | sort -u | sed 's|^|./|')
 

@@ -343,3 +343,29 @@ func TestPercentile(t *testing.T) {
 		t.Fatal("empty or one-element input")
 	}
 }
+
+// recordingTB records how a helper ended a test.
+type recordingTB struct {
+	testing.TB
+	failed, skipped string
+}
+
+func (r *recordingTB) Helper()                   {}
+func (r *recordingTB) Fatalf(f string, a ...any) { r.failed = fmt.Sprintf(f, a...) }
+func (r *recordingTB) Skip(a ...any)             { r.skipped = fmt.Sprint(a...) }
+
+// TestMissingFailsUnderCI: a missing component fails the test under
+// CI=true and skips it elsewhere.
+func TestMissingFailsUnderCI(t *testing.T) {
+	for _, ci := range []string{"true", ""} {
+		t.Setenv("CI", ci)
+		r := &recordingTB{TB: t}
+		Missing(r, "no %s", "chromium")
+		if ci == "true" && (r.failed == "" || !strings.Contains(r.failed, "no chromium") || r.skipped != "") {
+			t.Errorf("CI=true: failed %q, skipped %q; want a failure naming the component", r.failed, r.skipped)
+		}
+		if ci == "" && (r.skipped != "no chromium" || r.failed != "") {
+			t.Errorf("no CI: failed %q, skipped %q; want a skip", r.failed, r.skipped)
+		}
+	}
+}
