@@ -152,6 +152,9 @@ type load struct {
 	firstErr atomic.Value
 }
 
+// loadWorkers is the concurrency of TestClusterNodeLoss's load.
+const loadWorkers = 4
+
 func startLoad(g *gw, workers int) *load {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &load{cancel: cancel}
@@ -239,7 +242,7 @@ func TestClusterNodeLoss(t *testing.T) {
 	live := []string{"all", "n1", "n2", "n3"}
 	testutil.Eventually(t, "four instances listed", func() bool { return slices.Equal(g.ids(t), live) })
 
-	l := startLoad(g, 4)
+	l := startLoad(g, loadWorkers)
 	defer l.stop()
 	l.waitMore(t, 100)
 	for _, b := range backends {
@@ -263,11 +266,10 @@ func TestClusterNodeLoss(t *testing.T) {
 	freshAnn := announceOn(t, c.URL(), fresh)
 	announced := freshAnn.WaitFor(t, "announced online", lineTimeout).At
 	testutil.Eventually(t, "the fresh instance to be reached", func() bool { return fresh.first.Load() != 0 })
+	// A figure, not an assertion: the path is the push path (no lease or
+	// poll brings a new instance), which the wait above proves.
 	routedAfter := time.Unix(0, fresh.first.Load()).Sub(announced)
 	t.Logf("announced %v after the node's loss, reached through the gateway %v after its announcement", announced.Sub(down), routedAfter)
-	if routedAfter > time.Second {
-		t.Errorf("the fresh instance was reached %v after its announcement, want within 1 s", routedAfter)
-	}
 	live = []string{"all", "fresh", "n1", "n2", "n3"}
 
 	// A graceful offline during the outage, of an instance on a surviving node.
@@ -279,11 +281,14 @@ func TestClusterNodeLoss(t *testing.T) {
 	}
 	live = slices.DeleteFunc(live, func(id string) bool { return id == offName })
 	testutil.Eventually(t, offName+" to leave the list", func() bool { return slices.Equal(g.ids(t), live) })
+	atRemoval := backends[off].hits.Load()
 	l.waitMore(t, 100) // requests went on past the removal
 	stoppedAfter := time.Unix(0, backends[off].last.Load()).Sub(signalled)
 	t.Logf("graceful offline of %s during the outage: last request %v after SIGTERM", offName, stoppedAfter)
-	if stoppedAfter > time.Second {
-		t.Errorf("%s still reached %v after its SIGTERM, want within 1 s", offName, stoppedAfter)
+	// Once out of the list, it gets at most the requests that were in
+	// flight then, one per load worker.
+	if extra := backends[off].hits.Load() - atRemoval; extra > loadWorkers {
+		t.Errorf("%s reached by %d requests after it left the list, want at most %d in flight", offName, extra, loadWorkers)
 	}
 
 	// A whole lease after the loss, every live instance renewed its lease

@@ -147,11 +147,11 @@ func TestCrashDetectedByLease(t *testing.T) {
 	a.Kill(t)
 	began := time.Now()
 	testutil.Eventually(t, "the crashed instance to leave", func() bool { return g.servers(t) == 1 })
-	took := time.Since(began)
-	t.Logf("lease path: crash removed after %v (TTL 1 s)", took)
-	if took > 3*time.Second {
-		t.Fatalf("took %v, want within the TTL plus a margin (3 s)", took)
-	}
+	t.Logf("lease path: crash removed after %v (TTL 1 s)", time.Since(began))
+	// The lease's end removed it: the gateway's reaper purged the record
+	// (counted once its removal returned, which may be after the list
+	// changed).
+	testutil.Eventually(t, "the reaper's removal counted", func() bool { return g.metric("pushlb_reaper_removed_total") == 1 })
 }
 
 // TestInstancesShareAHostWithTheDefaultGossipBind: two announce -gossip
