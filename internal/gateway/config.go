@@ -112,6 +112,10 @@ type Config struct {
 	// Demo starts three local backends in two zones that announce
 	// themselves as service "demo".
 	Demo bool `yaml:"demo"`
+	// DemoPort is the first of the three consecutive ports the demo
+	// backends listen on (127.0.0.1); 0, the default, lets the system pick
+	// free ports.
+	DemoPort int `yaml:"demoPort"`
 }
 
 // SubscriberConfig tunes the subscriber.
@@ -200,6 +204,9 @@ func (c *Config) Validate() error {
 		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 			return bad("embeddedNats %q: bad port %q", c.EmbeddedNATS, port)
 		}
+	}
+	if c.DemoPort < 0 || c.DemoPort > 65535-(demoBackends-1) {
+		return bad("demoPort %d: want 0 (ports the system picks) or a first port of %d free ones, at most %d", c.DemoPort, demoBackends, 65535-(demoBackends-1))
 	}
 	if c.Lease < serverlist.MinTTL {
 		return bad("lease: %v is below the minimum %v", c.Lease, serverlist.MinTTL)

@@ -21,6 +21,12 @@ import (
 // DemoService is the service name of the demo backends.
 const DemoService = "demo"
 
+// demoZones are the zones of the demo backends, one backend each.
+var demoZones = [...]string{"a", "a", "b"}
+
+// demoBackends is the number of demo backends.
+const demoBackends = len(demoZones)
+
 // demo runs local backends in two zones that announce themselves, so a
 // newcomer sees balancing and live removal with nothing else installed.
 type demo struct {
@@ -50,9 +56,12 @@ func startDemo(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logge
 		return nil, err
 	}
 	d := &demo{nc: nc, reg: reg, log: log, backends: map[string]*demoBackend{}}
-	for i, zone := range []string{"a", "a", "b"} {
+	for i, zone := range demoZones {
 		name := fmt.Sprintf("demo-%d", i+1)
 		d.backends[name] = &demoBackend{name: name, zone: zone}
+		if cfg.DemoPort > 0 {
+			d.backends[name].port = cfg.DemoPort + i
+		}
 		d.order = append(d.order, name)
 		if err := d.start(ctx, name); err != nil {
 			d.stopAll()

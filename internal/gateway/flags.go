@@ -22,5 +22,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.RegistryReplicas, "registry-replicas", c.RegistryReplicas, "replicas of the registry bucket, 1 to 5, when creating it and to scale an existing one up to (0: min(3, JetStream servers))")
 	fs.BoolVar(&c.Reaper, "reaper", c.Reaper, "take part in the election of the registry's reaper, which removes the records of instances whose lease ended (-reaper=false: stay out)")
 	fs.BoolVar(&c.Demo, "demo", c.Demo, `also start three local backends in two zones that announce themselves (service "demo")`)
+	fs.IntVar(&c.DemoPort, "demo-port", c.DemoPort, "with -demo, the first of the three consecutive ports of the demo backends on 127.0.0.1 (0: ports the system picks)")
 	c.Gossip.Register(fs)
 }

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -148,6 +152,63 @@ func TestGatewayNoServersIs503(t *testing.T) {
 	testutil.Eventually(t, "an empty list", func() bool { return len(g.State().Services[0].Servers) == 0 })
 	if code, body := get(t, "http://"+g.ProxyAddr()+"/orders/x"); code != http.StatusServiceUnavailable || !strings.Contains(body, "orders") {
 		t.Fatalf("%d %q", code, body)
+	}
+}
+
+// freeRun returns the first of n consecutive ports free on 127.0.0.1 a
+// moment ago, below the system's ephemeral range, from a random start so
+// that parallel tests rarely meet.
+func freeRun(t *testing.T, n int) int {
+	t.Helper()
+	for range 100 {
+		base := 20000 + rand.IntN(10000)
+		var lns []net.Listener
+		for p := base; p < base+n; p++ {
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+			if err != nil {
+				break
+			}
+			lns = append(lns, ln)
+		}
+		for _, ln := range lns {
+			ln.Close()
+		}
+		if len(lns) == n {
+			return base
+		}
+	}
+	t.Fatalf("no %d consecutive free ports", n)
+	return 0
+}
+
+// TestGatewayDemoPorts: -demo-port puts the demo backends on consecutive
+// ports from it, so a newcomer on a shared machine keeps to a range.
+func TestGatewayDemoPorts(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Demo = true
+	cfg.DemoPort = freeRun(t, demoBackends)
+	g := startGateway(t, cfg)
+	var ports []int
+	testutil.Eventually(t, "three demo backends listed", func() bool {
+		ports = ports[:0]
+		for _, svc := range g.State().Services {
+			for _, s := range svc.Servers {
+				_, p, _ := net.SplitHostPort(s.Addr)
+				n, _ := strconv.Atoi(p)
+				ports = append(ports, n)
+			}
+		}
+		return len(ports) == demoBackends
+	})
+	slices.Sort(ports)
+	if want := []int{cfg.DemoPort, cfg.DemoPort + 1, cfg.DemoPort + 2}; !slices.Equal(ports, want) {
+		t.Fatalf("demo backends on ports %v, want %v", ports, want)
+	}
+	for _, bad := range []int{-1, 65534} {
+		cfg.DemoPort = bad
+		if err := cfg.Validate(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "demoPort") {
+			t.Errorf("demoPort %d: %v, want a config error naming demoPort", bad, err)
+		}
 	}
 }
 
