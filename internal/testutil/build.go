@@ -2,13 +2,48 @@ package testutil
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
 )
+
+// RunWithBinaries is the TestMain of a package whose tests run binaries. It
+// builds pkgs with BuildBinaries and hands their paths, in the order of
+// pkgs, to set (which keeps them in the package's variables); then it runs
+// the tests. When they passed, it closes the idle connections of
+// http.DefaultClient (Get's and Fetch's too) and fails the run if a
+// goroutine is left (goleak.Find: the processes were reaped, the test's
+// servers and clients closed). It removes the binaries and returns the
+// exit code; a failed build prints go build's output and returns 1.
+//
+//	func TestMain(m *testing.M) {
+//		os.Exit(testutil.RunWithBinaries(m, func(paths []string) { bin = paths[0] }, "."))
+//	}
+func RunWithBinaries(m *testing.M, set func(paths []string), pkgs ...string) int {
+	paths, remove, err := BuildBinaries(pkgs...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer remove()
+	set(paths)
+	code := m.Run()
+	if code == 0 {
+		http.DefaultClient.CloseIdleConnections()
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	return code
+}
 
 // BuildBinaries builds the main packages pkgs with one go build into a new
 // temporary directory, so that a TestMain builds the binaries its tests run
@@ -17,16 +52,8 @@ import (
 // paths in the order of pkgs, each named after the last element of its
 // package path as go build names it, and a function that removes the
 // directory. On error there is nothing to remove and the error carries go
-// build's output.
-//
-//	bins, remove, err := testutil.BuildBinaries(".", "../../internal/testbackend")
-//	if err != nil {
-//		fmt.Fprintln(os.Stderr, err)
-//		os.Exit(1)
-//	}
-//	code := m.Run()
-//	remove()
-//	os.Exit(code)
+// build's output. RunWithBinaries is a TestMain built on it; a package that
+// builds on first use (a benchmark's binary) calls it alone.
 func BuildBinaries(pkgs ...string) (paths []string, remove func(), err error) {
 	if len(pkgs) == 0 {
 		return nil, nil, fmt.Errorf("testutil: BuildBinaries: no packages")

@@ -14,7 +14,13 @@
 //     [Proc.Signal], [Proc.Stop] and [Proc.Kill] end it, [Proc.Wait] returns
 //     its exit code. No process outlives its test: test cleanup kills it,
 //     and logs its output when the test failed.
-//   - [BuildBinaries] builds main packages once, for a TestMain.
+//   - [RunWithBinaries] is the TestMain of a package whose tests run
+//     binaries: it builds them once with [BuildBinaries], runs the tests,
+//     and fails the run on a goroutine left behind.
+//   - [Get] sends a GET and returns the status and body, failing the test
+//     on an error; [Fetch] returns the error instead, for a condition
+//     polled while a server may not answer yet, or with a client of the
+//     test's own.
 //   - [FreePort] and [FreeAddr] return a loopback port free for TCP and UDP.
 //   - [SyncBuffer] is a bytes.Buffer safe for concurrent use.
 //   - [Percentile] and [GetLoad] serve latency benchmarks.

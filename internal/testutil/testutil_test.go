@@ -161,12 +161,13 @@ func TestWaitDespiteAChildHoldingTheOutput(t *testing.T) {
 			c.Wait() // not our child: an error, but the kill was sent
 		}
 	}()
-	began := time.Now()
 	if code := p.Wait(t, 10*time.Second); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
-	if d := time.Since(began); d > 5*time.Second {
-		t.Fatalf("Wait took %v", d)
+	// Wait returned while the child, which never closes the output, still
+	// runs: it did not wait for the output to end.
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("the child holding the output is gone (%v): the test proves nothing", err)
 	}
 }
 

@@ -1,0 +1,54 @@
+package testutil
+
+import (
+	"io"
+	"net/http"
+	"testing"
+)
+
+// httpClient is the client of Get, and of Fetch without a client of its
+// own. Its transport is http.DefaultTransport, so that a TestMain's
+// http.DefaultClient.CloseIdleConnections (before it looks for leaked
+// goroutines) closes its connections too; DefaultTimeout bounds each
+// request, body included, so that a server that never answers fails the
+// test instead of hanging it.
+var httpClient = &http.Client{Timeout: DefaultTimeout}
+
+// Get sends a GET to url and returns the status and the whole body. A
+// request that fails, or a body that cannot be read, fails the test. The
+// request is bounded by DefaultTimeout (20 s).
+//
+//	if code, body := testutil.Get(t, "http://"+addr+"/x"); code != 200 || body != "a /x" {
+//		t.Fatalf("%d %q", code, body)
+//	}
+func Get(tb testing.TB, url string) (status int, body string) {
+	tb.Helper()
+	status, body, err := Fetch(nil, url)
+	if err != nil {
+		tb.Fatalf("GET %s: %v", url, err)
+	}
+	return status, body
+}
+
+// Fetch sends a GET to url with client, or with Get's client when client
+// is nil, and returns the status and the whole body, or the error of the
+// request or of reading the body. It fails no test: a condition that
+// Eventually polls calls it while the server may not answer yet, and a
+// test gives it a client of its own (a timeout, a transport).
+//
+//	testutil.Eventually(t, "the gateway to be ready", func() bool {
+//		code, _, err := testutil.Fetch(nil, "http://"+admin+"/readyz")
+//		return err == nil && code == 200
+//	})
+func Fetch(client *http.Client, url string) (status int, body string, err error) {
+	if client == nil {
+		client = httpClient
+	}
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
