@@ -1,12 +1,14 @@
 package serverlist
 
+// The mirror: its configuration, lifecycle and counters, and the watch
+// loop that follows the bucket (reconnects, resyncs, a bucket lost and
+// recreated). The index it keeps is in mirror_index.go, the way each
+// entry is applied to it in mirror_apply.go.
+
 import (
 	"context"
 	"errors"
 	"hash/maphash"
-	"maps"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,8 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-
-	"github.com/pushlb/pushlb/events"
 )
 
 const (
@@ -179,77 +179,6 @@ func NewMirror(reg *Registry, cfg MirrorConfig) *Mirror {
 	return m
 }
 
-// mirrorState is one view of the bucket: its services. It is never modified
-// once stored in Mirror.state, and is replaced (copied) only when a service
-// appears or goes. Each service's instances are a map of their own, replaced
-// (copied) on every change to that service: a change to one instance copies
-// its service's map, not every service's.
-type mirrorState struct {
-	services map[string]*mirrorService
-}
-
-// mirrorService holds the instances of one service. The map it points to is
-// never modified once stored.
-type mirrorService struct {
-	ids atomic.Pointer[map[string]*mirrorEntry] // instance ID → entry
-}
-
-func newMirrorService(ids map[string]*mirrorEntry) *mirrorService {
-	s := &mirrorService{}
-	s.ids.Store(&ids)
-	return s
-}
-
-// instances returns the instances of service (nil for none); the map must
-// not be modified.
-func (st *mirrorState) instances(service string) map[string]*mirrorEntry {
-	if s := st.services[service]; s != nil {
-		return *s.ids.Load()
-	}
-	return nil
-}
-
-// mirrorEntry is one instance and the revision of its last put. The
-// instance never changes once stored; the revision does (a refresh), which
-// is why it is atomic: a refresh then costs no copy of the state.
-type mirrorEntry struct {
-	in  Instance
-	rev atomic.Uint64
-	// sum is the keyed hash of the value the last put stored (see
-	// valueSum), so that a refresh (the same bytes again) is told from a
-	// change without decoding. Only the mirror's goroutine reads or writes
-	// it: readers never see it.
-	sum valueSum
-}
-
-func newMirrorEntry(in Instance, sum valueSum, rev uint64) *mirrorEntry {
-	e := &mirrorEntry{in: in, sum: sum}
-	e.rev.Store(rev)
-	return e
-}
-
-// valueSum is a 128-bit keyed hash of a registry value: two maphash sums
-// with seeds drawn at random for each mirror. It stands for the value's
-// bytes, which a mirror of 100,000 instances would otherwise keep at some
-// 130 bytes each (measured: 12.5 MB more live heap, 27 MB more resident
-// memory at that size), to recognise a lease refresh. Two different values
-// with the same sum (a 2^-128 chance for values nobody chose; a publisher
-// cannot aim for it without the gateway's seeds) would make the mirror
-// keep that key's previous value until its next change, which only the
-// key's own publisher could cause and which it could have by writing
-// nothing.
-type valueSum [2]uint64
-
-func (m *Mirror) valueSum(value []byte) valueSum {
-	return valueSum{maphash.Bytes(m.seeds[0], value), maphash.Bytes(m.seeds[1], value)}
-}
-
-func (e *mirrorEntry) entry() Entry {
-	return Entry{Instance: e.in.Clone(), Revision: e.rev.Load()}
-}
-
-func sameInstance(a, b *mirrorEntry) bool { return a.in.Equal(b.in) }
-
 // Start starts the watch in a goroutine that runs until Close is called,
 // ctx ends, or the application closes the NATS connection; use a long-lived
 // ctx, not a request's. It does not wait for the first sync (see
@@ -323,57 +252,8 @@ func (m *Mirror) Synced() bool {
 	}
 }
 
-// Get returns the instance service/id if the mirror holds it.
-func (m *Mirror) Get(service, id string) (Instance, bool) {
-	e, ok := m.state.Load().instances(service)[id]
-	if !ok {
-		return Instance{}, false
-	}
-	return e.in.Clone(), true
-}
-
-// Entry is Get with the revision of the instance's last put (see
-// MirrorStats.Revision on how revisions stay ordered across a recreated
-// bucket).
-func (m *Mirror) Entry(service, id string) (Entry, bool) {
-	e, ok := m.state.Load().instances(service)[id]
-	if !ok {
-		return Entry{}, false
-	}
-	return e.entry(), true
-}
-
-// Service returns the instances of one service, sorted by instance ID.
-func (m *Mirror) Service(service string) []Instance {
-	ids := m.state.Load().instances(service)
-	out := make([]Instance, 0, len(ids))
-	for _, e := range ids {
-		out = append(out, e.in.Clone())
-	}
-	slices.SortFunc(out, compareInstances)
-	return out
-}
-
-// Entries is Service with each instance's revision.
-func (m *Mirror) Entries(service string) []Entry {
-	ids := m.state.Load().instances(service)
-	out := make([]Entry, 0, len(ids))
-	for _, e := range ids {
-		out = append(out, e.entry())
-	}
-	slices.SortFunc(out, func(a, b Entry) int { return compareInstances(a.Instance, b.Instance) })
-	return out
-}
-
 // Revision is MirrorStats.Revision, read alone.
 func (m *Mirror) Revision() uint64 { return m.revision.Load() }
-
-// Services returns the names of the services that have instances, sorted.
-func (m *Mirror) Services() []string {
-	out := slices.Collect(maps.Keys(m.state.Load().services))
-	slices.Sort(out)
-	return out
-}
 
 // Stats returns the mirror's counters.
 func (m *Mirror) Stats() MirrorStats {
@@ -601,228 +481,5 @@ func tryReceive(ch <-chan jetstream.KeyValueEntry) (e jetstream.KeyValueEntry, o
 		return e, ok, true
 	default:
 		return nil, false, false
-	}
-}
-
-// entryChange decodes e into the change it makes: the instance to store, or
-// a removal. ok is false for a malformed entry, which is counted and logged.
-func (m *Mirror) entryChange(e jetstream.KeyValueEntry) (service, id string, in Instance, remove, ok bool) {
-	service, id, err := DecodeKey(e.Key())
-	if err != nil {
-		m.malformedKeys.Add(1)
-		m.log.Warn().Err(err).Str("key", e.Key()).Msg("serverlist: skipping registry entry with malformed key")
-		return "", "", Instance{}, false, false
-	}
-	switch e.Operation() {
-	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
-		m.removals.Add(1)
-		return service, id, Instance{}, true, true
-	}
-	in, err = decodeValue(service, id, e.Value())
-	if err != nil {
-		m.malformedValues.Add(1)
-		m.log.Warn().Err(err).Str("key", e.Key()).Msg("serverlist: skipping malformed registry entry")
-		return "", "", Instance{}, false, false
-	}
-	m.puts.Add(1)
-	return service, id, in, false, true
-}
-
-// applyFresh applies an initial value to the copy being built.
-func (m *Mirror) applyFresh(fresh map[string]map[string]*mirrorEntry, e jetstream.KeyValueEntry, rev uint64) {
-	service, id, in, remove, ok := m.entryChange(e)
-	if !ok {
-		return
-	}
-	if remove {
-		delete(fresh[service], id)
-		if len(fresh[service]) == 0 {
-			delete(fresh, service)
-		}
-		return
-	}
-	if fresh[service] == nil {
-		fresh[service] = make(map[string]*mirrorEntry)
-	}
-	in.Service, in.InstanceID = sharedService(fresh[service], in.Service), id
-	fresh[service][id] = newMirrorEntry(in, m.valueSum(e.Value()), rev)
-}
-
-// sharedService returns the service name that the entries of ids already
-// hold, or name for the first one, so that a mirror of many instances keeps
-// one copy of each service's name. An entry's InstanceID is likewise the
-// string its map key holds.
-func sharedService(ids map[string]*mirrorEntry, name string) string {
-	for _, e := range ids {
-		return e.in.Service
-	}
-	return name
-}
-
-// apply applies a live entry at (mirror) revision rev and calls OnChange or
-// OnRefresh for it. Only the mirror's goroutine calls it, so it needs no lock
-// to copy and store.
-//
-// A lease refresh re-puts the bytes already stored: it is found by its key
-// and the bytes' sum (valueSum), without decoding the value or allocating,
-// since it arrives for every instance every lease period. Anything else is decoded
-// and validated.
-func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
-	if old := m.sameBytes(e); old != nil {
-		m.puts.Add(1)
-		m.refresh(old, rev)
-		return
-	}
-	service, id, in, remove, ok := m.entryChange(e)
-	if !ok {
-		return
-	}
-	cur := m.state.Load()
-	svc := cur.services[service]
-	var ids map[string]*mirrorEntry
-	if svc != nil {
-		ids = *svc.ids.Load()
-	}
-	old, had := ids[id]
-	switch {
-	case remove && !had:
-		return
-	case !remove && had && old.in.Equal(in):
-		// The same instance in other bytes (a publisher that encodes
-		// differently, another field order): a refresh. Keep these bytes
-		// so that the next refresh takes the cheap path.
-		old.sum = m.valueSum(e.Value())
-		m.refresh(old, rev)
-		return
-	}
-	next := maps.Clone(ids)
-	if next == nil {
-		next = make(map[string]*mirrorEntry, 1)
-	}
-	if remove {
-		delete(next, id)
-		m.instances.Add(-1)
-	} else {
-		in.Service, in.InstanceID = sharedService(next, in.Service), id
-		next[id] = newMirrorEntry(in, m.valueSum(e.Value()), rev)
-		if !had {
-			m.instances.Add(1)
-		}
-	}
-	switch {
-	case svc != nil && len(next) > 0:
-		svc.ids.Store(&next)
-	case svc == nil:
-		// A new service: a new view of the services. Its name is copied
-		// out of the entry's key, which holds a whole message's subject.
-		services := maps.Clone(cur.services)
-		if services == nil {
-			services = make(map[string]*mirrorService, 1)
-		}
-		services[strings.Clone(service)] = newMirrorService(next)
-		m.state.Store(&mirrorState{services: services})
-	default:
-		// The service's last instance went.
-		services := maps.Clone(cur.services)
-		delete(services, service)
-		m.state.Store(&mirrorState{services: services})
-	}
-	if m.cfg.OnChange != nil {
-		m.cfg.OnChange(service)
-	}
-}
-
-// refresh records a put that left old's instance as it was: a new revision,
-// nothing else. The entry's revision is the one mutable field of the state,
-// so a refresh copies nothing.
-func (m *Mirror) refresh(old *mirrorEntry, rev uint64) {
-	old.rev.Store(rev)
-	m.refreshes.Add(1)
-	if m.cfg.OnRefresh != nil {
-		m.cfg.OnRefresh(old.in.Service, old.in.InstanceID, old.in.Incarnation, rev)
-	}
-}
-
-// maxEncodedID is the length of the longest key part EncodeKey makes of an
-// instance ID: unpadded base64 of events.MaxInstanceIDLength bytes.
-const maxEncodedID = (events.MaxInstanceIDLength*8 + 5) / 6
-
-// sameBytes returns the entry that e refreshes: a put whose key the mirror
-// holds, with the very bytes stored (their sum, see valueSum). It returns nil for anything else (a
-// change, a removal, a new or malformed key), which the full path then
-// decodes, validates and counts. It does not allocate: the key's ID is
-// decoded on the stack, and a map read with string(bytes) copies nothing.
-// A key accepted here is canonical (see DecodeKey), so it is the key of
-// the entry found, which was validated when stored.
-func (m *Mirror) sameBytes(e jetstream.KeyValueEntry) *mirrorEntry {
-	if e.Operation() != jetstream.KeyValuePut {
-		return nil
-	}
-	service, enc, ok := strings.Cut(e.Key(), ".")
-	if !ok || len(enc) > maxEncodedID {
-		return nil
-	}
-	ids := m.state.Load().instances(service)
-	if ids == nil {
-		return nil
-	}
-	var buf [events.MaxInstanceIDLength]byte
-	n, err := keyEncoding.Decode(buf[:], []byte(enc))
-	if err != nil || keyEncoding.EncodedLen(n) != len(enc) {
-		return nil
-	}
-	old := ids[string(buf[:n])]
-	if old == nil || old.sum != m.valueSum(e.Value()) {
-		return nil
-	}
-	return old
-}
-
-// swap installs a freshly synced copy, whose last entry has revision rev,
-// and reports the services that differ from the previous one through
-// OnChange.
-func (m *Mirror) swap(fresh map[string]map[string]*mirrorEntry, rev uint64) {
-	count := 0
-	services := make(map[string]*mirrorService, len(fresh))
-	for service, ids := range fresh {
-		count += len(ids)
-		services[service] = newMirrorService(ids)
-	}
-	old := m.state.Swap(&mirrorState{services: services})
-	m.instances.Store(int64(count))
-	m.syncs.Add(1)
-	m.syncOnce.Do(func() { close(m.synced) })
-
-	// Published after the OnChange calls, as in watch.
-	defer m.advanceRevision(rev)
-	if m.cfg.OnChange == nil {
-		return
-	}
-	var changed []string
-	for service, ids := range fresh {
-		before := old.instances(service)
-		if !maps.EqualFunc(ids, before, sameInstance) {
-			changed = append(changed, service)
-			continue
-		}
-		// Unchanged values at newer revisions (refreshes while the watch
-		// was down, or a re-registration into a recreated bucket) are
-		// refreshes.
-		if m.cfg.OnRefresh != nil {
-			for id, e := range ids {
-				if r := e.rev.Load(); r > before[id].rev.Load() {
-					m.cfg.OnRefresh(service, id, e.in.Incarnation, r)
-				}
-			}
-		}
-	}
-	for service := range old.services {
-		if _, ok := fresh[service]; !ok {
-			changed = append(changed, service)
-		}
-	}
-	slices.Sort(changed)
-	for _, service := range changed {
-		m.cfg.OnChange(service)
 	}
 }

@@ -1,0 +1,133 @@
+package serverlist
+
+// The mirror's in-memory index: the immutable, copy-on-write view of the
+// bucket (services, their instances, each entry's revision and value sum)
+// and the lock-free read methods over it. The watch loop (mirror.go) feeds
+// it through the apply path (mirror_apply.go).
+
+import (
+	"hash/maphash"
+	"maps"
+	"slices"
+	"sync/atomic"
+)
+
+// mirrorState is one view of the bucket: its services. It is never modified
+// once stored in Mirror.state, and is replaced (copied) only when a service
+// appears or goes. Each service's instances are a map of their own, replaced
+// (copied) on every change to that service: a change to one instance copies
+// its service's map, not every service's.
+type mirrorState struct {
+	services map[string]*mirrorService
+}
+
+// mirrorService holds the instances of one service. The map it points to is
+// never modified once stored.
+type mirrorService struct {
+	ids atomic.Pointer[map[string]*mirrorEntry] // instance ID → entry
+}
+
+func newMirrorService(ids map[string]*mirrorEntry) *mirrorService {
+	s := &mirrorService{}
+	s.ids.Store(&ids)
+	return s
+}
+
+// instances returns the instances of service (nil for none); the map must
+// not be modified.
+func (st *mirrorState) instances(service string) map[string]*mirrorEntry {
+	if s := st.services[service]; s != nil {
+		return *s.ids.Load()
+	}
+	return nil
+}
+
+// mirrorEntry is one instance and the revision of its last put. The
+// instance never changes once stored; the revision does (a refresh), which
+// is why it is atomic: a refresh then costs no copy of the state.
+type mirrorEntry struct {
+	in  Instance
+	rev atomic.Uint64
+	// sum is the keyed hash of the value the last put stored (see
+	// valueSum), so that a refresh (the same bytes again) is told from a
+	// change without decoding. Only the mirror's goroutine reads or writes
+	// it: readers never see it.
+	sum valueSum
+}
+
+func newMirrorEntry(in Instance, sum valueSum, rev uint64) *mirrorEntry {
+	e := &mirrorEntry{in: in, sum: sum}
+	e.rev.Store(rev)
+	return e
+}
+
+// valueSum is a 128-bit keyed hash of a registry value: two maphash sums
+// with seeds drawn at random for each mirror. It stands for the value's
+// bytes, which a mirror of 100,000 instances would otherwise keep at some
+// 130 bytes each (measured: 12.5 MB more live heap, 27 MB more resident
+// memory at that size), to recognise a lease refresh. Two different values
+// with the same sum (a 2^-128 chance for values nobody chose; a publisher
+// cannot aim for it without the gateway's seeds) would make the mirror
+// keep that key's previous value until its next change, which only the
+// key's own publisher could cause and which it could have by writing
+// nothing.
+type valueSum [2]uint64
+
+func (m *Mirror) valueSum(value []byte) valueSum {
+	return valueSum{maphash.Bytes(m.seeds[0], value), maphash.Bytes(m.seeds[1], value)}
+}
+
+func (e *mirrorEntry) entry() Entry {
+	return Entry{Instance: e.in.Clone(), Revision: e.rev.Load()}
+}
+
+func sameInstance(a, b *mirrorEntry) bool { return a.in.Equal(b.in) }
+
+// Get returns the instance service/id if the mirror holds it.
+func (m *Mirror) Get(service, id string) (Instance, bool) {
+	e, ok := m.state.Load().instances(service)[id]
+	if !ok {
+		return Instance{}, false
+	}
+	return e.in.Clone(), true
+}
+
+// Entry is Get with the revision of the instance's last put (see
+// MirrorStats.Revision on how revisions stay ordered across a recreated
+// bucket).
+func (m *Mirror) Entry(service, id string) (Entry, bool) {
+	e, ok := m.state.Load().instances(service)[id]
+	if !ok {
+		return Entry{}, false
+	}
+	return e.entry(), true
+}
+
+// Service returns the instances of one service, sorted by instance ID.
+func (m *Mirror) Service(service string) []Instance {
+	ids := m.state.Load().instances(service)
+	out := make([]Instance, 0, len(ids))
+	for _, e := range ids {
+		out = append(out, e.in.Clone())
+	}
+	slices.SortFunc(out, compareInstances)
+	return out
+}
+
+// Entries is Service with each instance's revision.
+func (m *Mirror) Entries(service string) []Entry {
+	ids := m.state.Load().instances(service)
+	out := make([]Entry, 0, len(ids))
+	for _, e := range ids {
+		out = append(out, e.entry())
+	}
+	slices.SortFunc(out, func(a, b Entry) int { return compareInstances(a.Instance, b.Instance) })
+	return out
+}
+
+// Services returns the names of the services that have instances, sorted.
+func (m *Mirror) Services() []string {
+	out := slices.Collect(maps.Keys(m.state.Load().services))
+	slices.Sort(out)
+	return out
+}
