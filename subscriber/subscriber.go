@@ -165,25 +165,18 @@ type Subscriber struct {
 	limits limits
 
 	deliveries atomic.Uint64 // ListChanged revisions, one sequence for every service
+	sched      *scheduler    // when each service is delivered (scheduler.go)
 
-	dmu       sync.Mutex // guards delivery state
-	svcs      map[string]*svcState
-	svcsPeak  int // len(svcs) at its largest since it was last copied
-	ready     bool
+	// dmu guards the fields below (but regSignal, a channel). It may be
+	// held while the table's lock (mu) or the scheduler's is taken, never
+	// taken while either is held.
+	dmu       sync.Mutex
 	stopped   bool
 	started   bool
 	subs      []*nats.Subscription
 	regDirty  map[string]bool
 	regSignal chan struct{}
 	probes    map[string]bool // lease probes in flight (leaseprobe.go)
-}
-
-// svcState is the delivery state of one service.
-type svcState struct {
-	dirty, running bool
-	timer          *time.Timer
-	lastFire       time.Time
-	failures       int
 }
 
 // New builds a Subscriber over a NATS connection and the registry. It
@@ -202,7 +195,6 @@ func New(nc *nats.Conn, reg *serverlist.Registry, h Handler, cfg Config) (*Subsc
 		dropLog:   cfg.Logger.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second}),
 		table:     newMembership(),
 		limits:    limits{unconfirmed: cfg.MaxUnconfirmed, services: cfg.MaxServices, perService: cfg.MaxInstancesPerService},
-		svcs:      make(map[string]*svcState),
 		regDirty:  make(map[string]bool),
 		regSignal: make(chan struct{}, 1),
 	}
@@ -218,6 +210,15 @@ func New(nc *nats.Conn, reg *serverlist.Registry, h Handler, cfg Config) (*Subsc
 	mcfg.Logger = cfg.Logger.With().Str("component", "mirror").Logger()
 	s.mirror = serverlist.NewMirror(reg, mcfg)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.sched = &scheduler{
+		coalesce:      cfg.Coalesce,
+		ctx:           s.ctx,
+		wg:            &s.wg,
+		log:           s.log,
+		handlerErrors: &s.stats.handlerErrors,
+		send:          s.sendList,
+		svcs:          make(map[string]*svcState),
+	}
 	return s, nil
 }
 
@@ -291,18 +292,10 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	}
 
 	s.dmu.Lock()
-	s.ready = true
 	s.mu.Lock()
 	known := s.table.serviceNames()
 	s.mu.Unlock()
-	for _, svc := range known {
-		s.stateLocked(svc).dirty = true
-	}
-	for svc, st := range s.svcs {
-		if st.dirty {
-			s.scheduleLocked(svc, st)
-		}
-	}
+	s.sched.start(known)
 	s.wg.Add(1)
 	s.dmu.Unlock()
 	go s.work()
@@ -322,12 +315,7 @@ func (s *Subscriber) Close() error {
 	}
 	s.stopped = true
 	subs := s.subs
-	for _, st := range s.svcs {
-		if st.timer != nil && st.timer.Stop() {
-			st.timer = nil
-			s.wg.Done()
-		}
-	}
+	s.sched.stop()
 	s.dmu.Unlock()
 	var errs []error
 	for _, sub := range subs {
@@ -654,96 +642,21 @@ func (s *Subscriber) markDirty(service string) {
 	s.mu.Lock()
 	confirmed := s.table.hasConfirmed(service)
 	s.mu.Unlock()
-	s.dmu.Lock()
-	defer s.dmu.Unlock()
-	if !confirmed && s.svcs[service] == nil {
-		return
-	}
-	st := s.stateLocked(service)
-	st.dirty = true
-	if s.ready && !s.stopped {
-		s.scheduleLocked(service, st)
-	}
+	s.sched.mark(service, confirmed)
 }
 
-func (s *Subscriber) stateLocked(service string) *svcState {
-	st := s.svcs[service]
-	if st == nil {
-		st = &svcState{}
-		s.svcs[service] = st
-		s.svcsPeak = max(s.svcsPeak, len(s.svcs))
-	}
-	return st
-}
-
-// scheduleLocked starts a delivery now or when the coalescing window (or
-// the error backoff) allows. Called with dmu held.
-func (s *Subscriber) scheduleLocked(service string, st *svcState) {
-	if st.running || st.timer != nil || s.stopped {
-		return
-	}
-	var delay time.Duration
-	if st.failures > 0 {
-		delay = min(100*time.Millisecond<<min(st.failures-1, 6), 5*time.Second)
-	} else if s.cfg.Coalesce > 0 && !st.lastFire.IsZero() {
-		delay = time.Until(st.lastFire.Add(s.cfg.Coalesce))
-	}
-	s.wg.Add(1)
-	if delay <= 0 {
-		st.running, st.dirty = true, false
-		go s.deliver(service, st)
-		return
-	}
-	st.timer = time.AfterFunc(delay, func() {
-		s.dmu.Lock()
-		st.timer = nil
-		if s.stopped {
-			s.dmu.Unlock()
-			s.wg.Done()
-			return
-		}
-		st.running, st.dirty = true, false
-		s.dmu.Unlock()
-		s.deliver(service, st)
-	})
-}
-
-// deliver calls the handler with the service's current live list.
-func (s *Subscriber) deliver(service string, st *svcState) {
-	defer s.wg.Done()
+// sendList calls the handler with the service's current live list and
+// reports whether the table still knows the service. The scheduler runs
+// it, never for one service twice at a time.
+func (s *Subscriber) sendList(service string) (known bool, err error) {
 	s.mu.Lock()
 	ids := s.table.live(service)
-	_, known := s.table.services[service]
+	_, known = s.table.services[service]
 	s.mu.Unlock()
 	// One sequence for every service, so that a service whose delivery
-	// state was dropped (below) and comes back still gets growing
-	// revisions.
-	err := s.handler(s.ctx, events.ListChanged{Service: service, InstanceIDs: ids, Revision: s.deliveries.Add(1)})
+	// state was dropped (scheduler.deliver) and comes back still gets
+	// growing revisions.
+	err = s.handler(s.ctx, events.ListChanged{Service: service, InstanceIDs: ids, Revision: s.deliveries.Add(1)})
 	s.stats.delivered.Add(1)
-
-	s.dmu.Lock()
-	defer s.dmu.Unlock()
-	st.running = false
-	st.lastFire = time.Now()
-	if err != nil && s.ctx.Err() == nil {
-		s.stats.handlerErrors.Add(1)
-		st.failures++
-		st.dirty = true
-		s.log.Warn().Err(err).Str("service", service).Int("failures", st.failures).Msg("list handler failed; will retry")
-	} else {
-		st.failures = 0
-	}
-	if st.dirty {
-		s.scheduleLocked(service, st)
-		return
-	}
-	if !known && err == nil && st.timer == nil {
-		// The table forgot the service and its last (empty) list went out:
-		// its delivery state goes too, so that services that come and go
-		// do not accumulate.
-		delete(s.svcs, service)
-		if s.svcsPeak >= shrinkMin && len(s.svcs) <= s.svcsPeak/4 {
-			s.svcs, s.svcsPeak = copyMap(s.svcs), len(s.svcs)
-		}
-	}
+	return known, err
 }
