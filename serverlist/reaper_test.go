@@ -98,16 +98,33 @@ func TestReaperElection(t *testing.T) {
 	b := startReaper(t, e.reg, serverlist.ReaperConfig{Node: "b"})
 	// b has seen the lock held once its election watch is up; the lock's
 	// value names the leader.
-	ent, err := e.reg.KeyValue().Get(testCtx(t, 5*time.Second), serverlist.ReaperLockKey)
+	ctx := testCtx(t, 20*time.Second)
+	ent, err := e.reg.KeyValue().Get(ctx, serverlist.ReaperLockKey)
 	if err != nil || string(ent.Value()) != "a" {
 		t.Fatalf("lock = %v, %v; want held by a", ent, err)
 	}
-	began := time.Now()
-	a.Close()
-	testutil.Eventually(t, "b to lead", b.Leader)
-	if took := time.Since(began); took > 15*time.Second {
-		t.Fatalf("b led %v after a closed: the lock aged out instead of being given up", took)
+	w, err := e.reg.KeyValue().Watch(ctx, serverlist.ReaperLockKey, jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer w.Stop()
+	a.Close()
+	// The lock's next change after a's renewals is a's purge: given up,
+	// not left to age out (a TTL of 30 s, beyond the waits here).
+	for {
+		ent := testutil.Receive(t, w.Updates(), 10*time.Second, "the lock's next change")
+		if ent == nil {
+			t.Fatal("the lock's watch ended")
+		}
+		if ent.Operation() == jetstream.KeyValuePut && string(ent.Value()) == "a" {
+			continue // a renewal that came before the close
+		}
+		if ent.Operation() != jetstream.KeyValuePurge {
+			t.Fatalf("after a closed, the lock's change is %v %q; want a's purge", ent.Operation(), ent.Value())
+		}
+		break
+	}
+	testutil.Eventually(t, "b to lead", b.Leader)
 	if a.Leader() || b.Stats().Terms != 1 {
 		t.Fatalf("a leads %v, b's terms %d", a.Leader(), b.Stats().Terms)
 	}

@@ -330,8 +330,10 @@ func TestLeaseExpiryReachesWatcher(t *testing.T) {
 	if gone.Operation() != jetstream.KeyValuePurge || len(gone.Value()) != 0 {
 		t.Fatalf("expiry entry op %v value %q, want KeyValuePurgeOp and empty", gone.Operation(), gone.Value())
 	}
-	if elapsed < 900*time.Millisecond || elapsed > 5*time.Second {
-		t.Fatalf("expired after %v, want about 1s", elapsed)
+	// Not before the TTL; how long after it, the server's expiry decides
+	// (ctx bounds the wait).
+	if elapsed < 900*time.Millisecond {
+		t.Fatalf("expired after %v, before the TTL of 1s", elapsed)
 	}
 	t.Logf("lease of 1s expired after %v; watcher saw %v", elapsed, gone.Operation())
 	if _, err := e.reg.Get(ctx, in.Service, in.InstanceID); !errors.Is(err, serverlist.ErrNotFound) {
