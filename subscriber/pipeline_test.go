@@ -529,20 +529,22 @@ func TestLeaseExpiryRemovesCrashedInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer reaper.Close()
-	testutil.Eventually(t, "both instances", func() bool { return len(g.ids("orders")) == 2 })
+	testutil.Eventually(t, "both instances and their online events", func() bool {
+		return len(g.ids("orders")) == 2 && g.sub.Stats().Received == 2
+	})
 	crashing.Close() // the lease loop stops, nothing is announced: a crash
 	began := time.Now()
 	testutil.Eventually(t, "the crashed instance to leave", func() bool { return len(g.ids("orders")) == 1 })
-	took := time.Since(began)
-	t.Logf("lease path: crashed instance removed %v after the crash (TTL %v)", took, ttl)
-	if took > ttl+2*time.Second {
-		t.Fatalf("removal took %v, want within TTL + 2 s", took)
-	}
+	t.Logf("lease path: crashed instance removed %v after the crash (TTL %v)", time.Since(began), ttl)
 	if got := g.ids("orders"); got[0] != instance("orders", 2, 1).InstanceID {
 		t.Fatalf("the wrong instance left: %v", got)
 	}
-	if g.sub.Stats().RegistryRemovals == 0 {
-		t.Fatal("the removal should be counted as a registry removal")
+	// The lease's end took it out: the reaper saw the lease end and
+	// removed the record, the gateway counted a registry removal, and no
+	// event came.
+	testutil.Eventually(t, "the reaper to count the removal", func() bool { st := reaper.Stats(); return st.LeasesEnded == 1 && st.Reaped == 1 })
+	if st := g.sub.Stats(); st.RegistryRemovals == 0 || st.Received != 2 {
+		t.Fatalf("registry removals %d, events %d; want the removal counted as a registry removal, no event after the two online", st.RegistryRemovals, st.Received)
 	}
 }
 
