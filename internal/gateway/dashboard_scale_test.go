@@ -73,7 +73,7 @@ func TestDashboardWithThousandServices(t *testing.T) {
 	f, nc, ins := loadFleet(t, g, services, instances)
 	total := services * instances
 
-	_, snapshot := get(t, "http://"+g.AdminAddr()+"/-/lb")
+	_, snapshot := testutil.Get(t, "http://"+g.AdminAddr()+"/-/lb")
 	var st struct{ Services []ServiceState }
 	if err := json.Unmarshal([]byte(snapshot), &st); err != nil {
 		t.Fatal(err)
@@ -199,7 +199,7 @@ type summarized struct {
 // fetchService reads /-/lb/service?name=.
 func fetchService(t *testing.T, g *Gateway, name string) (ServiceState, int) {
 	t.Helper()
-	code, body := get(t, "http://"+g.AdminAddr()+"/-/lb/service?name="+url.QueryEscape(name))
+	code, body := testutil.Get(t, "http://"+g.AdminAddr()+"/-/lb/service?name="+url.QueryEscape(name))
 	var ss ServiceState
 	if code == http.StatusOK {
 		if err := json.Unmarshal([]byte(body), &ss); err != nil {
@@ -270,10 +270,10 @@ func TestDashboardSummariesOnBigGateway(t *testing.T) {
 			t.Errorf("/-/lb/service: server %+v", s)
 		}
 	}
-	if code, _ := get(t, "http://"+g.AdminAddr()+"/-/lb/service?name=nope"); code != http.StatusNotFound {
+	if code, _ := testutil.Get(t, "http://"+g.AdminAddr()+"/-/lb/service?name=nope"); code != http.StatusNotFound {
 		t.Errorf("/-/lb/service for no service: %d, want 404", code)
 	}
-	if code, body := get(t, "http://"+g.AdminAddr()+"/-/lb/service"); code != http.StatusBadRequest || !strings.Contains(body, "usage") {
+	if code, body := testutil.Get(t, "http://"+g.AdminAddr()+"/-/lb/service"); code != http.StatusBadRequest || !strings.Contains(body, "usage") {
 		t.Errorf("/-/lb/service without a name: %d %q, want 400 with the usage", code, body)
 	}
 }

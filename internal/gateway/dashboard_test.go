@@ -134,7 +134,7 @@ func TestStateJSONIsCamelCase(t *testing.T) {
 	g := startGateway(t, testConfig(t))
 	announce(t, g, "orders", "z1", testpub.Backend(t, "a"))
 	testutil.Eventually(t, "the server", func() bool { s := g.State().Services; return len(s) == 1 && len(s[0].Servers) == 1 })
-	_, body := get(t, "http://"+g.AdminAddr()+"/-/lb")
+	_, body := testutil.Get(t, "http://"+g.AdminAddr()+"/-/lb")
 	var v any
 	if err := json.Unmarshal([]byte(body), &v); err != nil {
 		t.Fatal(err)

@@ -64,21 +64,10 @@ func announce(t *testing.T, g *Gateway, service, zone string, backend *httptest.
 	return testpub.Announce(t, nc, service, zone, backend)
 }
 
-func get(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 func TestGatewayRoutesToAnnouncedInstances(t *testing.T) {
 	g := startGateway(t, testConfig(t))
 	proxy := "http://" + g.ProxyAddr()
-	if code, _ := get(t, proxy+"/orders/x"); code != http.StatusNotFound {
+	if code, _ := testutil.Get(t, proxy+"/orders/x"); code != http.StatusNotFound {
 		t.Fatalf("unknown service: %d, want 404", code)
 	}
 	a, b := testpub.Backend(t, "a"), testpub.Backend(t, "b")
@@ -86,7 +75,7 @@ func TestGatewayRoutesToAnnouncedInstances(t *testing.T) {
 	pb := announce(t, g, "orders", "z1", b)
 	seen := map[string]bool{}
 	testutil.Eventually(t, "both backends to answer", func() bool {
-		_, body := get(t, proxy+"/orders/api/x")
+		_, body := testutil.Get(t, proxy+"/orders/api/x")
 		seen[body] = true
 		return seen["a /api/x"] && seen["b /api/x"]
 	})
@@ -96,7 +85,7 @@ func TestGatewayRoutesToAnnouncedInstances(t *testing.T) {
 	}
 	testutil.Eventually(t, "b to leave", func() bool { return len(g.State().Services[0].Servers) == 1 })
 	for range 20 {
-		if _, body := get(t, proxy+"/orders/y"); body != "a /y" {
+		if _, body := testutil.Get(t, proxy+"/orders/y"); body != "a /y" {
 			t.Fatalf("request reached %q after b withdrew", body)
 		}
 	}
@@ -106,12 +95,12 @@ func TestGatewayAdminEndpoints(t *testing.T) {
 	g := startGateway(t, testConfig(t))
 	announce(t, g, "orders", "z1", testpub.Backend(t, "a"))
 	testutil.Eventually(t, "the server", func() bool { s := g.State().Services; return len(s) == 1 && len(s[0].Servers) == 1 })
-	if code, _ := get(t, "http://"+g.ProxyAddr()+"/orders/"); code != 200 {
+	if code, _ := testutil.Get(t, "http://"+g.ProxyAddr()+"/orders/"); code != 200 {
 		t.Fatalf("proxy answered %d", code)
 	}
 	admin := "http://" + g.AdminAddr()
 
-	code, body := get(t, admin+"/-/lb")
+	code, body := testutil.Get(t, admin+"/-/lb")
 	if code != 200 || !strings.Contains(body, `"name": "orders"`) || !strings.Contains(body, `"zone": "z1"`) {
 		t.Fatalf("/-/lb: %d %s", code, body)
 	}
@@ -127,7 +116,7 @@ func TestGatewayAdminEndpoints(t *testing.T) {
 		strings.Contains(string(html), `http-equiv="refresh"`) {
 		t.Fatalf("HTML view: %s", html)
 	}
-	_, metrics := get(t, admin+"/metrics")
+	_, metrics := testutil.Get(t, admin+"/metrics")
 	for _, m := range []string{"pushlb_events_received_total", `pushlb_events_dropped_total{reason="malformed"}`,
 		"pushlb_event_propagation_lag_seconds_bucket", `pushlb_servers{service="orders"} 1`, `pushlb_picks_total{service="orders"} 1`,
 		"pushlb_breaker_trips_total", `pushlb_lookups_total{result="hit"}`, "pushlb_registry_resyncs_total", "pushlb_retries_total"} {
@@ -135,7 +124,7 @@ func TestGatewayAdminEndpoints(t *testing.T) {
 			t.Errorf("/metrics lacks %s", m)
 		}
 	}
-	if code, _ := get(t, admin+"/healthz"); code != 200 {
+	if code, _ := testutil.Get(t, admin+"/healthz"); code != 200 {
 		t.Fatalf("/healthz %d", code)
 	}
 }
@@ -143,14 +132,14 @@ func TestGatewayAdminEndpoints(t *testing.T) {
 func TestGatewayNoServersIs503(t *testing.T) {
 	g := startGateway(t, testConfig(t))
 	// Before any change, the timeline is an empty list, not null.
-	if code, body := get(t, "http://"+g.AdminAddr()+"/-/lb"); code != 200 || !strings.Contains(body, `"timeline": []`) {
+	if code, body := testutil.Get(t, "http://"+g.AdminAddr()+"/-/lb"); code != 200 || !strings.Contains(body, `"timeline": []`) {
 		t.Fatalf("/-/lb of a new gateway: %d %s", code, body)
 	}
 	p := announce(t, g, "orders", "", testpub.Backend(t, "a"))
 	testutil.Eventually(t, "the server", func() bool { s := g.State().Services; return len(s) == 1 && len(s[0].Servers) == 1 })
 	p.Withdraw(t.Context(), "")
 	testutil.Eventually(t, "an empty list", func() bool { return len(g.State().Services[0].Servers) == 0 })
-	if code, body := get(t, "http://"+g.ProxyAddr()+"/orders/x"); code != http.StatusServiceUnavailable || !strings.Contains(body, "orders") {
+	if code, body := testutil.Get(t, "http://"+g.ProxyAddr()+"/orders/x"); code != http.StatusServiceUnavailable || !strings.Contains(body, "orders") {
 		t.Fatalf("%d %q", code, body)
 	}
 }
@@ -220,7 +209,7 @@ func TestGatewayDemo(t *testing.T) {
 	seen := map[string]bool{}
 	testutil.Eventually(t, "three demo backends", func() bool {
 		// Until the client has the demo's list, the service is unknown (404).
-		if code, body := get(t, proxy+"/demo/"); code == 200 {
+		if code, body := testutil.Get(t, proxy+"/demo/"); code == 200 {
 			seen[strings.Fields(body)[2]] = true
 		}
 		return len(seen) == 3
@@ -231,7 +220,7 @@ func TestGatewayDemo(t *testing.T) {
 	}
 	resp.Body.Close()
 	for range 30 {
-		if _, body := get(t, proxy+"/demo/"); strings.Contains(body, "demo-2") {
+		if _, body := testutil.Get(t, proxy+"/demo/"); strings.Contains(body, "demo-2") {
 			t.Fatalf("demo-2 answered after its stop: %s", body)
 		}
 	}

@@ -82,10 +82,10 @@ func TestGrafanaDashboardNamesExportedMetrics(t *testing.T) {
 	g := startGateway(t, testConfig(t))
 	announce(t, g, "orders", "z1", testpub.Backend(t, "a"))
 	testutil.Eventually(t, "the server", func() bool { s := g.State().Services; return len(s) == 1 && len(s[0].Servers) == 1 })
-	if code, _ := get(t, "http://"+g.ProxyAddr()+"/orders/"); code != 200 {
+	if code, _ := testutil.Get(t, "http://"+g.ProxyAddr()+"/orders/"); code != 200 {
 		t.Fatalf("proxy answered %d", code)
 	}
-	_, body := get(t, "http://"+g.AdminAddr()+"/metrics")
+	_, body := testutil.Get(t, "http://"+g.AdminAddr()+"/metrics")
 	exported := map[string]bool{}
 	for _, line := range strings.Split(body, "\n") {
 		if line == "" || strings.HasPrefix(line, "#") {

@@ -34,16 +34,11 @@ const clientWait = 10 * time.Second
 // metric returns the value of one series of the gateway's /metrics, 0 when
 // absent, NaN when /metrics cannot be read.
 func metric(g *Gateway, series string) float64 {
-	resp, err := http.Get("http://" + g.AdminAddr() + "/metrics")
+	_, b, err := testutil.Fetch(nil, "http://"+g.AdminAddr()+"/metrics")
 	if err != nil {
 		return math.NaN()
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return math.NaN()
-	}
-	for line := range strings.Lines(string(b)) {
+	for line := range strings.Lines(b) {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
@@ -109,7 +104,7 @@ func TestProxyCutsASlowBody(t *testing.T) {
 	cfg.HTTP.ReadTimeout = 300 * time.Millisecond
 	g := startGateway(t, cfg)
 	announce(t, g, "up", "", bodyReader(t))
-	testutil.Eventually(t, "the backend", func() bool { code, _ := get(t, "http://"+g.ProxyAddr()+"/up/"); return code == 200 })
+	testutil.Eventually(t, "the backend", func() bool { code, _ := testutil.Get(t, "http://"+g.ProxyAddr()+"/up/"); return code == 200 })
 
 	began := time.Now()
 	c := startSlowBody(t, g, "/up/x")
@@ -126,7 +121,7 @@ func TestProxyClosesIdleConnections(t *testing.T) {
 	cfg.HTTP.IdleTimeout = 300 * time.Millisecond
 	g := startGateway(t, cfg)
 	announce(t, g, "up", "", testpub.Backend(t, "a"))
-	testutil.Eventually(t, "the backend", func() bool { code, _ := get(t, "http://"+g.ProxyAddr()+"/up/"); return code == 200 })
+	testutil.Eventually(t, "the backend", func() bool { code, _ := testutil.Get(t, "http://"+g.ProxyAddr()+"/up/"); return code == 200 })
 
 	c := dial(t, g)
 	br := bufio.NewReader(c)
@@ -177,7 +172,7 @@ func TestProxyStreamOutlivesTheReadTimeout(t *testing.T) {
 	}))
 	t.Cleanup(stream.Close)
 	announce(t, g, "events", "", stream)
-	testutil.Eventually(t, "the backend", func() bool { code, _ := get(t, "http://"+g.ProxyAddr()+"/events/"); return code == 200 })
+	testutil.Eventually(t, "the backend", func() bool { code, _ := testutil.Get(t, "http://"+g.ProxyAddr()+"/events/"); return code == 200 })
 
 	resp, err := http.Get("http://" + g.ProxyAddr() + "/events/feed")
 	if err != nil {
@@ -230,12 +225,8 @@ func TestProxyConnectionLimit(t *testing.T) {
 	t.Cleanup(releaseAll) // runs before held.Close
 	announce(t, g, "held", "", held)
 	testutil.Eventually(t, "the backend", func() bool {
-		resp, err := http.Get("http://" + g.ProxyAddr() + "/held/")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
+		code, _, err := testutil.Fetch(nil, "http://"+g.ProxyAddr()+"/held/")
+		return err == nil && code == 200
 	})
 	http.DefaultClient.CloseIdleConnections() // frees the slot of the probe's connection
 	testutil.Eventually(t, "the probe's connection closed", func() bool { return metric(g, "pushlb_http_connections") == 0 })
@@ -286,11 +277,11 @@ func TestReadyDuringNATSOutage(t *testing.T) {
 	g := startGateway(t, cfg)
 	testpub.Announce(t, ns.Connect(t), "orders", "", testpub.Backend(t, "a"))
 	proxy, admin := "http://"+g.ProxyAddr(), "http://"+g.AdminAddr()
-	testutil.Eventually(t, "the backend", func() bool { code, _ := get(t, proxy+"/orders/x"); return code == 200 })
+	testutil.Eventually(t, "the backend", func() bool { code, _ := testutil.Get(t, proxy+"/orders/x"); return code == 200 })
 
 	ready := func() (int, Readiness) {
 		t.Helper()
-		code, body := get(t, admin+"/readyz")
+		code, body := testutil.Get(t, admin+"/readyz")
 		var r Readiness
 		if err := json.Unmarshal([]byte(body), &r); err != nil {
 			t.Fatalf("/readyz %d: %q: %v", code, body, err)
@@ -310,7 +301,7 @@ func TestReadyDuringNATSOutage(t *testing.T) {
 	if code != 200 || !r.Ready || r.Since == nil || r.Instances != 1 {
 		t.Fatalf("/readyz during the outage: %d %+v", code, r)
 	}
-	if code, _ := get(t, admin+"/healthz"); code != 200 {
+	if code, _ := testutil.Get(t, admin+"/healthz"); code != 200 {
 		t.Fatalf("/healthz during the outage: %d", code)
 	}
 	if m := metric(g, "pushlb_nats_connected"); m != 0 {
@@ -320,7 +311,7 @@ func TestReadyDuringNATSOutage(t *testing.T) {
 		t.Errorf("pushlb_nats_disconnected_seconds = %v during the outage", m)
 	}
 	for range 20 {
-		if code, body := get(t, proxy+"/orders/x"); code != 200 || body != "a /x" {
+		if code, body := testutil.Get(t, proxy+"/orders/x"); code != 200 || body != "a /x" {
 			t.Fatalf("routing during the outage: %d %q", code, body)
 		}
 	}

@@ -1,13 +1,13 @@
 package gateway
 
 import (
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb/internal/testutil"
 )
 
 // TestPprofIsOptIn checks that the admin handler serves /debug/pprof/ only
@@ -22,17 +22,12 @@ func TestPprofIsOptIn(t *testing.T) {
 		}
 		srv := httptest.NewServer(g.adminHandler())
 		for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/cmdline"} {
-			resp, err := http.Get(srv.URL + path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if !on && !strings.Contains(string(body), "-pprof") {
+			code, body := testutil.Get(t, srv.URL+path)
+			if !on && !strings.Contains(body, "-pprof") {
 				t.Errorf("GET %s without -pprof: %q does not name the flag", path, body)
 			}
-			if want := map[bool]int{false: 404, true: 200}[on]; resp.StatusCode != want {
-				t.Errorf("pprof %v: GET %s: %d, want %d", on, path, resp.StatusCode, want)
+			if want := map[bool]int{false: 404, true: 200}[on]; code != want {
+				t.Errorf("pprof %v: GET %s: %d, want %d", on, path, code, want)
 			}
 		}
 		srv.Close()
