@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -16,7 +13,6 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/internal/natstest"
@@ -27,26 +23,12 @@ import (
 // The binaries under test, built once by TestMain.
 var announceBin, backendBin string
 
+// TestMain builds the binaries; once the tests passed, what this process
+// started (NATS servers, clients, watchers) must be gone too. No goroutine
+// is ignored: the NATS servers' cleanup waits for their shutdown.
 func TestMain(m *testing.M) {
-	bins, remove, err := testutil.BuildBinaries(".", "../../internal/testbackend")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	announceBin, backendBin = bins[0], bins[1]
-	code := m.Run()
-	if code == 0 {
-		// The processes are gone; what this process started (NATS servers,
-		// clients, watchers) must be gone too. No goroutine is ignored: the
-		// NATS servers' cleanup waits for their shutdown.
-		http.DefaultClient.CloseIdleConnections()
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	remove()
-	os.Exit(code)
+	os.Exit(testutil.RunWithBinaries(m, func(bins []string) { announceBin, backendBin = bins[0], bins[1] },
+		".", "../../internal/testbackend"))
 }
 
 // --- the NATS side: events and registry -------------------------------
@@ -195,17 +177,6 @@ func portOf(t *testing.T, addr string) int {
 		t.Fatal(err)
 	}
 	return n
-}
-
-func httpGet(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
 }
 
 func expectKind(t *testing.T, e seen, k events.Kind, id string) {
