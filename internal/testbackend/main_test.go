@@ -1,16 +1,12 @@
 package main
 
 import (
-	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/pushlb/pushlb/internal/testutil"
 )
@@ -19,22 +15,7 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	paths, remove, err := testutil.BuildBinaries(".")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin = paths[0]
-	code := m.Run()
-	if code == 0 {
-		http.DefaultClient.CloseIdleConnections()
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	remove()
-	os.Exit(code)
+	os.Exit(testutil.RunWithBinaries(m, func(paths []string) { bin = paths[0] }, "."))
 }
 
 // lineTimeout bounds the wait for one line of output.
@@ -53,28 +34,21 @@ func listening(t *testing.T, p *testutil.Proc) string {
 	return l[strings.LastIndex(l, " ")+1:]
 }
 
-func get(t *testing.T, url string) (int, string, http.Header) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body), resp.Header
-}
-
 func TestServesNameAndPathThenStopsOnSIGTERM(t *testing.T) {
 	p := start(t, "-addr", "127.0.0.1:0", "-name", "b1", "-exit-code", "7")
 	addr := listening(t, p)
-	code, body, h := get(t, "http://"+addr+"/orders/42")
-	if code != 200 || body != "b1 /orders/42\n" || h.Get("X-Backend") != "b1" {
-		t.Fatalf("got %d %q %v", code, body, h)
+	if code, body := testutil.Get(t, "http://"+addr+"/orders/42"); code != 200 || body != "b1 /orders/42\n" {
+		t.Fatalf("got %d %q", code, body)
 	}
-	if code, body, _ := get(t, "http://"+addr+"/health"); code != 200 || body != "ok\n" {
+	resp, err := http.Head("http://" + addr + "/orders/42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("X-Backend") != "b1" {
+		t.Fatalf("HEAD: %d, X-Backend %q", resp.StatusCode, resp.Header.Get("X-Backend"))
+	}
+	if code, body := testutil.Get(t, "http://"+addr+"/health"); code != 200 || body != "ok\n" {
 		t.Fatalf("health: %d %q", code, body)
 	}
 	p.Signal(t, syscall.SIGTERM)
@@ -103,7 +77,7 @@ func TestDelayAndServingAfterSIGTERM(t *testing.T) {
 	}
 	p.Signal(t, syscall.SIGINT)
 	p.WaitFor(t, "received interrupt", lineTimeout)
-	if code, _, _ := get(t, "http://"+addr+"/"); code != 200 {
+	if code, _ := testutil.Get(t, "http://"+addr+"/"); code != 200 {
 		t.Fatalf("not serving during -exit-on-sigterm-after: %d", code)
 	}
 	if code := p.Wait(t, 10*time.Second); code != 0 {
