@@ -3,8 +3,6 @@
 package embed_test
 
 import (
-	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -18,15 +16,19 @@ import (
 var gatewayBin, clientBin string
 
 func TestMain(m *testing.M) {
-	bins, remove, err := testutil.BuildBinaries("./gateway", "./client")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	os.Exit(testutil.RunWithBinaries(m, func(bins []string) { gatewayBin, clientBin = bins[0], bins[1] }, "./gateway", "./client"))
+}
+
+// answeredBy sends a request through the gateway and returns the name of
+// the backend that answered, "" when the request failed (the listener may
+// not accept yet).
+func answeredBy(url string) string {
+	code, body, err := testutil.Fetch(nil, url)
+	if err != nil || code != 200 {
+		return ""
 	}
-	gatewayBin, clientBin = bins[0], bins[1]
-	code := m.Run()
-	remove()
-	os.Exit(code)
+	name, _, _ := strings.Cut(body, " ")
+	return name
 }
 
 func TestEmbeddedGatewayAndClient(t *testing.T) {
@@ -42,14 +44,7 @@ func TestEmbeddedGatewayAndClient(t *testing.T) {
 	gw.WaitFor(t, "serving [hello]", 20*time.Second)
 	seen := map[string]bool{}
 	testutil.Eventually(t, "both instances through the gateway", func() bool {
-		resp, err := http.Get("http://" + addr + "/hello/x")
-		if err != nil {
-			return false // the listener may not accept yet
-		}
-		defer resp.Body.Close()
-		var name string
-		fmt.Fscan(resp.Body, &name)
-		seen[name] = true
+		seen[answeredBy("http://"+addr+"/hello/x")] = true
 		return seen["hello-1"] && seen["hello-2"]
 	})
 
@@ -69,14 +64,7 @@ func TestEmbeddedGatewayAndClient(t *testing.T) {
 	}
 	testutil.Eventually(t, "hello-2 to leave the gateway", func() bool {
 		for range 4 {
-			resp, err := http.Get("http://" + addr + "/hello/z")
-			if err != nil {
-				return false
-			}
-			var name string
-			fmt.Fscan(resp.Body, &name)
-			resp.Body.Close()
-			if name != "hello-1" {
+			if answeredBy("http://"+addr+"/hello/z") != "hello-1" {
 				return false
 			}
 		}
