@@ -27,12 +27,8 @@ func TestGatewayHTTPFlagsAndReadyz(t *testing.T) {
 		Services int    `json:"services"`
 	}
 	testutil.Eventually(t, "/readyz", func() bool {
-		resp, err := client.Get("http://" + g.admin + "/readyz")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		return resp.StatusCode == 200 && json.NewDecoder(resp.Body).Decode(&ready) == nil
+		code, body, err := testutil.Fetch(client, "http://"+g.admin+"/readyz")
+		return err == nil && code == 200 && json.Unmarshal([]byte(body), &ready) == nil
 	})
 	if !ready.Ready || ready.NATS != "connected" {
 		t.Fatalf("/readyz: %+v", ready)

@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"net/http"
@@ -21,33 +20,17 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/pushlb/pushlb/internal/testutil"
 )
 
 var bin struct{ gateway, announce, backend string }
 
+// TestMain builds the binaries; once the tests passed, the processes were
+// killed and reaped, and the test's own HTTP clients and servers must be
+// gone too (client shares http.DefaultClient's transport).
 func TestMain(m *testing.M) {
-	paths, remove, err := testutil.BuildBinaries(".", "../announce", "../../internal/testbackend")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin.gateway, bin.announce, bin.backend = paths[0], paths[1], paths[2]
-	code := m.Run()
-	if code == 0 {
-		// The processes were killed and reaped, their output goroutines
-		// ended; the test's own HTTP clients and servers must be gone too.
-		client.CloseIdleConnections()
-		http.DefaultClient.CloseIdleConnections()
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	remove()
-	os.Exit(code)
+	os.Exit(testutil.RunWithBinaries(m, func(paths []string) { bin.gateway, bin.announce, bin.backend = paths[0], paths[1], paths[2] },
+		".", "../announce", "../../internal/testbackend"))
 }
 
 // Bounds of the waits for a process: one line of output, an exit.
@@ -72,38 +55,30 @@ func startGateway(t testing.TB, dataDir, natsAddr string) *gw {
 	g := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t), nats: natsAddr}
 	g.Proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-embedded-nats", natsAddr, "-data-dir", dataDir, "-log-level", "debug")
 	testutil.Eventually(t, "the gateway to be healthy", func() bool {
-		resp, err := http.Get("http://" + g.admin + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
+		code, _, err := testutil.Fetch(client, "http://"+g.admin+"/healthz")
+		return err == nil && code == 200
 	})
 	return g
 }
 
+// client bounds each request of the tests to the gateway at 5 s. Its
+// transport is http.DefaultTransport.
 var client = &http.Client{Timeout: 5 * time.Second}
 
-// hit sends one request through the gateway and returns the status and body.
+// hit sends one request through the gateway and returns the status and the
+// body without surrounding space.
 func (g *gw) hit(path string) (int, string, error) {
-	resp, err := client.Get("http://" + g.proxy + path)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.TrimSpace(string(b)), err
+	code, body, err := testutil.Fetch(client, "http://"+g.proxy+path)
+	return code, strings.TrimSpace(body), err
 }
 
-// state returns the admin's /-/lb JSON.
+// state returns the admin's /-/lb JSON, "" when it cannot be read.
 func (g *gw) state(t testing.TB) string {
-	resp, err := client.Get("http://" + g.admin + "/-/lb")
+	_, body, err := testutil.Fetch(client, "http://"+g.admin+"/-/lb")
 	if err != nil {
 		return ""
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
+	return body
 }
 
 // named is an in-process backend that answers with its name.
@@ -118,16 +93,11 @@ func named(t testing.TB, name string) *httptest.Server {
 // the series is absent, NaN (unequal to everything) when /metrics cannot
 // be read.
 func (g *gw) metric(series string) float64 {
-	resp, err := client.Get("http://" + g.admin + "/metrics")
-	if err != nil {
+	code, b, err := testutil.Fetch(client, "http://"+g.admin+"/metrics")
+	if err != nil || code != 200 {
 		return math.NaN()
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != 200 {
-		return math.NaN()
-	}
-	for line := range strings.Lines(string(b)) {
+	for line := range strings.Lines(b) {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
@@ -188,13 +158,8 @@ func TestGatewayWithAnnouncedBackends(t *testing.T) {
 	if seen := g.reached(t, "/orders/x", 60); seen["b2"] != 0 || len(seen) != 2 {
 		t.Fatalf("after b2's offline: %v", seen)
 	}
-	resp, err := http.Get(backends[1].URL)
-	if err != nil {
-		t.Fatalf("b2 should still run: %v", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("b2 should still run: %s", resp.Status)
+	if code, body := testutil.Get(t, backends[1].URL); code != 200 || body != "b2" {
+		t.Fatalf("b2 should still run: %d %q", code, body)
 	}
 }
 
