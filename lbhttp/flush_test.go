@@ -1,7 +1,6 @@
 package lbhttp
 
 import (
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/internal/testutil"
 )
 
 // countingListener counts the writes on the connections it accepts.
@@ -53,14 +53,9 @@ func TestProxyAnswersInOneWrite(t *testing.T) {
 	front.Start()
 	const requests = 5
 	for range requests {
-		resp, err := front.Client().Get(front.URL + "/orders/x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.HasPrefix(string(body), "orders-1") {
-			t.Fatalf("%d %q", resp.StatusCode, body)
+		code, body, err := testutil.Fetch(front.Client(), front.URL+"/orders/x")
+		if err != nil || code != 200 || !strings.HasPrefix(body, "orders-1") {
+			t.Fatalf("%d %q %v", code, body, err)
 		}
 	}
 	front.Client().CloseIdleConnections()
