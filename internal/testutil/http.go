@@ -41,10 +41,22 @@ func Get(tb testing.TB, url string) (status int, body string) {
 //		return err == nil && code == 200
 //	})
 func Fetch(client *http.Client, url string) (status int, body string, err error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	return Do(client, req)
+}
+
+// Do sends req with client, or with Get's client when client is nil, and
+// returns the status and the whole body, or the error of the request or of
+// reading the body: Fetch for a request of the test's own (a method,
+// headers, a body, a context).
+func Do(client *http.Client, req *http.Request) (status int, body string, err error) {
 	if client == nil {
 		client = httpClient
 	}
-	resp, err := client.Get(url)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, "", err
 	}

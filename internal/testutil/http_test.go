@@ -15,6 +15,9 @@ func TestGetAndFetch(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, "hello %s", r.URL.Path)
+		if r.Method != http.MethodGet {
+			fmt.Fprintf(w, " %s %s", r.Method, r.Header.Get("X-Test"))
+		}
 	}))
 	defer srv.Close()
 	defer http.DefaultClient.CloseIdleConnections() // Get's connections: goleak
@@ -31,6 +34,16 @@ func TestGetAndFetch(t *testing.T) {
 	defer srv.Client().CloseIdleConnections()
 	if code, body, err := Fetch(own, srv.URL+"/y"); err != nil || code != http.StatusCreated || body != "hello /y" || !used {
 		t.Fatalf("Fetch(own client) = %d %q %v, client used %v", code, body, err, used)
+	}
+
+	// A request of the test's own: its method and headers are sent.
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/post", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Test", "1")
+	if code, body, err := Do(nil, req); err != nil || code != http.StatusCreated || body != "hello /post POST 1" {
+		t.Fatalf("Do = %d %q %v", code, body, err)
 	}
 
 	// A server that is gone: Fetch returns the error, Get fails the test.
