@@ -152,18 +152,6 @@ func (c *counts) observer() Observer {
 	}
 }
 
-// get sends a request through client and returns the status and body.
-func send(t testing.TB, client *http.Client, req *http.Request) (int, string, error) {
-	t.Helper()
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body), err
-}
-
 // newRequest builds a request with a test deadline.
 func newRequest(t testing.TB, method, url string, body io.Reader) *http.Request {
 	t.Helper()

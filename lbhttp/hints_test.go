@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/internal/testutil"
 )
 
 // hintRule records the zone and key of each pick's context and picks the
@@ -68,7 +69,7 @@ func TestProxyHints(t *testing.T) {
 			for i := 0; i < len(tc.header); i += 2 {
 				req.Header.Set(tc.header[i], tc.header[i+1])
 			}
-			if status, body, err := send(t, client, req); err != nil || status != 200 {
+			if status, body, err := testutil.Do(client, req); err != nil || status != 200 {
 				t.Fatalf("GET %s = %d %q, %v", tc.path, status, body, err)
 			}
 			zone, zoned, key, has := rule.seen()
@@ -103,7 +104,7 @@ func TestProxyHintsSteerTheBalancer(t *testing.T) {
 		if user != "" {
 			req.Header.Set("X-User", user)
 		}
-		status, body, err := send(t, client, req)
+		status, body, err := testutil.Do(client, req)
 		if err != nil || status != 200 {
 			t.Fatalf("GET = %d %q, %v", status, body, err)
 		}

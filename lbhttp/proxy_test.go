@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/internal/testutil"
 )
 
 // newFront serves proxy on 127.0.0.1; the returned client's idle
@@ -48,7 +49,7 @@ func TestProxyDefaultRouteStripsServicePrefix(t *testing.T) {
 	for _, tc := range tests {
 		req := newRequest(t, "GET", front.URL+tc.path, nil)
 		req.Header.Set("X-Forwarded-For", "6.6.6.6") // a client's claim: dropped
-		status, body, err := send(t, client, req)
+		status, body, err := testutil.Do(client, req)
 		if err != nil || status != 200 || body != "orders-1" {
 			t.Fatalf("GET %s = %d %q, %v", tc.path, status, body, err)
 		}
@@ -111,7 +112,7 @@ func TestProxyRoutes(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			front, client := newFront(t, tr, tc.opts...)
-			status, body, err := send(t, client, newRequest(t, "GET", front.URL+tc.path, nil))
+			status, body, err := testutil.Do(client, newRequest(t, "GET", front.URL+tc.path, nil))
 			if err != nil || status != tc.wantStatus || body != tc.wantBody {
 				t.Fatalf("GET %s = %d %q, %v; want %d %q", tc.path, status, body, err, tc.wantStatus, tc.wantBody)
 			}
@@ -130,7 +131,7 @@ func TestProxyPreserveHost(t *testing.T) {
 	front, client := newFront(t, tr, WithPreserveHost())
 	req := newRequest(t, "GET", front.URL+"/orders/x", nil)
 	req.Host = "shop.example"
-	if _, _, err := send(t, client, req); err != nil {
+	if _, _, err := testutil.Do(client, req); err != nil {
 		t.Fatal(err)
 	}
 	if got := orders.last.Load().Host; got != "shop.example" {
@@ -211,7 +212,7 @@ func TestProxyErrorLogIsLimited(t *testing.T) {
 	t.Cleanup(front.Close)
 	get := func(path string, n int) {
 		for range n {
-			if status, _, err := send(t, front.Client(), newRequest(t, "GET", front.URL+path, nil)); err != nil || status != 502 {
+			if status, _, err := testutil.Do(front.Client(), newRequest(t, "GET", front.URL+path, nil)); err != nil || status != 502 {
 				t.Fatalf("GET %s = %d, %v; want 502", path, status, err)
 			}
 		}
@@ -261,7 +262,7 @@ func TestProxyRetriesPOSTBodyAfterRefusedConnection(t *testing.T) {
 	tr := newTestTransport(t, BalancerMap{"orders": lb}, WithLogger(zerolog.New(&logs).Level(zerolog.DebugLevel)))
 	front, client := newFront(t, tr)
 	payload := strings.Repeat("p", 100<<10)
-	status, body, err := send(t, client, newRequest(t, "POST", front.URL+"/orders/new", strings.NewReader(payload)))
+	status, body, err := testutil.Do(client, newRequest(t, "POST", front.URL+"/orders/new", strings.NewReader(payload)))
 	if err != nil || status != 200 || body != "good" {
 		t.Fatalf("POST = %d %q, %v", status, body, err)
 	}

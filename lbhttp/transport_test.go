@@ -29,7 +29,7 @@ func TestTransportBalancesAndRewritesURL(t *testing.T) {
 
 	const perBackend = 10
 	for range perBackend * len(backends) {
-		status, _, err := send(t, client, newRequest(t, "GET", "http://orders/api/x?q=1&r=a%20b", nil))
+		status, _, err := testutil.Do(client, newRequest(t, "GET", "http://orders/api/x?q=1&r=a%20b", nil))
 		if err != nil || status != 200 {
 			t.Fatalf("GET = %d, %v", status, err)
 		}
@@ -57,7 +57,7 @@ func TestTransportBalancesAndRewritesURL(t *testing.T) {
 	// An explicit Host header is kept.
 	req := newRequest(t, "GET", "http://orders/h", nil)
 	req.Host = "shop.example"
-	if _, _, err := send(t, client, req); err != nil {
+	if _, _, err := testutil.Do(client, req); err != nil {
 		t.Fatal(err)
 	}
 	var hosts []string
@@ -95,7 +95,7 @@ func TestTransportSkipsRefusingServerAndTripsItsBreaker(t *testing.T) {
 	client := &http.Client{Transport: tr}
 
 	for i := range 10 {
-		status, body, err := send(t, client, newRequest(t, "GET", "http://orders/", nil))
+		status, body, err := testutil.Do(client, newRequest(t, "GET", "http://orders/", nil))
 		if err != nil || status != 200 || body != "good" {
 			t.Fatalf("request %d = %d %q, %v; want 200 from good", i, status, body, err)
 		}
@@ -337,7 +337,7 @@ func TestTransportReadTimeout(t *testing.T) {
 	t.Run("GET moves on to a fast server", func(t *testing.T) {
 		lb := newBalancer(t, "orders", cfg, []balancer.Server{slow.server(""), fast.server("")}, balancer.WithRule(script("slow", "fast")))
 		tr := newTestTransport(t, BalancerMap{"orders": lb})
-		status, body, err := send(t, &http.Client{Transport: tr}, newRequest(t, "GET", "http://orders/", nil))
+		status, body, err := testutil.Do(&http.Client{Transport: tr}, newRequest(t, "GET", "http://orders/", nil))
 		if err != nil || status != 200 || body != "fast" {
 			t.Fatalf("GET = %d %q, %v; want 200 from fast", status, body, err)
 		}
@@ -352,7 +352,7 @@ func TestTransportHonoursZoneOnContext(t *testing.T) {
 	for range 10 {
 		req := newRequest(t, "GET", "http://orders/", nil)
 		req = req.WithContext(balancer.WithZone(req.Context(), "zone-b"))
-		if _, body, err := send(t, client, req); err != nil || body != "b1" {
+		if _, body, err := testutil.Do(client, req); err != nil || body != "b1" {
 			t.Fatalf("GET in zone-b = %q, %v", body, err)
 		}
 	}
@@ -369,7 +369,7 @@ func TestTransportForcedZoneFailsOverToOtherZones(t *testing.T) {
 	tr := newTestTransport(t, BalancerMap{"orders": lb})
 	req := newRequest(t, "GET", "http://orders/", nil)
 	req = req.WithContext(balancer.WithZone(req.Context(), "zone-b"))
-	if _, body, err := send(t, &http.Client{Transport: tr}, req); err != nil || body != "a1" {
+	if _, body, err := testutil.Do(&http.Client{Transport: tr}, req); err != nil || body != "a1" {
 		t.Fatalf("GET = %q, %v; want a1 after zone-b refused", body, err)
 	}
 }
@@ -384,7 +384,7 @@ func TestTransportRetryOnStatus(t *testing.T) {
 	t.Run("off by default", func(t *testing.T) {
 		lb := newBalancer(t, "orders", balancer.DefaultConfig(), servers, balancer.WithRule(script("busy", "good")))
 		tr := newTestTransport(t, BalancerMap{"orders": lb})
-		status, _, err := send(t, &http.Client{Transport: tr}, newRequest(t, "GET", "http://orders/", nil))
+		status, _, err := testutil.Do(&http.Client{Transport: tr}, newRequest(t, "GET", "http://orders/", nil))
 		if err != nil || status != 503 {
 			t.Fatalf("GET = %d, %v; want the 503 as is", status, err)
 		}
@@ -392,7 +392,7 @@ func TestTransportRetryOnStatus(t *testing.T) {
 	t.Run("retried when asked", func(t *testing.T) {
 		lb := newBalancer(t, "orders", balancer.DefaultConfig(), servers, balancer.WithRule(script("busy", "good")))
 		tr := newTestTransport(t, BalancerMap{"orders": lb}, WithRetryOnStatus(503))
-		status, body, err := send(t, &http.Client{Transport: tr}, newRequest(t, "GET", "http://orders/", nil))
+		status, body, err := testutil.Do(&http.Client{Transport: tr}, newRequest(t, "GET", "http://orders/", nil))
 		if err != nil || status != 200 || body != "good" {
 			t.Fatalf("GET = %d %q, %v; want 200 from good", status, body, err)
 		}
@@ -400,7 +400,7 @@ func TestTransportRetryOnStatus(t *testing.T) {
 	t.Run("last answer returned when no retry is left", func(t *testing.T) {
 		lb := newBalancer(t, "orders", balancer.DefaultConfig(), servers[:1])
 		tr := newTestTransport(t, BalancerMap{"orders": lb}, WithRetryOnStatus(503))
-		status, body, err := send(t, &http.Client{Transport: tr}, newRequest(t, "GET", "http://orders/", nil))
+		status, body, err := testutil.Do(&http.Client{Transport: tr}, newRequest(t, "GET", "http://orders/", nil))
 		if err != nil || status != 503 || body != "busy\n" {
 			t.Fatalf("GET = %d %q, %v; want busy's 503", status, body, err)
 		}
@@ -408,7 +408,7 @@ func TestTransportRetryOnStatus(t *testing.T) {
 	t.Run("POST not retried", func(t *testing.T) {
 		lb := newBalancer(t, "orders", balancer.DefaultConfig(), servers, balancer.WithRule(script("busy", "good")))
 		tr := newTestTransport(t, BalancerMap{"orders": lb}, WithRetryOnStatus(503))
-		status, _, err := send(t, &http.Client{Transport: tr}, newRequest(t, "POST", "http://orders/", strings.NewReader("x")))
+		status, _, err := testutil.Do(&http.Client{Transport: tr}, newRequest(t, "POST", "http://orders/", strings.NewReader("x")))
 		if err != nil || status != 503 {
 			t.Fatalf("POST = %d, %v; want the 503", status, err)
 		}
@@ -434,7 +434,7 @@ func TestTransportOneHTTPTransportPerClient(t *testing.T) {
 			if i%2 == 1 {
 				url = "http://stock/"
 			}
-			if status, _, err := send(t, hc, newRequest(t, "GET", url, nil)); err != nil || status != 200 {
+			if status, _, err := testutil.Do(hc, newRequest(t, "GET", url, nil)); err != nil || status != 200 {
 				t.Errorf("GET %s = %d, %v", url, status, err)
 			}
 		})
@@ -477,7 +477,7 @@ func TestTransportConcurrentStatsSettle(t *testing.T) {
 	for range 32 {
 		wg.Go(func() {
 			for range 20 {
-				if status, _, err := send(t, client, newRequest(t, "GET", "http://orders/", nil)); err != nil || status != 200 {
+				if status, _, err := testutil.Do(client, newRequest(t, "GET", "http://orders/", nil)); err != nil || status != 200 {
 					t.Errorf("GET = %d, %v", status, err)
 					return
 				}
@@ -550,7 +550,7 @@ func TestTransportTemplate(t *testing.T) {
 	tmpl := &http.Transport{MaxIdleConnsPerHost: 7, DisableCompression: true}
 	tr := newTestTransport(t, BalancerMap{"orders": newBalancer(t, "orders", balancer.DefaultConfig(), []balancer.Server{b.server("")})},
 		WithTransportTemplate(tmpl))
-	if _, _, err := send(t, &http.Client{Transport: tr}, newRequest(t, "GET", "http://orders/", nil)); err != nil {
+	if _, _, err := testutil.Do(&http.Client{Transport: tr}, newRequest(t, "GET", "http://orders/", nil)); err != nil {
 		t.Fatal(err)
 	}
 	v, _ := tr.clients.Load("orders")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -50,16 +49,11 @@ balancer:
 		for i := 0; i < len(header); i += 2 {
 			req.Header.Set(header[i], header[i+1])
 		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
+		code, body, err := testutil.Do(client, req)
+		if err != nil || code != 200 {
+			t.Fatalf("GET %s %v: %d %q %v", path, header, code, body, err)
 		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("GET %s %v: %d %q %v", path, header, resp.StatusCode, body, err)
-		}
-		return string(body)
+		return body
 	}
 
 	for _, zone := range []string{"a", "B"} {
