@@ -231,10 +231,11 @@ func (p *Proc) waitLine(tb testing.TB, timeout time.Duration, what string, match
 				return l, m
 			}
 		}
-		ended, changed := p.ended, p.changed
+		// The state is read with ended: Done closes a moment after.
+		ended, changed, state := p.ended, p.changed, p.state
 		p.mu.Unlock()
 		if ended {
-			tb.Fatalf("%s: output ended (%s) before %s", p.name, p.status(), what)
+			tb.Fatalf("%s: output ended (%s) before %s", p.name, describe(state), what)
 		}
 		select {
 		case <-changed:
@@ -341,8 +342,10 @@ func (p *Proc) State() *os.ProcessState {
 }
 
 // status describes how the process ended, for messages.
-func (p *Proc) status() string {
-	st := p.State()
+func (p *Proc) status() string { return describe(p.State()) }
+
+// describe says how a process ended, "running" for a nil state.
+func describe(st *os.ProcessState) string {
 	if st == nil {
 		return "running"
 	}
