@@ -6,13 +6,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -93,20 +91,7 @@ func named(t testing.TB, name string) *httptest.Server {
 // the series is absent, NaN (unequal to everything) when /metrics cannot
 // be read.
 func (g *gw) metric(series string) float64 {
-	code, b, err := testutil.Fetch(client, "http://"+g.admin+"/metrics")
-	if err != nil || code != 200 {
-		return math.NaN()
-	}
-	for line := range strings.Lines(b) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return math.NaN()
-			}
-			return f
-		}
-	}
-	return 0
+	return testutil.Metric(client, "http://"+g.admin+"/metrics", series)
 }
 
 func announceHold(t testing.TB, g *gw, service, addr string) *testutil.Proc {

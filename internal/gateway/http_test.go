@@ -7,13 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,20 +32,7 @@ const clientWait = 10 * time.Second
 // metric returns the value of one series of the gateway's /metrics, 0 when
 // absent, NaN when /metrics cannot be read.
 func metric(g *Gateway, series string) float64 {
-	_, b, err := testutil.Fetch(nil, "http://"+g.AdminAddr()+"/metrics")
-	if err != nil {
-		return math.NaN()
-	}
-	for line := range strings.Lines(b) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return math.NaN()
-			}
-			return f
-		}
-	}
-	return 0
+	return testutil.Metric(nil, "http://"+g.AdminAddr()+"/metrics", series)
 }
 
 // dial opens a raw connection to the proxy, bounded by clientWait.

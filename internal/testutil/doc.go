@@ -20,7 +20,8 @@
 //   - [Get] sends a GET and returns the status and body, failing the test
 //     on an error; [Fetch] returns the error instead, for a condition
 //     polled while a server may not answer yet, or with a client of the
-//     test's own; [Do] is Fetch for a request of the test's own.
+//     test's own; [Do] is Fetch for a request of the test's own; [Metric]
+//     reads one series of a /metrics page.
 //   - [FreePort] and [FreeAddr] return a loopback port free for TCP and UDP.
 //   - [SyncBuffer] is a bytes.Buffer safe for concurrent use.
 //   - [Percentile] and [GetLoad] serve latency benchmarks.

@@ -2,7 +2,10 @@ package testutil
 
 import (
 	"io"
+	"math"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -46,6 +49,29 @@ func Fetch(client *http.Client, url string) (status int, body string, err error)
 		return 0, "", err
 	}
 	return Do(client, req)
+}
+
+// Metric reads a Prometheus text page (a /metrics) at url with client, as
+// Fetch does, and returns the value of one series, such as
+// `pushlb_gossip_members` or `pushlb_servers{service="orders"}` (its name
+// and labels as the page writes them): 0 when the series is absent, NaN
+// (unequal to everything) when the page cannot be read, is not a 200, or
+// the value does not parse. It fails no test: Eventually polls it.
+func Metric(client *http.Client, url, series string) float64 {
+	code, page, err := Fetch(client, url)
+	if err != nil || code != http.StatusOK {
+		return math.NaN()
+	}
+	for line := range strings.Lines(page) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return math.NaN()
+			}
+			return f
+		}
+	}
+	return 0
 }
 
 // Do sends req with client, or with Get's client when client is nil, and

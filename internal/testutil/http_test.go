@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +14,10 @@ import (
 
 func TestGetAndFetch(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			fmt.Fprint(w, "# HELP up Up.\n# TYPE up gauge\nup 1\nservers{service=\"orders\"} 3\nbad x\n")
+			return
+		}
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, "hello %s", r.URL.Path)
 		if r.Method != http.MethodGet {
@@ -44,6 +49,20 @@ func TestGetAndFetch(t *testing.T) {
 	req.Header.Set("X-Test", "1")
 	if code, body, err := Do(nil, req); err != nil || code != http.StatusCreated || body != "hello /post POST 1" {
 		t.Fatalf("Do = %d %q %v", code, body, err)
+	}
+
+	// One series of a /metrics page: its value, 0 when absent, NaN when
+	// the value or the page cannot be read.
+	for series, want := range map[string]float64{"up": 1, `servers{service="orders"}`: 3, "absent": 0} {
+		if got := Metric(nil, srv.URL+"/metrics", series); got != want {
+			t.Errorf("Metric(%s) = %v, want %v", series, got, want)
+		}
+	}
+	if got := Metric(nil, srv.URL+"/metrics", "bad"); !math.IsNaN(got) {
+		t.Errorf("Metric(bad) = %v, want NaN", got)
+	}
+	if got := Metric(nil, srv.URL+"/other", "up"); !math.IsNaN(got) {
+		t.Errorf("Metric of a page that is not a 200 = %v, want NaN", got)
 	}
 
 	// A server that is gone: Fetch returns the error, Get fails the test.
