@@ -23,9 +23,6 @@ import (
 	"github.com/pushlb/pushlb/subscriber"
 )
 
-// gossipLeaveTimeout bounds the graceful gossip leave on Close.
-const gossipLeaveTimeout = time.Second
-
 // registryScaleTimeout bounds the scale-up of the registry bucket. A server
 // that refuses the update for want of permission never answers, so this is
 // also how long a gateway without the permission waits before it says so.
@@ -72,18 +69,20 @@ type parts struct {
 	reaper   *serverlist.Reaper // nil without WithReaper
 }
 
-// New builds a client over nc. It checks every option, builds the balancer
-// factory, the Transport and the Handler, and starts nothing: no network
-// call, no goroutine. Errors wrap ErrInvalidOption.
-func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+// New builds a client over nc with cfg (the zero Config is the default
+// one) and opts. It checks every setting, builds the balancer factory, the
+// Transport and the Handler, and starts nothing: no network call, no
+// goroutine. Errors wrap ErrInvalidOption and name every bad field or
+// option.
+func New(nc *nats.Conn, cfg Config, opts ...Option) (*Client, error) {
 	if nc == nil {
 		return nil, optionError("nil NATS connection")
 	}
-	o := defaultOptions()
-	if err := o.apply(opts); err != nil {
+	o, err := newOptions(cfg, opts)
+	if err != nil {
 		return nil, err
 	}
-	factory, err := balancer.NewFactory(o.balancers)
+	factory, err := balancer.NewFactory(o.Balancers)
 	if err != nil {
 		return nil, optionError("balancer configuration: %w", err)
 	}
@@ -146,13 +145,13 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("pushlb: jetstream: %w", err)
 	}
-	reg, err := serverlist.Open(ctx, js, serverlist.RegistryConfig{Prefix: o.prefix, TTL: o.lease, Replicas: o.replicas, Logger: o.log})
+	reg, err := serverlist.Open(ctx, js, serverlist.RegistryConfig{Prefix: o.Prefix, TTL: o.Lease, RequireTTL: o.Lease != 0, Replicas: o.RegistryReplicas, Logger: o.log})
 	if err != nil {
 		return nil, fmt.Errorf("pushlb: registry: %w", err)
 	}
 	// A service the configuration names is served from the start, from its
 	// static list if it has one, until the push path takes it over.
-	for _, name := range o.balancers.Names() {
+	for _, name := range o.Balancers.Names() {
 		if _, err := c.services.create(name); err != nil {
 			return nil, fmt.Errorf("pushlb: balancer %q: %w", name, err)
 		}
@@ -165,10 +164,10 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 		first.handled(lc.Service)
 		return err
 	}, subscriber.Config{
-		Prefix: o.prefix, Services: o.services, Coalesce: o.coalesce, AntiEntropy: o.antiEntropy,
+		Prefix: o.Prefix, Services: o.Services, Coalesce: o.Coalesce, AntiEntropy: o.AntiEntropy,
 		Logger: o.log, OnEvent: o.onEvent,
-		ConfirmWithin: o.limits.ConfirmWithin, MaxUnconfirmed: o.limits.UnconfirmedInstances,
-		MaxServices: o.limits.Services, MaxInstancesPerService: o.limits.InstancesPerService,
+		ConfirmWithin: o.Limits.ConfirmWithin, MaxUnconfirmed: o.Limits.UnconfirmedInstances,
+		MaxServices: o.Limits.Services, MaxInstancesPerService: o.Limits.InstancesPerService,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pushlb: subscriber: %w", err)
@@ -188,18 +187,16 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 		p.close()
 		return nil, fmt.Errorf("pushlb: initial lists: %w", err)
 	}
-	if o.gossip != nil {
-		if p.gossip, p.guard, err = startGossip(ctx, *o.gossip, p.sub, o); err != nil {
+	if o.Gossip != nil {
+		if p.gossip, p.guard, err = startGossip(ctx, *o.Gossip, p.sub, o); err != nil {
 			p.close()
 			return nil, err
 		}
 	}
 	p.janitor = newJanitor(c, visitors)
 	p.janitor.start()
-	if o.reaper != nil {
-		cfg := *o.reaper
-		cfg.Logger = o.log
-		p.reaper = serverlist.NewReaper(reg, cfg)
+	if o.Reaper {
+		p.reaper = serverlist.NewReaper(reg, serverlist.ReaperConfig{Logger: o.log})
 		if err := p.reaper.Start(ctx); err != nil {
 			p.close()
 			return nil, fmt.Errorf("pushlb: reaper: %w", err)
@@ -293,7 +290,9 @@ func (p *parts) close() {
 		p.janitor.close()
 	}
 	if p.gossip != nil {
-		p.gossip.Leave(gossipLeaveTimeout)
+		// No graceful leave: its broadcast waits for retransmissions (about
+		// 1 s), and a gateway's departure changes nothing for its peers,
+		// which act on instance nodes only; they mark it dead in time.
 		p.gossip.Close()
 	}
 	if p.sub != nil {
@@ -301,7 +300,7 @@ func (p *parts) close() {
 	}
 }
 
-// Close stops gossip (leaving the cluster gracefully), the subscriber and
+// Close stops gossip, the reaper (handing its lead over at once), the subscriber and
 // the balancers' background work, and closes idle upstream connections. The
 // balancers keep their last lists, so the Transport and Handler go on
 // routing to them. It does not close the NATS connection. Close is
@@ -342,14 +341,14 @@ func (c *Client) Transport() *lbhttp.Transport { return c.transport }
 // WithProxyOptions. See lbhttp.Proxy for its answers to failures.
 func (c *Client) Handler() http.Handler { return c.proxy }
 
-// Balancer returns the balancer of a service, or an error wrapping
-// ErrUnknownService when the client has none: nothing announced the service
-// and no configuration names it.
-func (c *Client) Balancer(service string) (*balancer.Balancer, error) {
+// Balancer returns a read-only view of a service's balancer (see
+// Balancer), or an error wrapping ErrUnknownService when the client has
+// none: nothing announced the service and no configuration names it.
+func (c *Client) Balancer(service string) (Balancer, error) {
 	if sv := c.services.lookup(service); sv != nil {
-		return sv.b, nil
+		return Balancer{sv.b}, nil
 	}
-	return nil, fmt.Errorf("%w: %q", ErrUnknownService, service)
+	return Balancer{}, fmt.Errorf("%w: %q", ErrUnknownService, service)
 }
 
 // GossipAddr returns the address of the client's gossip node, or "" when

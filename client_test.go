@@ -24,6 +24,7 @@ import (
 	"github.com/pushlb/pushlb/internal/testutil"
 	"github.com/pushlb/pushlb/lbhttp"
 	"github.com/pushlb/pushlb/publisher"
+	"github.com/pushlb/pushlb/serverlist"
 )
 
 func TestMain(m *testing.M) {
@@ -37,9 +38,16 @@ func announce(t *testing.T, srv *natstest.Server, service, zone string, b *httpt
 	return testpub.Announce(t, srv.Connect(t), service, zone, b)
 }
 
+// start builds and starts a client with the zero Config.
 func start(t *testing.T, nc *nats.Conn, opts ...pushlb.Option) *pushlb.Client {
 	t.Helper()
-	c, err := pushlb.New(nc, opts...)
+	return startWith(t, nc, pushlb.Config{}, opts...)
+}
+
+// startWith builds and starts a client with cfg; cleanup closes it.
+func startWith(t *testing.T, nc *nats.Conn, cfg pushlb.Config, opts ...pushlb.Option) *pushlb.Client {
+	t.Helper()
+	c, err := pushlb.New(nc, cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +99,7 @@ func TestZeroConfigTransport(t *testing.T) {
 	}
 	testutil.Eventually(t, "a to leave", func() bool {
 		b, _ := c.Balancer("orders")
-		return len(b.AllServers()) == 1
+		return len(b.Servers()) == 1
 	})
 	for range 20 {
 		if got := get(t, client, "http://orders/y"); got != "b /y" {
@@ -136,20 +144,26 @@ func TestHandlerAndRoutes(t *testing.T) {
 	}
 }
 
-// Options set the balancers' configuration and zone, and limit the services
-// followed.
-func TestOptionsShapeTheBalancers(t *testing.T) {
+// The Config sets the balancers' configuration and zone, and limits the
+// services followed.
+func TestConfigShapesTheBalancers(t *testing.T) {
 	srv := natstest.Start(t)
 	cfg := balancer.DefaultClientsConfig()
 	orders := cfg.Defaults
 	orders.Rule = balancer.RuleRoundRobin
 	orders.ListOfServers = []string{"127.0.0.1:1"}
 	cfg.Clients = map[string]balancer.Config{"static": orders}
+	// Registered before Start: a followed service would have its list (and
+	// its balancer) when Start returns, which waits for the first list of
+	// every live service it follows.
+	announce(t, srv, "other", "z1", testpub.Backend(t, "o"))
 	var mu sync.Mutex
 	var lags []time.Duration
-	c := start(t, srv.Connect(t), pushlb.WithBalancerConfig(cfg), pushlb.WithZone("z1"),
-		pushlb.WithServices("orders", "static"), pushlb.WithCoalesce(-1), pushlb.WithAntiEntropy(time.Hour),
+	c := startWith(t, srv.Connect(t), pushlb.Config{Balancers: cfg, Zone: "z1", Services: []string{"orders", "static"}, AntiEntropy: time.Hour},
 		pushlb.WithEventHook(func(e events.Event) { mu.Lock(); lags = append(lags, time.Since(e.At)); mu.Unlock() }))
+	if _, err := c.Balancer("other"); !errors.Is(err, pushlb.ErrUnknownService) {
+		t.Fatalf("other, not followed, has a balancer: %v", err)
+	}
 
 	// A configured service has its balancer from the start.
 	b, err := c.Balancer("static")
@@ -160,50 +174,60 @@ func TestOptionsShapeTheBalancers(t *testing.T) {
 		t.Fatalf("static: %+v", b.Config())
 	}
 	announce(t, srv, "orders", "z1", testpub.Backend(t, "a"))
-	announce(t, srv, "other", "z1", testpub.Backend(t, "o"))
 	testutil.Eventually(t, "orders to be routed", func() bool {
 		b, err := c.Balancer("orders")
-		return err == nil && len(b.AllServers()) == 1
+		return err == nil && len(b.Servers()) == 1
 	})
 	ob, _ := c.Balancer("orders")
 	if ob.Config().Zone != "z1" || ob.Config().Rule != balancer.RuleZoneAvoidance {
 		t.Fatalf("orders: %+v", ob.Config())
 	}
-	mu.Lock()
-	n := len(lags)
-	mu.Unlock()
-	if n == 0 {
-		t.Fatal("the event hook saw nothing")
-	}
-	// "other" is not followed: the event for orders was processed after it
-	// was published, so a balancer for other would exist by now if it were.
-	if _, err := c.Balancer("other"); !errors.Is(err, pushlb.ErrUnknownService) {
-		t.Fatalf("other: %v", err)
-	}
+	// The hook sees the online event (which may come after the registry
+	// record made the list).
+	testutil.Eventually(t, "the event hook to see the online event", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(lags) > 0
+	})
 }
 
-func TestInvalidOptionsReportedTogether(t *testing.T) {
+// Every bad field of the Config and every bad option is reported in one
+// error wrapping ErrInvalidOption, each named.
+func TestInvalidConfigReportedTogether(t *testing.T) {
 	srv := natstest.Start(t)
 	nc := srv.Connect(t)
 	bad := balancer.DefaultClientsConfig()
 	bad.Defaults.Rule = "Fastest"
-	_, err := pushlb.New(nc, pushlb.WithPrefix("a b"), pushlb.WithLease(time.Millisecond),
-		pushlb.WithServices("bad.name"), pushlb.WithAntiEntropy(-1), pushlb.WithBalancerConfig(bad),
-		pushlb.WithBalancerConfig(nil), pushlb.WithGossip(gossip.Config{Profile: "slow"}), nil,
-		pushlb.WithTransportOptions(lbhttp.WithRetryOnStatus(700)))
+	_, err := pushlb.New(nc, pushlb.Config{
+		Prefix: "a b", Lease: time.Millisecond, Services: []string{"bad.name"}, AntiEntropy: -1, Coalesce: -1,
+		ServiceGrace: -time.Second, RegistryReplicas: 9, Balancers: bad, Gossip: &gossip.Config{Profile: "slow"},
+		Limits: pushlb.Limits{Services: -1, ConfirmWithin: -1},
+	}, pushlb.WithListObserver(nil), nil, pushlb.WithTransportOptions(lbhttp.WithRetryOnStatus(700)))
 	if !errors.Is(err, pushlb.ErrInvalidOption) {
 		t.Fatalf("want ErrInvalidOption, got %v", err)
 	}
-	for _, want := range []string{"WithPrefix", "WithLease", "WithServices", "WithAntiEntropy", "WithBalancerConfig: defaults: balancer", "nil configuration", "WithGossip", "option 7 is nil"} {
+	for _, want := range []string{"Config.Prefix", "Config.Lease", "Config.Services", "Config.AntiEntropy", "Config.Coalesce",
+		"Config.ServiceGrace", "Config.RegistryReplicas", "Config.Balancers: defaults: balancer", "Config.Gossip",
+		"Config.Limits.Services", "Config.Limits.ConfirmWithin", "WithListObserver", "option 1 is nil"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
 	}
-	if _, err := pushlb.New(nil); !errors.Is(err, pushlb.ErrInvalidOption) {
+	if _, err := pushlb.New(nil, pushlb.Config{}); !errors.Is(err, pushlb.ErrInvalidOption) {
 		t.Fatalf("nil conn: %v", err)
 	}
-	if _, err := pushlb.New(nc, pushlb.WithTransportOptions(lbhttp.WithRetryOnStatus(700))); !errors.Is(err, pushlb.ErrInvalidOption) || !strings.Contains(err.Error(), "WithTransportOptions") {
+	if _, err := pushlb.New(nc, pushlb.Config{}, pushlb.WithTransportOptions(lbhttp.WithRetryOnStatus(700))); !errors.Is(err, pushlb.ErrInvalidOption) || !strings.Contains(err.Error(), "WithTransportOptions") {
 		t.Fatalf("transport option: %v", err)
+	}
+}
+
+// The zero Config is DefaultConfig: New fills in the same defaults.
+func TestZeroConfigIsDefaultConfig(t *testing.T) {
+	srv := natstest.Start(t)
+	for _, cfg := range []pushlb.Config{{}, pushlb.DefaultConfig()} {
+		if _, err := pushlb.New(srv.Connect(t), cfg); err != nil {
+			t.Fatalf("New(%+v): %v", cfg, err)
+		}
 	}
 }
 
@@ -212,7 +236,7 @@ func TestLifecycle(t *testing.T) {
 	nc := srv.Connect(t)
 
 	// Close without Start, then Start: closed.
-	c, err := pushlb.New(nc)
+	c, err := pushlb.New(nc, pushlb.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,14 +264,15 @@ func TestLifecycle(t *testing.T) {
 	// A Start that cannot finish (no JetStream) fails with its step named
 	// and leaves the client closed.
 	plain := natstest.Start(t, natstest.WithoutJetStream())
-	c, err = pushlb.New(plain.Connect(t))
+	c, err = pushlb.New(plain.Connect(t), pushlb.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	if err := c.Start(ctx); err == nil || !strings.Contains(err.Error(), "pushlb: registry") {
-		t.Fatalf("Start without JetStream: %v", err)
+	if err := c.Start(ctx); !errors.Is(err, serverlist.ErrNoJetStream) || !strings.Contains(err.Error(), "pushlb: registry") ||
+		!strings.Contains(err.Error(), "-js") {
+		t.Fatalf("Start without JetStream: %v, want the step and how to turn JetStream on", err)
 	}
 	if err := c.Start(ctx); !errors.Is(err, pushlb.ErrClosed) {
 		t.Fatalf("Start after a failed Start: %v", err)
@@ -274,7 +299,7 @@ func TestGoneServicesAreRemoved(t *testing.T) {
 	srv := natstest.Start(t)
 	cfg := balancer.DefaultClientsConfig()
 	cfg.Clients = map[string]balancer.Config{"static": cfg.Defaults}
-	c := start(t, srv.Connect(t), pushlb.WithServiceGrace(100*time.Millisecond), pushlb.WithBalancerConfig(cfg))
+	c := startWith(t, srv.Connect(t), pushlb.Config{ServiceGrace: 100 * time.Millisecond, Balancers: cfg})
 	client := &http.Client{Transport: c.Transport()}
 	orders := announce(t, srv, "orders", "", testpub.Backend(t, "o"))
 	busy := announce(t, srv, "busy", "", testpub.Backend(t, "b"))
@@ -350,8 +375,56 @@ func TestListObserver(t *testing.T) {
 	if ch := next("the withdrawal"); ch != (change{"orders", 1, 0}) {
 		t.Fatalf("withdrawal: %+v", ch)
 	}
-	if _, err := pushlb.New(srv.Connect(t), pushlb.WithListObserver(nil)); !errors.Is(err, pushlb.ErrInvalidOption) {
+	if _, err := pushlb.New(srv.Connect(t), pushlb.Config{}, pushlb.WithListObserver(nil)); !errors.Is(err, pushlb.ErrInvalidOption) {
 		t.Fatalf("nil observer: %v", err)
 	}
 	_ = c
+}
+
+// The bucket holds the lease: a client that sets none takes the bucket's;
+// one whose lease disagrees with an existing bucket's fails to start,
+// saying so, instead of running with a lease it did not ask for.
+func TestLeaseDisagreementFailsStart(t *testing.T) {
+	srv := natstest.Start(t)
+	// The first client creates the bucket with a 10 s lease.
+	startWith(t, srv.Connect(t), pushlb.Config{Lease: 10 * time.Second})
+	startWith(t, srv.Connect(t), pushlb.Config{}) // takes the bucket's
+	c, err := pushlb.New(srv.Connect(t), pushlb.Config{Lease: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Start(t.Context())
+	if !errors.Is(err, serverlist.ErrLeaseMismatch) || !strings.Contains(err.Error(), "20s") || !strings.Contains(err.Error(), "10s") {
+		t.Fatalf("Start with a lease the bucket disagrees with: %v, want ErrLeaseMismatch naming both", err)
+	}
+}
+
+// BenchmarkCloseWithGossipPeer: Close of a started client whose gossip
+// node has a peer, nothing in flight. (A graceful gossip leave waited for
+// its broadcast's retransmissions: about 1 s.)
+func BenchmarkCloseWithGossipPeer(b *testing.B) {
+	srv := natstest.Start(b)
+	// The fast profile, so that the peer's probes of the closed clients end
+	// soon after the benchmark (the leak check waits for them).
+	peer, err := gossip.New(gossip.Config{BindAddr: "127.0.0.1:0", Profile: gossip.ProfileFast, Meta: gossip.Meta{Role: gossip.RoleGateway}}, gossip.HandlerFuncs{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := peer.Start(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	defer peer.Close()
+	for b.Loop() {
+		b.StopTimer()
+		c, err := pushlb.New(srv.Connect(b), pushlb.Config{Gossip: &gossip.Config{BindAddr: "127.0.0.1:0", Profile: gossip.ProfileFast, Join: []string{peer.LocalAddr()}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Start(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+		testutil.Eventually(b, "the peer", func() bool { return c.Stats().Gossip.Members == 2 })
+		b.StartTimer()
+		c.Close()
+	}
 }

@@ -4,7 +4,7 @@
 // reverse-proxy http.Handler.
 //
 //	nc, _ := nats.Connect(url)              // the caller owns the connection
-//	c, err := pushlb.New(nc)                // validates, starts nothing
+//	c, err := pushlb.New(nc, pushlb.Config{}) // the defaults; validates, starts nothing
 //	err = c.Start(ctx)                      // registry state loaded, events followed
 //	defer c.Close()
 //	client := &http.Client{Transport: c.Transport()}
@@ -19,13 +19,13 @@
 // to the change subjects (<prefix>.svc.>), loads the registry's state, and
 // from then on rebuilds a service's balancer from instance-ID lookups each
 // time its live set changes: an instance that announces itself offline, whose
-// lease expires, or that gossip declares dead (WithGossip) stops receiving
+// lease expires, or that gossip declares dead (Config.Gossip) stops receiving
 // requests at once. See the subscriber, serverlist, lbvisitor, balancer and
 // lbhttp packages for each step, and docs/embedding.md for a walk-through.
 //
 // # Lifecycle
 //
-// New validates every option together and builds the client without
+// New validates the Config and every option together and builds the client without
 // touching the network or starting a goroutine. Start connects the pieces
 // and returns once the registry's state is in the balancers; ctx bounds the
 // start only. Close stops everything Start started and waits for it; it does
@@ -43,7 +43,7 @@
 //
 // # Errors
 //
-// New's errors wrap ErrInvalidOption and name the option. Start's errors
+// New's errors wrap ErrInvalidOption and name every bad field and option. Start's errors
 // wrap ErrStarted, ErrClosed, or the failing step's own error (an
 // unreachable JetStream, a refused subscription) with the step named.
 // Requests through the Transport fail with *lbhttp.Error values matching

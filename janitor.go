@@ -27,12 +27,12 @@ type janitor struct {
 
 func newJanitor(c *Client, visitors *lbvisitor.Registry) *janitor {
 	keep := map[string]bool{}
-	for _, name := range c.opts.balancers.Names() {
+	for _, name := range c.opts.Balancers.Names() {
 		keep[name] = true
 	}
 	return &janitor{
-		c: c, visitors: visitors, grace: c.opts.serviceGrace, keep: keep,
-		every:      min(max(c.opts.serviceGrace/4, 10*time.Millisecond), 30*time.Second),
+		c: c, visitors: visitors, grace: c.opts.ServiceGrace, keep: keep,
+		every:      min(max(c.opts.ServiceGrace/4, 10*time.Millisecond), 30*time.Second),
 		emptySince: map[string]time.Time{}, stop: make(chan struct{}),
 	}
 }

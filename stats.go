@@ -10,56 +10,160 @@ import (
 )
 
 // Stats are the client's counters and the state of its balancers. The
-// counters run from Start; they are zero before it.
+// counters run from Start; they are zero before it. The types are this
+// package's own, so that the subpackages may change theirs; the JSON keys
+// are the gateway's /-/lb keys (docs/config.md).
 type Stats struct {
 	// Started reports whether Start succeeded and Close was not called.
-	Started bool
-	// Events are the subscriber's counters: events received, applied and
-	// dropped by reason, lists delivered, reconciliations.
-	Events subscriber.Stats
+	Started bool `json:"started"`
+	// Events counts what the change subjects brought.
+	Events EventStats `json:"subscriber"`
 	// Registry describes the local mirror of the registry.
-	Registry serverlist.MirrorStats
+	Registry RegistryStats `json:"mirror"`
 	// Lookups counts instance-ID lookups by result.
-	Lookups serverlist.LookupStats
-	// GossipMembers is the number of gossip members this node sees, itself
-	// included; 0 with gossip off.
-	GossipMembers int
-	// GossipIgnored counts the gossip reports (deaths, leaves, revivals)
-	// ignored because they came from a node other than the one the
-	// instance's registry record names, or the record names none: spoofing
-	// attempts, or instances whose publisher does not record its gossip
-	// node. 0 with gossip off.
-	GossipIgnored uint64
+	Lookups LookupStats `json:"lookups"`
+	// Gossip describes the client's gossip node; zero with gossip off.
+	Gossip GossipStats `json:"gossip"`
 	// Reaper describes this client's part in the registry's reaper
-	// election (WithReaper); zero without one.
-	Reaper serverlist.ReaperStats
+	// election (Config.Reaper); zero without it.
+	Reaper ReaperStats `json:"reaper"`
 	// Services holds one entry per balancer, sorted by name.
-	Services []ServiceStats
+	Services []ServiceStats `json:"services"`
 	// Unregistered counts the lists of services without a balancer that
 	// named no registered instance, and so built nothing (announcements
 	// for invented services).
-	Unregistered uint64
+	Unregistered uint64 `json:"unregistered"`
 	// ServicesRemoved counts the balancers removed because their service
-	// had no instance and no request for the grace period
-	// (WithServiceGrace).
-	ServicesRemoved uint64
+	// had no instance and no request for Config.ServiceGrace.
+	ServicesRemoved uint64 `json:"servicesRemoved"`
+}
+
+// EventStats count the messages of the change subjects and what they did.
+type EventStats struct {
+	// Received counts messages received; a message is counted once
+	// handled (applied, or dropped and counted in Dropped).
+	Received uint64 `json:"received"`
+	// Applied counts events that changed a live set.
+	Applied uint64 `json:"applied"`
+	// Dropped counts dropped messages by reason, keyed by the metric label
+	// of pushlb_events_dropped_total ("malformed", "stale", "limit", ...;
+	// docs/config.md lists them). Every reason is present.
+	Dropped map[string]uint64 `json:"dropped"`
+	// Delivered counts the lists handed to the balancers; HandlerErrors
+	// those that failed (and were retried).
+	Delivered     uint64 `json:"delivered"`
+	HandlerErrors uint64 `json:"handlerErrors"`
+	// Reconciles counts reconciliations of a service with the registry;
+	// RegistryRemovals the instances they took out (removed records).
+	Reconciles       uint64 `json:"reconciles"`
+	RegistryRemovals uint64 `json:"registryRemovals"`
+	// RegistryRevivals counts instances a registry write brought back after
+	// an offline event or a gossip death (a forged offline undone).
+	RegistryRevivals uint64 `json:"registryRevivals"`
+	// LeaseProbes counts the lease probes that ended (an offline event for
+	// an instance whose record stayed), LeaseProbeReads their reads.
+	LeaseProbes     uint64 `json:"leaseProbes"`
+	LeaseProbeReads uint64 `json:"leaseProbeReads"`
+	// GossipRemovals and GossipRevivals count instances gossip took out
+	// and brought back.
+	GossipRemovals uint64 `json:"gossipRemovals"`
+	GossipRevivals uint64 `json:"gossipRevivals"`
+	// Unconfirmed counts instances known only from events that the
+	// registry did not show within Limits.ConfirmWithin, and were
+	// forgotten.
+	Unconfirmed uint64 `json:"unconfirmed"`
+}
+
+// RegistryStats describe the client's mirror of the registry.
+type RegistryStats struct {
+	// Instances is the number of records held.
+	Instances int `json:"instances"`
+	// Puts and Removals count the record writes and removals seen.
+	Puts     uint64 `json:"puts"`
+	Removals uint64 `json:"removals"`
+	// MalformedKeys and MalformedValues count the records skipped.
+	MalformedKeys   uint64 `json:"malformedKeys"`
+	MalformedValues uint64 `json:"malformedValues"`
+	// Syncs counts the full loads (start, reconnect); WatchErrors the
+	// watches that failed and were restarted.
+	Syncs       uint64 `json:"syncs"`
+	WatchErrors uint64 `json:"watchErrors"`
+	// Refreshes counts the writes of records that carry their own lease
+	// (renewals reaching the mirror).
+	Refreshes uint64 `json:"refreshes"`
+	// BucketsRecreated counts the times the bucket was gone and was made
+	// again.
+	BucketsRecreated uint64 `json:"bucketsRecreated"`
+	// Revision is the registry revision the mirror reflects.
+	Revision uint64 `json:"revision"`
+}
+
+// LookupStats count instance-ID lookups by result.
+type LookupStats struct {
+	// Hits are lookups the mirror served; Misses those it could not at
+	// once, of which Fallbacks resolved later (a registry read, or the
+	// mirror catching up) and Failures did not.
+	Hits      uint64 `json:"hits"`
+	Misses    uint64 `json:"misses"`
+	Fallbacks uint64 `json:"fallbacks"`
+	Failures  uint64 `json:"failures"`
+	// RegistryReads counts the registry reads of the misses.
+	RegistryReads uint64 `json:"registryReads"`
+	// NegativeHits and RateLimited count misses answered not found without
+	// a read: found absent recently, or the read budget spent.
+	NegativeHits uint64 `json:"negativeHits"`
+	RateLimited  uint64 `json:"rateLimited"`
+}
+
+// GossipStats describe the client's gossip node.
+type GossipStats struct {
+	// Members is the number of members the node sees, itself included.
+	Members int `json:"members"`
+	// Ignored counts reports (deaths, leaves, revivals) ignored because
+	// they came from a node other than the one the instance's registry
+	// record names: spoofing attempts, or publishers that do not record
+	// their gossip node.
+	Ignored uint64 `json:"ignored"`
+}
+
+// ReaperStats describe the client's part in the reaper election.
+type ReaperStats struct {
+	// Leader reports whether this client reaps now; Terms counts the
+	// times it took the lead.
+	Leader bool   `json:"leader"`
+	Terms  uint64 `json:"terms"`
+	// LeasesEnded counts the lease ends seen while leading; Reaped the
+	// records removed; Sweeps the sweeps for records without a lease;
+	// Errors the failed watches, reads and removals.
+	LeasesEnded uint64 `json:"leasesEnded"`
+	Reaped      uint64 `json:"reaped"`
+	Sweeps      uint64 `json:"sweeps"`
+	Errors      uint64 `json:"errors"`
+	// NotPermitted reports that the NATS user may not write the reaper's
+	// lock; Unled, for such a client, that no reaper has led for more than
+	// a lease (crashed instances are not being removed).
+	NotPermitted bool `json:"notPermitted"`
+	Unled        bool `json:"unled"`
 }
 
 // ServiceStats summarises one service's balancer.
 type ServiceStats struct {
-	Name string
-	// Servers is the number of listed servers; Reachable those alive.
-	Servers, Reachable int
+	Name string `json:"name"`
+	// Servers is the number of listed servers; Reachable those a pick may
+	// choose: alive, with a closed circuit breaker.
+	Servers   int `json:"servers"`
+	Reachable int `json:"reachable"`
 	// Updates counts the changes of the server list.
-	Updates uint64
+	Updates uint64 `json:"updates"`
 	// LastChange is the time of the last list change; zero before the first.
-	LastChange time.Time
+	LastChange time.Time `json:"lastChange"`
 	// BreakerTrips counts the circuit breakers that tripped.
-	BreakerTrips uint64
+	BreakerTrips uint64 `json:"breakerTrips"`
 }
 
 // ServiceStats returns one service's summary, as Stats lists it; false
-// when the client has no balancer for the service. It costs a map read.
+// when the client has no balancer for the service. It costs one pass over
+// the service's servers.
 func (c *Client) ServiceStats(name string) (ServiceStats, bool) {
 	sv := c.services.lookup(name)
 	if sv == nil {
@@ -69,9 +173,8 @@ func (c *Client) ServiceStats(name string) (ServiceStats, bool) {
 }
 
 func (sv *service) stats() ServiceStats {
-	snap := sv.b.Snapshot()
 	ss := ServiceStats{
-		Name: sv.name, Servers: len(snap.All()), Reachable: len(snap.Reachable()),
+		Name: sv.name, Servers: len(sv.b.AllServers()), Reachable: len(Balancer{sv.b}.Reachable()),
 		Updates: sv.updates.Load(), BreakerTrips: sv.b.BreakerTrips(),
 	}
 	if ns := sv.lastChange.Load(); ns != 0 {
@@ -83,19 +186,18 @@ func (sv *service) stats() ServiceStats {
 // Stats returns the current counters and balancer states. It reads each
 // component's own counters, so it costs one pass over the services.
 func (c *Client) Stats() Stats {
-	var st Stats
+	st := Stats{Events: eventStats(subscriber.Stats{})}
 	if p := c.started(); p != nil {
 		st.Started = true
-		st.Events = p.sub.Stats()
-		st.Registry = p.sub.Mirror().Stats()
-		st.Lookups = p.lookup.Stats()
+		st.Events = eventStats(p.sub.Stats())
+		st.Registry = RegistryStats(p.sub.Mirror().Stats())
+		st.Lookups = LookupStats(p.lookup.Stats())
 		st.Unregistered = p.visitors.Unregistered()
 		if p.gossip != nil {
-			st.GossipMembers = p.gossip.NumMembers()
-			st.GossipIgnored = p.guard.ignored.Load()
+			st.Gossip = GossipStats{Members: p.gossip.NumMembers(), Ignored: p.guard.ignored.Load()}
 		}
 		if p.reaper != nil {
-			st.Reaper = p.reaper.Stats()
+			st.Reaper = ReaperStats(p.reaper.Stats())
 		}
 	}
 	st.ServicesRemoved = c.removed.Load()
@@ -105,3 +207,28 @@ func (c *Client) Stats() Stats {
 	slices.SortFunc(st.Services, func(a, b ServiceStats) int { return strings.Compare(a.Name, b.Name) })
 	return st
 }
+
+// eventStats converts the subscriber's counters.
+func eventStats(s subscriber.Stats) EventStats {
+	dropped := make(map[string]uint64, len(s.Dropped))
+	for _, r := range subscriber.AllDropReasons() {
+		dropped[r.String()] = s.Dropped[r]
+	}
+	return EventStats{
+		Received: s.Received, Applied: s.Applied, Dropped: dropped,
+		Delivered: s.Delivered, HandlerErrors: s.HandlerErrors,
+		Reconciles: s.Reconciles, RegistryRemovals: s.RegistryRemovals, RegistryRevivals: s.RegistryRevivals,
+		LeaseProbes: s.LeaseProbes, LeaseProbeReads: s.LeaseProbeReads,
+		GossipRemovals: s.GossipRemovals, GossipRevivals: s.GossipRevivals,
+		Unconfirmed: s.Unconfirmed,
+	}
+}
+
+// The conversions above between structs of identical fields
+// (RegistryStats(mirrorStats)) stop compiling when a subpackage changes
+// its type: the root's types then change on purpose or not at all.
+var (
+	_ = RegistryStats(serverlist.MirrorStats{})
+	_ = LookupStats(serverlist.LookupStats{})
+	_ = ReaperStats(serverlist.ReaperStats{})
+)

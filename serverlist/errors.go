@@ -37,4 +37,12 @@ var (
 
 	// ErrClosed is returned by operations on a stopped [Mirror].
 	ErrClosed = errors.New("serverlist: closed")
+
+	// ErrNoJetStream is returned by Open when the NATS server answers no
+	// JetStream request: JetStream is off there.
+	ErrNoJetStream = errors.New("serverlist: JetStream is not enabled on the NATS server (start nats-server with -js, or add jetstream {} to its configuration; the gateway's embedded server has it on)")
+
+	// ErrLeaseMismatch is returned by Open with RegistryConfig.RequireTTL
+	// when the existing bucket's TTL is not the lease asked for.
+	ErrLeaseMismatch = errors.New("serverlist: lease disagrees with the registry bucket's TTL")
 )

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -53,6 +54,12 @@ type RegistryConfig struct {
 	// no "never expire": without leases a crashed instance would stay
 	// registered forever.
 	TTL time.Duration
+
+	// RequireTTL makes a non-zero TTL that disagrees with an existing
+	// bucket's an error of Open (wrapping ErrLeaseMismatch) instead of a
+	// warning: for a program whose lease was set on purpose and would
+	// otherwise be ignored without a word.
+	RequireTTL bool
 
 	// MarkerTTL is how long the marker left by an expiry stays in the bucket
 	// (JetStream's LimitMarkerTTL), used when Open creates the bucket. Live watchers see the marker as soon as
@@ -170,6 +177,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg RegistryConfig) (*Reg
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound):
 		kv, err = r.create(ctx)
+	case errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled):
+		// Nobody answers the JetStream API: the server runs without it.
+		err = fmt.Errorf("%w: open bucket %s: %w", ErrNoJetStream, cfg.Bucket, err)
 	case err != nil:
 		err = fmt.Errorf("serverlist: open bucket %s: %w", cfg.Bucket, err)
 	}
@@ -231,6 +241,9 @@ func (r *Registry) adopt(ctx context.Context, asked time.Duration) error {
 		r.log.Warn().Str("bucket", r.cfg.Bucket).Dur("lease", r.cfg.TTL).
 			Msg("serverlist: the registry bucket has no TTL: entries of crashed instances never expire; set the bucket's TTL (nats kv edit ... --ttl)")
 		return nil
+	case asked != 0 && asked != ttl && r.cfg.RequireTTL:
+		return fmt.Errorf("%w: the lease is %v, the registry bucket %s's TTL is %v: the bucket belongs to the deployment and is not changed (leave the lease unset to take the bucket's, or change the bucket: nats kv edit %s --ttl %v)",
+			ErrLeaseMismatch, asked, r.cfg.Bucket, ttl, r.cfg.Bucket, asked)
 	case asked != 0 && asked != ttl:
 		r.log.Warn().Str("bucket", r.cfg.Bucket).Dur("configured_lease", asked).Dur("bucket_ttl", ttl).
 			Msg("serverlist: the configured lease disagrees with the registry bucket's TTL; using the bucket's (the bucket belongs to the deployment and is not changed)")

@@ -9,9 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/balancer"
-	"github.com/pushlb/pushlb/serverlist"
-	"github.com/pushlb/pushlb/subscriber"
 )
 
 // State is what /-/lb shows: every service the gateway balances, and the
@@ -21,12 +20,12 @@ type State struct {
 	Time time.Time `json:"time"`
 	// Zone is the gateway's zone: its own (-zone, zone:) or else the
 	// balancer defaults' (a .properties file's zone); empty for none.
-	Zone       string                  `json:"zone,omitempty"`
-	Services   []ServiceState          `json:"services"`
-	Timeline   []ListChange            `json:"timeline"`
-	Subscriber *subscriber.Stats       `json:"subscriber,omitempty"`
-	Lookups    *serverlist.LookupStats `json:"lookups,omitempty"`
-	Mirror     *serverlist.MirrorStats `json:"mirror,omitempty"`
+	Zone       string                `json:"zone,omitempty"`
+	Services   []ServiceState        `json:"services"`
+	Timeline   []ListChange          `json:"timeline"`
+	Subscriber *pushlb.EventStats    `json:"subscriber,omitempty"`
+	Lookups    *pushlb.LookupStats   `json:"lookups,omitempty"`
+	Mirror     *pushlb.RegistryStats `json:"mirror,omitempty"`
 }
 
 // ServiceState is one service's balancer.
@@ -144,7 +143,7 @@ func (g *Gateway) serviceState(name string) (ServiceState, bool) {
 		markAvoided(ss.Zones, cfg.ZoneAvoidance)
 	}
 	var total int64
-	for _, s := range b.AllServers() {
+	for _, s := range b.Servers() {
 		stats := s.Stats()
 		rt, _ := stats.ResponseTime()
 		srv := ServerState{

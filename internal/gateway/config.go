@@ -41,8 +41,11 @@ type Config struct {
 	Zone string `yaml:"zone"`
 	// Prefix is the NATS subject prefix. Default "lb".
 	Prefix string `yaml:"prefix"`
-	// Lease is the registry's TTL; it must match the announcers'. Default
-	// 30s.
+	// Lease is the registry's lease (the bucket's TTL), which the bucket
+	// holds: 0, the default, takes the bucket's, or 30 s when this gateway
+	// creates it. A lease given here creates the bucket with it, and the
+	// gateway refuses to start when an existing bucket has another
+	// (pushlb.Config.Lease).
 	Lease time.Duration `yaml:"lease"`
 	// RegistryReplicas is the replicas of the registry bucket, 1 to 5: those
 	// it is created with, and the count the gateway raises an existing bucket
@@ -99,7 +102,8 @@ type Config struct {
 
 	// Reaper makes the gateway take part in the election of the registry's
 	// reaper, which removes the record of an instance whose lease ended
-	// (pushlb.WithReaper). Default true. The leader alone receives the
+	// (pushlb.Config.Reaper). Default true: the gateway reaps, a library
+	// client only when asked. The leader alone receives the
 	// fleet's lease renewals; a gateway whose NATS user may not write the
 	// reaper's lock logs it once and stays out. Keep at least one process
 	// of the deployment able to reap (docs/security.md).
@@ -135,7 +139,6 @@ func DefaultConfig() Config {
 		Listen:          "127.0.0.1:8080",
 		Admin:           "127.0.0.1:8081",
 		Prefix:          events.DefaultPrefix,
-		Lease:           serverlist.DefaultTTL,
 		EmbeddedNATS:    "127.0.0.1:4222",
 		ShutdownTimeout: 10 * time.Second,
 		ServiceGrace:    pushlb.DefaultServiceGrace,
@@ -208,8 +211,8 @@ func (c *Config) Validate() error {
 	if c.DemoPort < 0 || c.DemoPort > 65535-(demoBackends-1) {
 		return bad("demoPort %d: want 0 (ports the system picks) or a first port of %d free ones, at most %d", c.DemoPort, demoBackends, 65535-(demoBackends-1))
 	}
-	if c.Lease < serverlist.MinTTL {
-		return bad("lease: %v is below the minimum %v", c.Lease, serverlist.MinTTL)
+	if c.Lease != 0 && c.Lease < serverlist.MinTTL {
+		return bad("lease: %v is below the minimum %v (0: the bucket's)", c.Lease, serverlist.MinTTL)
 	}
 	if c.RegistryReplicas < 0 || c.RegistryReplicas > serverlist.MaxReplicas {
 		return bad("registryReplicas: %d: 1 to %d, or 0 for min(3, the cluster's JetStream servers)", c.RegistryReplicas, serverlist.MaxReplicas)

@@ -404,7 +404,7 @@ func (d *dashboard) markBusyServices() {
 			continue
 		}
 		var fp uint64
-		all := b.AllServers()
+		all := b.Servers()
 		for _, s := range all {
 			st := s.Stats()
 			fp = fp*31 + uint64(st.Requests())*7 + uint64(st.ActiveRequests())*13 + uint64(st.SuccessiveFailures())
@@ -656,7 +656,7 @@ func (g *Gateway) serviceSummary(name string) (ServiceSummary, bool) {
 	if (cfg.ZoneAware || cfg.Rule == balancer.RuleZoneAvoidance) && len(zones) > 1 {
 		markAvoided(sum.Zones, cfg.ZoneAvoidance)
 	}
-	for _, s := range b.AllServers() {
+	for _, s := range b.Servers() {
 		sum.Instances++
 		switch {
 		case !s.Alive():

@@ -18,7 +18,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "JetStream data `directory` of the embedded server (default: a temporary directory)")
 	fs.StringVar(&c.Zone, "zone", c.Zone, "the gateway's `zone`, for zone affinity and preference")
 	fs.StringVar(&c.Prefix, "prefix", c.Prefix, "NATS subject `prefix`")
-	fs.DurationVar(&c.Lease, "lease", c.Lease, "registry lease (TTL); must match the announcers'")
+	fs.DurationVar(&c.Lease, "lease", c.Lease, "registry lease (the bucket's TTL): 0 takes the bucket's, or 30s when this gateway creates it; a lease given here must match an existing bucket's")
 	fs.IntVar(&c.RegistryReplicas, "registry-replicas", c.RegistryReplicas, "replicas of the registry bucket, 1 to 5, when creating it and to scale an existing one up to (0: min(3, JetStream servers))")
 	fs.BoolVar(&c.Reaper, "reaper", c.Reaper, "take part in the election of the registry's reaper, which removes the records of instances whose lease ended (-reaper=false: stay out)")
 	fs.BoolVar(&c.Demo, "demo", c.Demo, `also start three local backends in two zones that announce themselves (service "demo")`)

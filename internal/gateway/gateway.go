@@ -16,7 +16,6 @@ import (
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/natsconn"
 	"github.com/pushlb/pushlb/lbhttp"
-	"github.com/pushlb/pushlb/serverlist"
 )
 
 // Gateway is a running gateway: a pushlb.Client (the push path, its
@@ -94,7 +93,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	g.natsWatch = watchNATS(g.nc)
 	g.dash.start()
 	g.metrics.reg.MustRegister(natsCollector{g.natsWatch})
-	if g.client, err = pushlb.New(g.nc, g.options()...); err != nil {
+	if g.client, err = pushlb.New(g.nc, g.clientConfig(), g.options()...); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if err := g.client.Start(ctx); err != nil {
@@ -126,29 +125,33 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	return nil
 }
 
-// options turns the configuration into the client's options.
+// clientConfig turns the configuration into the client's.
+func (g *Gateway) clientConfig() pushlb.Config {
+	c := g.cfg
+	cc := pushlb.Config{
+		Prefix:           c.Prefix,
+		Zone:             c.Zone,
+		Services:         c.Subscriber.Services,
+		Lease:            c.Lease,
+		RegistryReplicas: c.RegistryReplicas,
+		Balancers:        c.Balancer.ClientsConfig,
+		Coalesce:         c.Subscriber.Coalesce,
+		AntiEntropy:      c.Subscriber.AntiEntropy,
+		ServiceGrace:     c.ServiceGrace,
+		Limits:           c.Limits,
+		Reaper:           c.Reaper,
+	}
+	if c.Gossip.Enabled() {
+		// Validate checked the settings.
+		gc, _ := c.Gossip.Config(gossip.Meta{Role: gossip.RoleGateway}, g.log)
+		cc.Gossip = &gc
+	}
+	return cc
+}
+
+// options returns the client's hooks and HTTP options.
 func (g *Gateway) options() []pushlb.Option {
 	c := g.cfg
-	opts := []pushlb.Option{
-		pushlb.WithLogger(g.log),
-		pushlb.WithPrefix(c.Prefix),
-		pushlb.WithLease(c.Lease),
-		pushlb.WithRegistryReplicas(c.RegistryReplicas),
-		pushlb.WithZone(c.Zone),
-		pushlb.WithBalancerConfig(c.Balancer.ClientsConfig),
-		pushlb.WithServices(c.Subscriber.Services...),
-		pushlb.WithCoalesce(c.Subscriber.Coalesce),
-		pushlb.WithAntiEntropy(c.Subscriber.AntiEntropy),
-		pushlb.WithLimits(c.Limits),
-		pushlb.WithServiceGrace(c.ServiceGrace),
-		pushlb.WithReaper(c.Reaper, serverlist.ReaperConfig{}),
-		pushlb.WithEventHook(func(e events.Event) {
-			g.metrics.observeEvent(e)
-			g.dash.observeEvent(e)
-		}),
-		pushlb.WithListObserver(g.dash.observe),
-		pushlb.WithTransportOptions(lbhttp.WithObserver(g.dash.observer(g.metrics.observer()))),
-	}
 	var popts []lbhttp.ProxyOption
 	if len(c.Routes) > 0 {
 		popts = append(popts, lbhttp.WithRoutes(c.Routes...))
@@ -159,13 +162,16 @@ func (g *Gateway) options() []pushlb.Option {
 	if !c.Hints.IsZero() {
 		popts = append(popts, lbhttp.WithHints(c.Hints))
 	}
-	opts = append(opts, pushlb.WithProxyOptions(popts...))
-	if c.Gossip.Enabled() {
-		// Validate checked the settings.
-		gc, _ := c.Gossip.Config(gossip.Meta{Role: gossip.RoleGateway}, g.log)
-		opts = append(opts, pushlb.WithGossip(gc))
+	return []pushlb.Option{
+		pushlb.WithLogger(g.log),
+		pushlb.WithEventHook(func(e events.Event) {
+			g.metrics.observeEvent(e)
+			g.dash.observeEvent(e)
+		}),
+		pushlb.WithListObserver(g.dash.observe),
+		pushlb.WithTransportOptions(lbhttp.WithObserver(g.dash.observer(g.metrics.observer()))),
+		pushlb.WithProxyOptions(popts...),
 	}
-	return opts
 }
 
 // DemoInstructions returns the curl commands to try in demo mode, or "".

@@ -162,7 +162,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descReceived, ev.Received)
 	counter(descApplied, ev.Applied)
 	for _, r := range subscriber.AllDropReasons() {
-		counter(descDropped, ev.Dropped[r], r.String())
+		counter(descDropped, ev.Dropped[r.String()], r.String())
 	}
 	counter(descDelivered, ev.Delivered)
 	counter(descHandlerErr, ev.HandlerErrors)
@@ -178,8 +178,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descGossipGone, ev.GossipRemovals)
 	counter(descGossipBack, ev.GossipRevivals)
 	if c.g.cfg.Gossip.Enabled() {
-		gauge(descGossipMem, st.GossipMembers)
-		counter(descGossipIgnored, st.GossipIgnored)
+		gauge(descGossipMem, st.Gossip.Members)
+		counter(descGossipIgnored, st.Gossip.Ignored)
 	}
 	leader := 0
 	if st.Reaper.Leader {

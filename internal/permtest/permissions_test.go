@@ -278,7 +278,7 @@ func testPermissions(t *testing.T, st style) {
 		t.Fatal(err)
 	}
 	defer gwConn.Close()
-	lb, err := pushlb.New(gwConn, pushlb.WithPrefix(prefix), pushlb.WithLogger(gwLog))
+	lb, err := pushlb.New(gwConn, pushlb.Config{Prefix: prefix, Reaper: true}, pushlb.WithLogger(gwLog))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -455,7 +455,7 @@ func testPermissions(t *testing.T, st style) {
 		pub := testpub.Announce(t, billingConn, "billing", "", crashed)
 		testutil.Eventually(t, "billing-2 routed", func() bool {
 			b, err := lb.Balancer("billing")
-			return err == nil && len(b.AllServers()) == 2
+			return err == nil && len(b.Servers()) == 2
 		})
 		pub.Close()
 		lease, _ := serverlist.LeaseKey("billing", crashed.URL)
@@ -464,7 +464,7 @@ func testPermissions(t *testing.T, st style) {
 		}
 		testutil.Eventually(t, "billing-2 dropped once the reaper removed its record", func() bool {
 			b, err := lb.Balancer("billing")
-			return err == nil && len(b.AllServers()) == 1
+			return err == nil && len(b.Servers()) == 1
 		})
 		if st := r.Stats(); st.Reaped != 1 || st.Errors != 0 {
 			t.Fatalf("reaper stats %+v", st)
@@ -480,7 +480,7 @@ func testPermissions(t *testing.T, st style) {
 	}
 	testutil.Eventually(t, "orders dropped after its withdrawal", func() bool {
 		b, err := lb.Balancer("orders")
-		return err == nil && len(b.AllServers()) == 0
+		return err == nil && len(b.Servers()) == 0
 	})
 	if _, err := kv.Get(ctx, instanceKey(t, "orders", "orders-1")); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("orders' entry after the withdrawal: %v", err)

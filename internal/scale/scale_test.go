@@ -418,18 +418,21 @@ func heartbeatCPU(b *testing.B, nb bus, sz scale.Size, recs []scale.Record, win,
 }
 
 // gateways starts n in-process clients, each on its own connection, with
-// the fleet loaded; hook, if set, sees each client's events with the
-// client's index.
-func gateways(b *testing.B, nb bus, n int, hook func(gw int, e events.Event)) []*pushlb.Client {
+// the fleet loaded; hook, if set, sees each client's events, and observe
+// each client's list changes, with the client's index.
+func gateways(b *testing.B, nb bus, n int, hook func(gw int, e events.Event), observe func(gw int, service string, cur []*balancer.Server)) []*pushlb.Client {
 	out := make([]*pushlb.Client, n)
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
-		opts := []pushlb.Option{pushlb.WithServiceGrace(time.Hour), pushlb.WithAntiEntropy(time.Hour)}
+		var opts []pushlb.Option
 		if hook != nil {
 			opts = append(opts, pushlb.WithEventHook(func(e events.Event) { hook(i, e) }))
 		}
-		c, err := pushlb.New(nb.connect(b), opts...)
+		if observe != nil {
+			opts = append(opts, pushlb.WithListObserver(func(service string, _, cur []*balancer.Server) { observe(i, service, cur) }))
+		}
+		c, err := pushlb.New(nb.connect(b), pushlb.Config{ServiceGrace: time.Hour, AntiEntropy: time.Hour, Reaper: true}, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -484,31 +487,22 @@ func BenchmarkPropagation(b *testing.B) {
 		listed := make(chan seen, 4*sz.Gateways)
 		arrived := make(chan seen, 4*sz.Gateways)
 		var probe atomic.Pointer[string] // the current probe's ID
+		// Each gateway reports the first list that holds a probe, once.
+		reported := make([]atomic.Pointer[string], sz.Gateways)
 		gws := gateways(b, nb, sz.Gateways, func(gw int, e events.Event) {
 			if id := probe.Load(); id != nil && e.InstanceID == *id && e.Kind == events.Online {
 				arrived <- seen{gw, time.Now()}
 			}
-		})
-		// Each gateway reports the first list that holds a probe, once.
-		reported := make([]atomic.Pointer[string], len(gws))
-		nsvc := min(sz.Services, probeServices)
-		for i, c := range gws {
-			for s := range nsvc {
-				bal, err := c.Balancer(scale.ServiceName(s))
-				if err != nil {
-					b.Fatal(err)
-				}
-				bal.AddListener(func(_, cur []*balancer.Server) {
-					id, was := probe.Load(), reported[i].Load()
-					if id == nil || id == was || !slices.ContainsFunc(cur, func(s *balancer.Server) bool { return s.ID == *id }) {
-						return
-					}
-					if reported[i].CompareAndSwap(was, id) {
-						listed <- seen{i, time.Now()}
-					}
-				})
+		}, func(i int, _ string, cur []*balancer.Server) {
+			id, was := probe.Load(), reported[i].Load()
+			if id == nil || id == was || !slices.ContainsFunc(cur, func(s *balancer.Server) bool { return s.ID == *id }) {
+				return
 			}
-		}
+			if reported[i].CompareAndSwap(was, id) {
+				listed <- seen{i, time.Now()}
+			}
+		})
+		nsvc := min(sz.Services, probeServices)
 		raw := make(chan time.Time, sz.Gateways)
 		for range sz.Gateways {
 			sub, err := nb.connect(b).Subscribe("raw.hop", func(*nats.Msg) { raw <- time.Now() })
@@ -609,7 +603,7 @@ func listsNone(gws []*pushlb.Client, service, id string) bool {
 		if err != nil {
 			continue
 		}
-		if slices.ContainsFunc(bal.AllServers(), func(s *balancer.Server) bool { return s.ID == id }) {
+		if slices.ContainsFunc(bal.Servers(), func(s *balancer.Server) bool { return s.ID == id }) {
 			return false
 		}
 	}
@@ -662,7 +656,7 @@ func (c *convergence) String() string {
 		for svc := range p {
 			var got []string
 			if bal, err := c.gws[i].Balancer(svc); err == nil {
-				for _, s := range bal.AllServers() {
+				for _, s := range bal.Servers() {
 					got = append(got, s.ID)
 				}
 			}
@@ -683,7 +677,7 @@ func lists(gw *pushlb.Client, service string, ids map[string]bool) bool {
 	if err != nil {
 		return false
 	}
-	all := b.AllServers()
+	all := b.Servers()
 	if len(all) != len(ids) {
 		return false
 	}
@@ -706,7 +700,7 @@ func BenchmarkChurn(b *testing.B) {
 	eachDeployment(b, func(b *testing.B, nb bus) {
 		f, recs, _ := loadFleet(b, nb, sz)
 		current := f.Generation(0)
-		gws := gateways(b, nb, sz.Gateways, nil)
+		gws := gateways(b, nb, sz.Gateways, nil, nil)
 		pub := nb.connect(b)
 		hb, stop := fleetHeartbeats(b, nb, recs)
 		defer stop()

@@ -30,7 +30,7 @@ func main() {
 		log.Fatal(err)
 	}
 	defer nc.Close()
-	c, err := pushlb.New(nc)
+	c, err := pushlb.New(nc, pushlb.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func main() {
 		log.Fatal(err)
 	}
 	defer nc.Close()
-	c, err := pushlb.New(nc, pushlb.WithZone(os.Getenv("ZONE")))
+	c, err := pushlb.New(nc, pushlb.Config{Zone: os.Getenv("ZONE")})
 	if err != nil {
 		log.Fatal(err)
 	}

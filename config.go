@@ -1,0 +1,216 @@
+package pushlb
+
+import (
+	"errors"
+	"time"
+
+	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/gossip"
+	"github.com/pushlb/pushlb/serverlist"
+	"github.com/pushlb/pushlb/subscriber"
+)
+
+// Config is what a Client follows and how it keeps its lists: the settings
+// a deployment writes down (the gateway's YAML maps onto it field by
+// field). Hooks and the HTTP layer's own options are Options of New.
+//
+// The zero value is the default configuration. In every field, zero means
+// the default that DefaultConfig shows; a negative or out-of-range value is
+// an error of New, wrapping ErrInvalidOption and naming the field
+// ("Config.Lease: 1ms is below the minimum 1s"). DefaultConfig is the one
+// place the defaults are written; docs/embedding.md is tested against it.
+type Config struct {
+	// Prefix is the NATS subject prefix of the deployment: events travel on
+	// <Prefix>.svc.<service>.online|offline and the registry bucket is
+	// named after it. Default "lb".
+	Prefix string
+	// Zone is the zone this process runs in: the zone filters of every
+	// balancer whose configuration names no zone of its own prefer it.
+	// Default none.
+	Zone string
+	// Services limits the client to these services. Default (empty): every
+	// service announced under Prefix.
+	Services []string
+	// Lease is the registry lease (the bucket's TTL). The bucket holds it:
+	// zero, the default, takes the bucket's, or 30 s (serverlist.DefaultTTL)
+	// when this client creates the bucket. A lease set here creates the
+	// bucket with it, and Start fails (wrapping serverlist.ErrLeaseMismatch)
+	// when an existing bucket has another: the bucket belongs to the
+	// deployment, and a lease set on purpose is not ignored without a word.
+	// At least 1 s.
+	Lease time.Duration
+	// RegistryReplicas is the replicas of the registry bucket (1 to 5):
+	// those it gets when the client creates it, and the count Start raises
+	// an existing bucket with fewer to (in the background, logged; never
+	// lowered; a user without the permission gets a warning). Default 0:
+	// min(3, the JetStream servers of the cluster).
+	RegistryReplicas int
+	// Balancers holds the balancer settings: global defaults and
+	// per-service overrides (rule, zone filter, breaker, retries, timeouts),
+	// as balancer/lbconfig loads them from YAML or Ribbon .properties.
+	// Services it names get a balancer at Start, so a static listOfServers
+	// works before anything is announced. New copies it. Default (nil):
+	// balancer.DefaultConfig for every service.
+	Balancers *balancer.ClientsConfig
+	// Coalesce is the least time between two rebuilds of one service's
+	// balancer; the first change after a quiet period applies at once.
+	// Default 10 ms.
+	Coalesce time.Duration
+	// AntiEntropy is the interval of full reconciliations with the
+	// registry. Default 60 s.
+	AntiEntropy time.Duration
+	// ServiceGrace is how long the balancer of a service with no instance
+	// left is kept: once its list has been empty and no request named it
+	// for that long, it is removed with its stats, unless Balancers names
+	// the service. A later announcement builds it again. Default 5 min.
+	ServiceGrace time.Duration
+	// Limits bound what announcements alone can make the client hold.
+	Limits Limits
+	// Reaper makes the client take part in the election of the registry's
+	// reaper, which removes the record of an instance whose lease ended (a
+	// crash that gossip did not report first). Of the processes that take
+	// part, one leads and alone receives the fleet's lease renewals; one
+	// whose NATS user may not write the reaper's lock logs it once and
+	// stays out. Default false: a program that only routes does not reap.
+	// The gateway binary turns it on; a deployment needs at least one
+	// reaper (docs/protocol.md, section 4; docs/security.md).
+	Reaper bool
+	// Gossip, when set, makes the client a gossip (memberlist) member with
+	// the gateway role, so crashed instances that joined the same cluster
+	// (announce -gossip) leave the balancers within the profile's detection
+	// time instead of at their lease's end. Its Meta and Logger are set by
+	// the client. Default nil: off.
+	Gossip *gossip.Config
+}
+
+// Limits bound what announcements alone (events, without a registry
+// record) can make a client hold. Instances the registry holds are always
+// followed: the registry is access-controlled, the bus may not be. Events
+// beyond a limit are dropped and counted (Stats.Events.Dropped["limit"]).
+// Zero fields take the defaults; negative ones are invalid.
+type Limits struct {
+	// UnconfirmedInstances bounds the instances known only from events, at
+	// any moment. Default 10,000.
+	UnconfirmedInstances int `yaml:"unconfirmedInstances"`
+	// Services and InstancesPerService bound the services, and the
+	// instances of one service, that events may add. Default 10,000 each.
+	Services            int `yaml:"services"`
+	InstancesPerService int `yaml:"instancesPerService"`
+	// ConfirmWithin is how long an instance known only from events waits
+	// for the registry to show it before it is forgotten. Default 5 s.
+	ConfirmWithin time.Duration `yaml:"confirmWithin"`
+}
+
+// DefaultServiceGrace is Config.ServiceGrace's default.
+const DefaultServiceGrace = 5 * time.Minute
+
+// DefaultConfig returns the configuration that the zero Config means, with
+// every default written out.
+func DefaultConfig() Config {
+	return Config{
+		Prefix:       events.DefaultPrefix,
+		Balancers:    balancer.DefaultClientsConfig(),
+		Coalesce:     subscriber.DefaultCoalesce,
+		AntiEntropy:  subscriber.DefaultAntiEntropy,
+		ServiceGrace: DefaultServiceGrace,
+		Limits: Limits{
+			UnconfirmedInstances: subscriber.DefaultMaxUnconfirmed,
+			Services:             subscriber.DefaultMaxServices,
+			InstancesPerService:  subscriber.DefaultMaxInstancesPerService,
+			ConfirmWithin:        subscriber.DefaultConfirmWithin,
+		},
+	}
+}
+
+// resolve checks c and returns it with its zero fields set to their
+// defaults and what it holds by reference copied. Every problem is
+// reported, joined into one error.
+func (c Config) resolve() (Config, error) {
+	var errs []error
+	bad := func(field, format string, a ...any) {
+		errs = append(errs, optionError("Config."+field+": "+format, a...))
+	}
+	def := DefaultConfig()
+	orDefault := func(field string, v *time.Duration, d time.Duration) {
+		switch {
+		case *v < 0:
+			bad(field, "negative duration %v", *v)
+		case *v == 0:
+			*v = d
+		}
+	}
+	if c.Prefix == "" {
+		c.Prefix = def.Prefix
+	} else if err := events.ValidatePrefix(c.Prefix); err != nil {
+		bad("Prefix", "%w", err)
+	}
+	for _, s := range c.Services {
+		if err := events.ValidateService(s); err != nil {
+			bad("Services", "%w", err)
+		}
+	}
+	c.Services = append([]string(nil), c.Services...)
+	if c.Lease != 0 && c.Lease < serverlist.MinTTL {
+		bad("Lease", "%v is below the minimum %v (0: the bucket's)", c.Lease, serverlist.MinTTL)
+	}
+	if c.RegistryReplicas < 0 || c.RegistryReplicas > serverlist.MaxReplicas {
+		bad("RegistryReplicas", "%d: 1 to %d, or 0 for min(3, the cluster's JetStream servers)", c.RegistryReplicas, serverlist.MaxReplicas)
+	}
+	if c.Balancers == nil {
+		c.Balancers = def.Balancers
+	} else if err := c.Balancers.Validate(); err != nil {
+		bad("Balancers", "%w", err)
+	} else {
+		c.Balancers = c.Balancers.Clone()
+	}
+	orDefault("Coalesce", &c.Coalesce, def.Coalesce)
+	orDefault("AntiEntropy", &c.AntiEntropy, def.AntiEntropy)
+	orDefault("ServiceGrace", &c.ServiceGrace, def.ServiceGrace)
+	orDefault("Limits.ConfirmWithin", &c.Limits.ConfirmWithin, def.Limits.ConfirmWithin)
+	for _, l := range []struct {
+		field string
+		v     *int
+		def   int
+	}{
+		{"Limits.UnconfirmedInstances", &c.Limits.UnconfirmedInstances, def.Limits.UnconfirmedInstances},
+		{"Limits.Services", &c.Limits.Services, def.Limits.Services},
+		{"Limits.InstancesPerService", &c.Limits.InstancesPerService, def.Limits.InstancesPerService},
+	} {
+		switch {
+		case *l.v < 0:
+			bad(l.field, "negative limit %d", *l.v)
+		case *l.v == 0:
+			*l.v = l.def
+		}
+	}
+	if c.Gossip != nil {
+		g := *c.Gossip
+		g.Meta = gossip.Meta{Role: gossip.RoleGateway}
+		if err := g.Validate(); err != nil {
+			bad("Gossip", "%w", err)
+		}
+		c.Gossip = &g
+	}
+	if len(errs) > 0 {
+		return c, errors.Join(errs...)
+	}
+	if c.Zone != "" {
+		applyZone(c.Balancers, c.Zone)
+	}
+	return c, nil
+}
+
+// applyZone makes zone the zone of the defaults and of every client that
+// sets none of its own.
+func applyZone(c *balancer.ClientsConfig, zone string) {
+	if c.Defaults.Zone == "" {
+		c.Defaults.Zone = zone
+	}
+	for name, cc := range c.Clients {
+		if cc.Zone == "" {
+			cc.Zone = zone
+			c.Clients[name] = cc
+		}
+	}
+}

@@ -1,0 +1,63 @@
+package pushlb
+
+import (
+	"context"
+
+	"github.com/pushlb/pushlb/balancer"
+)
+
+// Balancer is a read-only view of the balancer of one service that a Client
+// owns: it picks and it reports, and it cannot change what the pipeline
+// owns (the server list, the configuration, the balancer's lifetime). The
+// zero value is not usable; Client.Balancer returns views. A view stays
+// valid after the client removes the service (it then reads the removed
+// balancer's last state). Safe for concurrent use.
+//
+// Servers it returns are the balancer's own (no copies, so that reading a
+// large list costs nothing): read their fields and statistics, do not
+// modify them.
+type Balancer struct{ b *balancer.Balancer }
+
+// Name returns the service's name.
+func (v Balancer) Name() string { return v.b.Name() }
+
+// Config returns a copy of the balancer's configuration.
+func (v Balancer) Config() balancer.Config { return v.b.Config() }
+
+// Pick chooses a server for one call with the balancer's rule; report the
+// call's outcome through the Pick (Done, Responded, End), which feeds the
+// statistics and the circuit breaker. balancer.WithZone and
+// balancer.WithKey on ctx steer the choice. It fails with
+// balancer.ErrNoServers when no server can be chosen.
+func (v Balancer) Pick(ctx context.Context) (balancer.Pick, error) { return v.b.Pick(ctx) }
+
+// Servers returns every listed server, alive or not, in list order.
+func (v Balancer) Servers() []*balancer.Server { return v.b.AllServers() }
+
+// Reachable returns the servers a pick may choose: alive and with a closed
+// circuit breaker (a tripped server is not reachable until its blackout
+// ends). The zone filter may narrow a pick further.
+func (v Balancer) Reachable() []*balancer.Server {
+	all := v.b.ReachableServers()
+	for i, s := range all {
+		if s.Stats().CircuitTripped() {
+			out := append(make([]*balancer.Server, 0, len(all)-1), all[:i]...)
+			for _, s := range all[i+1:] {
+				if !s.Stats().CircuitTripped() {
+					out = append(out, s)
+				}
+			}
+			return out
+		}
+	}
+	return all
+}
+
+// Server returns the listed server with id, or nil.
+func (v Balancer) Server(id string) *balancer.Server { return v.b.Server(id) }
+
+// ZoneSnapshots returns the statistics of each zone of the list.
+func (v Balancer) ZoneSnapshots() map[string]balancer.ZoneSnapshot { return v.b.ZoneSnapshots() }
+
+// BreakerTrips counts the circuit breakers that tripped.
+func (v Balancer) BreakerTrips() uint64 { return v.b.BreakerTrips() }
