@@ -343,42 +343,52 @@ func TestGoneServicesAreRemoved(t *testing.T) {
 	})
 }
 
-// WithListObserver sees every list change of a service, in order, with the
-// lists before and after it.
+// WithListObserver sees every list change, in order per service, with who
+// joined and left and why. An announcement's record and event race to the
+// gateway, as a withdrawal's event and removal do: either may cause the
+// change, and the test accepts both.
 func TestListObserver(t *testing.T) {
 	srv := natstest.Start(t)
-	type change struct {
-		service  string
-		old, new int
-	}
-	changes := make(chan change, 16)
-	c := start(t, srv.Connect(t), pushlb.WithListObserver(func(service string, old, new []*balancer.Server) {
-		changes <- change{service, len(old), len(new)}
-	}))
-	a := announce(t, srv, "orders", "", testpub.Backend(t, "a"))
-	next := func(what string) change {
+	changes := make(chan pushlb.ListChange, 16)
+	cfg := balancer.DefaultClientsConfig()
+	static := cfg.Defaults
+	static.ListOfServers = []string{"127.0.0.1:1"}
+	cfg.Clients = map[string]balancer.Config{"static": static}
+	startWith(t, srv.Connect(t), pushlb.Config{Balancers: cfg}, pushlb.WithListObserver(func(lc pushlb.ListChange) { changes <- lc }))
+	next := func(what string) pushlb.ListChange {
 		t.Helper()
-		select {
-		case ch := <-changes:
-			return ch
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no list change for %s", what)
-			return change{}
-		}
+		return testutil.Receive(t, changes, 10*time.Second, "a list change for "+what)
 	}
-	if ch := next("the announcement"); ch != (change{"orders", 0, 1}) {
-		t.Fatalf("announcement: %+v", ch)
+	if lc := next("the static list"); lc.Service != "static" || len(lc.Joined) != 1 || lc.Joined[0].Cause != events.CauseConfig {
+		t.Fatalf("static list: %+v", lc)
+	}
+	a := announce(t, srv, "orders", "", testpub.Backend(t, "a"))
+	lc := next("the announcement")
+	if lc.Service != "orders" || len(lc.Joined) != 1 || len(lc.Left) != 0 || len(lc.Servers) != 1 {
+		t.Fatalf("announcement: %+v", lc)
+	}
+	switch j := lc.Joined[0]; j.Cause {
+	case events.CauseAnnounce:
+		if j.EventAt.IsZero() || j.EventAt.After(lc.At) {
+			t.Errorf("an announcement's change has event time %v (applied at %v)", j.EventAt, lc.At)
+		}
+	case events.CauseRegistry: // the record came first
+	default:
+		t.Errorf("announcement caused by %q, want announce or registry", j.Cause)
 	}
 	if err := a.Withdraw(t.Context(), "test"); err != nil {
 		t.Fatal(err)
 	}
-	if ch := next("the withdrawal"); ch != (change{"orders", 1, 0}) {
-		t.Fatalf("withdrawal: %+v", ch)
+	lc = next("the withdrawal")
+	if lc.Service != "orders" || len(lc.Left) != 1 || len(lc.Joined) != 0 || len(lc.Servers) != 0 {
+		t.Fatalf("withdrawal: %+v", lc)
+	}
+	if c := lc.Left[0].Cause; c != events.CauseOffline && c != events.CauseRegistry {
+		t.Errorf("withdrawal caused by %q, want offline or registry", c)
 	}
 	if _, err := pushlb.New(srv.Connect(t), pushlb.Config{}, pushlb.WithListObserver(nil)); !errors.Is(err, pushlb.ErrInvalidOption) {
 		t.Fatalf("nil observer: %v", err)
 	}
-	_ = c
 }
 
 // The bucket holds the lease: a client that sets none takes the bucket's;

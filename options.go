@@ -5,7 +5,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/lbhttp"
 )
@@ -48,16 +47,9 @@ func WithEventHook(f func(events.Event)) Option {
 	}
 }
 
-// ListObserver is called after each change of a service's server list,
-// with the list before and after it (the balancer's copies: read them, do
-// not keep or modify them past the call). Changes of one service arrive one
-// at a time and in order; those of different services may arrive
-// concurrently. It runs on the goroutine that applies the change, so it
-// must be quick and must not block: hand the work to another goroutine.
-type ListObserver func(service string, old, new []*balancer.Server)
-
-// WithListObserver sets a function told of every list change (see
-// ListObserver), for dashboards and audit trails. Default: none.
+// WithListObserver sets a function told of every list change with its
+// causes (see ListObserver), for dashboards and audit trails: the one way
+// to hear about list changes. Default: none.
 func WithListObserver(f ListObserver) Option {
 	return func(o *options) error {
 		if f == nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/events"
 )
 
 // service is one service's balancer with what Stats reports about its list
@@ -27,6 +28,7 @@ type serviceSet struct {
 	factory *balancer.Factory
 	log     zerolog.Logger
 	observe ListObserver // may be nil
+	causes  sync.Map     // service -> map[string]events.Change of the list being applied
 
 	mu sync.Mutex // serialises creations
 	m  atomic.Pointer[map[string]*service]
@@ -70,7 +72,7 @@ func (s *serviceSet) create(name string) (*service, error) {
 	s.m.Store(&next)
 	s.mu.Unlock()
 	// Outside the lock: AddListener calls the listener at once.
-	b.AddListener(sv.changed(s.log, s.observe))
+	b.AddListener(sv.changed(s))
 	return sv, nil
 }
 
@@ -92,33 +94,55 @@ func (s *serviceSet) remove(name string) {
 }
 
 // changed returns the listener that counts the service's list changes and
-// logs each one (service, added and removed IDs, new size), then tells the
-// observer, if any.
-func (sv *service) changed(log zerolog.Logger, observe ListObserver) balancer.Listener {
+// logs each one (service, added and removed IDs with their causes, new
+// size), then tells the observer, if any. The causes come from the
+// ListChanged being applied (setCauses); a change the push path did not
+// make is a static list's (config).
+func (sv *service) changed(set *serviceSet) balancer.Listener {
 	return func(old, new []*balancer.Server) {
 		if len(old) == 0 && len(new) == 0 {
 			return
 		}
 		sv.updates.Add(1)
 		sv.lastChange.Store(time.Now().UnixNano())
-		before := make(map[string]bool, len(old))
-		for _, s := range old {
-			before[s.ID] = true
+		causes, pushed := set.causes.Load(sv.name)
+		fallback := events.CauseConfig
+		var cm map[string]events.Change
+		if pushed {
+			// A list the push path applies; an instance without a recorded
+			// cause changed with its registry record.
+			fallback, cm = events.CauseRegistry, causes.(map[string]events.Change)
 		}
-		var added, removed []string
-		for _, s := range new {
-			if !before[s.ID] {
-				added = append(added, s.ID)
-			}
-			delete(before, s.ID)
+		lc := listChange(sv.name, old, new, cm, fallback)
+		if e := set.log.Info(); e.Enabled() {
+			e.Str("service", sv.name).Array("joined", changesLog(lc.Joined)).Array("left", changesLog(lc.Left)).
+				Int("size", len(new)).Msg("server list changed")
 		}
-		for id := range before {
-			removed = append(removed, id)
+		if set.observe != nil {
+			set.observe(lc)
 		}
-		log.Info().Str("service", sv.name).Strs("added", added).Strs("removed", removed).Int("size", len(new)).Msg("server list changed")
-		if observe != nil {
-			observe(sv.name, old, new)
-		}
+	}
+}
+
+// setCauses hands the causes of the ListChanged about to be applied for
+// service to the service's listener, which runs during the apply on the
+// same goroutine (deliveries of one service never overlap); clearCauses
+// takes them back once it is done.
+func (s *serviceSet) setCauses(service string, causes map[string]events.Change) {
+	if causes == nil {
+		causes = map[string]events.Change{}
+	}
+	s.causes.Store(service, causes)
+}
+
+func (s *serviceSet) clearCauses(service string) { s.causes.Delete(service) }
+
+// changesLog logs server changes as "id (cause)".
+type changesLog []ServerChange
+
+func (c changesLog) MarshalZerologArray(a *zerolog.Array) {
+	for _, ch := range c {
+		a.Str(ch.Server.ID + " (" + string(ch.Cause) + ")")
 	}
 }
 

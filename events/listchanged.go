@@ -1,6 +1,10 @@
 package events
 
-import "slices"
+import (
+	"maps"
+	"slices"
+	"time"
+)
 
 // ListChanged tells that the set of live instances of one service changed.
 // It is internal to a gateway: the subscriber's membership table emits it,
@@ -23,10 +27,45 @@ type ListChanged struct {
 	InstanceIDs []string
 	// Revision orders the ListChanged messages of one service.
 	Revision uint64
+	// Changes says, for each instance that joined or left the live set
+	// since the previous ListChanged of the service, why: the latest cause
+	// of its change. It is keyed by instance ID; an ID absent from it
+	// changed for no recorded cause (or did not change).
+	Changes map[string]Change
+}
+
+// Cause is why an instance joined or left a service's live set.
+type Cause string
+
+// The causes of a list change.
+const (
+	// CauseAnnounce is an online event.
+	CauseAnnounce Cause = "announce"
+	// CauseOffline is an offline event: a withdrawal, or a forged one.
+	CauseOffline Cause = "offline"
+	// CauseGossip is gossip declaring the instance's node dead or gone (a
+	// crash), or back.
+	CauseGossip Cause = "gossip"
+	// CauseRegistry is the registry: a record written before its event
+	// arrived, a write that brought an instance back, or a record removed
+	// without an offline event first (by the reaper when its lease ended,
+	// or by an operator).
+	CauseRegistry Cause = "registry"
+	// CauseResync is a full load of the registry (start, reconnect).
+	CauseResync Cause = "resync"
+	// CauseConfig is a static list in the balancer configuration.
+	CauseConfig Cause = "config"
+)
+
+// Change is the cause of one instance's change, and for CauseAnnounce and
+// CauseOffline the event's At (the announcer's clock).
+type Change struct {
+	Cause   Cause
+	EventAt time.Time
 }
 
 // Equal reports whether l and o name the same service and the same set of
-// instance IDs, ignoring order, duplicates and Revision. Emitters use it to
+// instance IDs, ignoring order, duplicates, Revision and Changes. Emitters use it to
 // drop an update that changes nothing.
 func (l ListChanged) Equal(o ListChanged) bool {
 	if l.Service != o.Service {
@@ -38,6 +77,7 @@ func (l ListChanged) Equal(o ListChanged) bool {
 // Clone returns a copy of l that shares no memory with it.
 func (l ListChanged) Clone() ListChanged {
 	l.InstanceIDs = slices.Clone(l.InstanceIDs)
+	l.Changes = maps.Clone(l.Changes)
 	return l
 }
 

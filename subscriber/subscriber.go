@@ -160,9 +160,12 @@ type Subscriber struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // worker and deliveries
 
-	mu     sync.Mutex // guards table
+	mu     sync.Mutex // guards table and changes
 	table  *membership
 	limits limits
+	// changes holds, per service, the cause of each instance's latest
+	// change since the service's last delivery (events.ListChanged.Changes).
+	changes map[string]map[string]events.Change
 
 	deliveries atomic.Uint64 // ListChanged revisions, one sequence for every service
 	sched      *scheduler    // when each service is delivered (scheduler.go)
@@ -194,6 +197,7 @@ func New(nc *nats.Conn, reg *serverlist.Registry, h Handler, cfg Config) (*Subsc
 		log:       cfg.Logger,
 		dropLog:   cfg.Logger.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second}),
 		table:     newMembership(),
+		changes:   make(map[string]map[string]events.Change),
 		limits:    limits{unconfirmed: cfg.MaxUnconfirmed, services: cfg.MaxServices, perService: cfg.MaxInstancesPerService},
 		regDirty:  make(map[string]bool),
 		regSignal: make(chan struct{}, 1),
@@ -288,7 +292,7 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	}
 	s.takeRegistryDirty() // the full reconcile below covers them
 	for _, svc := range s.followedServices() {
-		s.reconcile(ctx, svc)
+		s.reconcile(ctx, svc, events.CauseResync)
 	}
 
 	s.dmu.Lock()
@@ -378,6 +382,9 @@ func (s *Subscriber) gossip(service, id string, incarnation int64, alive bool) {
 		return
 	}
 	out := s.table.event(service, id, incarnation, alive, fromGossip, s.mirror.Revision(), now)
+	if out == applied {
+		s.noteLocked(service, id, events.CauseGossip, time.Time{})
+	}
 	s.mu.Unlock()
 	if out != applied {
 		return
@@ -429,6 +436,13 @@ func (s *Subscriber) onMsg(msg *nats.Msg) {
 	// The mirror's revision now: a registry write after it is newer than
 	// this event, and may undo an offline it records.
 	out := s.table.event(ev.Service, ev.InstanceID, ev.Incarnation, ev.Kind == events.Online, fromEvent, s.mirror.Revision(), now)
+	if out == applied {
+		cause := events.CauseAnnounce
+		if ev.Kind == events.Offline {
+			cause = events.CauseOffline
+		}
+		s.noteLocked(ev.Service, ev.InstanceID, cause, ev.At)
+	}
 	s.mu.Unlock()
 	switch out {
 	case applied:
@@ -466,6 +480,9 @@ func (s *Subscriber) registryRefreshed(service, id string, incarnation int64, re
 	}
 	s.mu.Lock()
 	out := s.table.registered(service, id, incarnation, revision, time.Now())
+	if out == applied {
+		s.noteLocked(service, id, events.CauseRegistry, time.Time{})
+	}
 	s.mu.Unlock()
 	if out != applied {
 		return
@@ -534,7 +551,7 @@ func (s *Subscriber) work() {
 			s.expireUnconfirmed(now)
 		case <-s.regSignal:
 			for _, svc := range s.takeRegistryDirty() {
-				s.reconcile(s.ctx, svc)
+				s.reconcile(s.ctx, svc, events.CauseRegistry)
 				// The registry's data for the service changed (an address,
 				// a zone, a new incarnation): rebuild even if the live set
 				// did not.
@@ -542,7 +559,7 @@ func (s *Subscriber) work() {
 			}
 		case <-t.C:
 			for _, svc := range s.followedServices() {
-				if s.reconcile(s.ctx, svc) {
+				if s.reconcile(s.ctx, svc, events.CauseRegistry) {
 					s.markDirty(svc)
 				}
 			}
@@ -563,6 +580,9 @@ func (s *Subscriber) expireUnconfirmed(now time.Time) {
 	}
 	s.mu.Lock()
 	changed, dropped := s.table.expire(now.Add(-s.cfg.ConfirmWithin))
+	if dropped > 0 {
+		s.pruneChangesLocked()
+	}
 	s.mu.Unlock()
 	if dropped == 0 {
 		return
@@ -576,10 +596,11 @@ func (s *Subscriber) expireUnconfirmed(now time.Time) {
 }
 
 // reconcile makes the table agree with the registry for one service and
-// reports whether the live set changed. Live instances the mirror lacks are
+// reports whether the live set changed; cause is recorded for the
+// instances it changes. Live instances the mirror lacks are
 // taken offline only once a direct read confirms they are gone: the mirror
 // may lag an online event by a moment.
-func (s *Subscriber) reconcile(ctx context.Context, service string) bool {
+func (s *Subscriber) reconcile(ctx context.Context, service string, cause events.Cause) bool {
 	s.stats.reconciles.Add(1)
 	truth := make(map[string]regEntry)
 	for _, e := range s.mirror.Entries(service) {
@@ -593,6 +614,7 @@ func (s *Subscriber) reconcile(ctx context.Context, service string) bool {
 		wasOff := mem != nil && !mem.live()
 		if s.table.registered(service, id, e.inc, e.rev, now) == applied {
 			changed = true
+			s.noteLocked(service, id, cause, time.Time{})
 			if wasOff {
 				s.stats.registryRevivals.Add(1)
 			}
@@ -609,6 +631,9 @@ func (s *Subscriber) reconcile(ctx context.Context, service string) bool {
 		case errors.Is(err, serverlist.ErrNotFound):
 			s.mu.Lock()
 			out := s.table.unregistered(service, id, asOf, time.Now())
+			if out == applied {
+				s.noteLocked(service, id, cause, time.Time{})
+			}
 			s.mu.Unlock()
 			if out == applied {
 				changed = true
@@ -625,6 +650,7 @@ func (s *Subscriber) reconcile(ctx context.Context, service string) bool {
 			s.mu.Lock()
 			if s.table.registered(service, id, in.Incarnation, 0, time.Now()) == applied {
 				changed = true
+				s.noteLocked(service, id, cause, time.Time{})
 			}
 			s.mu.Unlock()
 		}
@@ -652,11 +678,53 @@ func (s *Subscriber) sendList(service string) (known bool, err error) {
 	s.mu.Lock()
 	ids := s.table.live(service)
 	_, known = s.table.services[service]
+	changes := s.changes[service]
+	delete(s.changes, service)
 	s.mu.Unlock()
 	// One sequence for every service, so that a service whose delivery
 	// state was dropped (scheduler.deliver) and comes back still gets
 	// growing revisions.
-	err = s.handler(s.ctx, events.ListChanged{Service: service, InstanceIDs: ids, Revision: s.deliveries.Add(1)})
+	err = s.handler(s.ctx, events.ListChanged{Service: service, InstanceIDs: ids, Revision: s.deliveries.Add(1), Changes: changes})
 	s.stats.delivered.Add(1)
+	if err != nil && len(changes) > 0 {
+		// Retried: the causes go out with the retry, unless newer ones
+		// were recorded meanwhile.
+		s.mu.Lock()
+		for id, c := range changes {
+			if _, newer := s.changes[service][id]; !newer {
+				s.noteLocked(service, id, c.Cause, c.EventAt)
+			}
+		}
+		s.mu.Unlock()
+	}
 	return known, err
+}
+
+// pruneChangesLocked forgets the causes of instances the table forgot, so
+// that a flood of announcements for services or instances nobody
+// registered, which are never delivered, leaves nothing behind. Called with
+// mu held.
+func (s *Subscriber) pruneChangesLocked() {
+	for svc, m := range s.changes {
+		members := s.table.services[svc]
+		for id := range m {
+			if _, ok := members[id]; !ok {
+				delete(m, id)
+			}
+		}
+		if len(m) == 0 {
+			delete(s.changes, svc)
+		}
+	}
+}
+
+// noteLocked records why an instance of service changed, for the service's
+// next delivery. Called with mu held.
+func (s *Subscriber) noteLocked(service, id string, cause events.Cause, eventAt time.Time) {
+	m := s.changes[service]
+	if m == nil {
+		m = make(map[string]events.Change)
+		s.changes[service] = m
+	}
+	m[id] = events.Change{Cause: cause, EventAt: eventAt}
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/lbhttp"
@@ -39,11 +40,6 @@ const (
 	// heartbeatInterval is how often an idle stream gets a comment, so
 	// that proxies and the browser see it alive.
 	heartbeatInterval = 15 * time.Second
-	// eventMemory is how long an event waits for the list change it
-	// causes, to name the change's source and lag.
-	eventMemory = 10 * time.Second
-	// maxRememberedEvents bounds the events kept for that.
-	maxRememberedEvents = 10_000
 	// summarizeOver is the number of instances on the gateway (every
 	// service's together) above which the streams carry per-service
 	// summaries (ServiceSummary) instead of every instance: the page
@@ -75,29 +71,17 @@ type ListChange struct {
 	// Change is "online" or "offline".
 	Change string `json:"change"`
 	// Source is what caused it: event, gossip, registry (a record written,
-	// deleted or expired), resync, config; empty while not yet known.
+	// deleted or expired), resync, config (pushlb.ServerChange.Cause).
 	Source string `json:"source"`
 	// LagMs is the time from the event's creation (its at field, the
 	// announcer's clock) to the change, for changes caused by an event.
 	LagMs *float64 `json:"lagMs,omitempty"`
 }
 
-// seenEvent is an event waiting for the change it causes.
-type seenEvent struct {
-	online   bool
-	at, seen time.Time
-}
-
-// counterMarks are the counters whose growth names the source of a
-// change no event explains.
-type counterMarks struct {
-	gossipRemovals, gossipRevivals, registryRemovals, syncs uint64
-}
-
 // dashboard keeps the timeline of list changes and pushes updates to the
-// /-/lb/events streams. Its hooks (observe, observeEvent) run on the
-// goroutines that apply changes and deliver events: they only record and
-// wake the loop, which does the work at most 4 times a second.
+// /-/lb/events streams. Its hook (observe) runs on the goroutines that
+// apply changes: it only records and wakes the loop, which does the work at
+// most 4 times a second.
 type dashboard struct {
 	g          *Gateway
 	maxStreams int
@@ -113,8 +97,6 @@ type dashboard struct {
 	seq      uint64
 	sentSeq  uint64              // the last change pushed to the streams
 	dirty    map[string]struct{} // services changed since the last update
-	events   map[string]seenEvent
-	marks    counterMarks
 	streams  map[*stream]struct{}
 	fprints  map[string]uint64 // services' request counters as last sent
 	cursor   string            // the last service a stats check sent: the next starts after it
@@ -132,74 +114,44 @@ func newDashboard(g *Gateway) *dashboard {
 	return &dashboard{
 		g: g, maxStreams: maxStreams, heartbeat: heartbeatInterval, statsEvery: statsInterval, statsMax: maxStatsServers,
 		summarizeOver: summarizeOver,
-		dirty:         map[string]struct{}{}, events: map[string]seenEvent{}, streams: map[*stream]struct{}{},
+		dirty:         map[string]struct{}{}, streams: map[*stream]struct{}{},
 		fprints: map[string]uint64{},
 		wake:    make(chan struct{}, 1), done: make(chan struct{}),
 	}
 }
 
-func eventKey(service, id string) string { return service + "\x00" + id }
-
-// observeEvent is the client's event hook: it remembers the event so that
-// the change it causes is attributed to it, with its lag.
-func (d *dashboard) observeEvent(e events.Event) {
-	now := time.Now()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.events) >= maxRememberedEvents {
-		for k, ev := range d.events {
-			if now.Sub(ev.seen) > eventMemory {
-				delete(d.events, k)
-			}
-		}
-		if len(d.events) >= maxRememberedEvents {
-			return // a flood of events: the changes show as registry ones
-		}
-	}
-	d.events[eventKey(e.Service, e.InstanceID)] = seenEvent{online: e.Kind == events.Online, at: e.At, seen: now}
+// sources name the causes of list changes as the timeline does.
+var sources = map[events.Cause]string{
+	events.CauseAnnounce: SourceEvent, events.CauseOffline: SourceEvent,
+	events.CauseGossip: SourceGossip, events.CauseRegistry: SourceRegistry,
+	events.CauseResync: SourceResync, events.CauseConfig: SourceConfig,
 }
 
-// observe is the client's list observer: it records who joined and left.
-func (d *dashboard) observe(service string, old, new []*balancer.Server) {
-	now := time.Now()
-	before := make(map[string]*balancer.Server, len(old))
-	for _, s := range old {
-		before[s.ID] = s
-	}
-	config := len(d.g.cfg.Balancer.For(service).ListOfServers) > 0
+// observe is the client's list observer: it records who joined and left,
+// and why, as the client reports it.
+func (d *dashboard) observe(lc pushlb.ListChange) {
 	d.mu.Lock()
-	for _, s := range new {
-		if _, ok := before[s.ID]; ok {
-			delete(before, s.ID)
-			continue
-		}
-		d.recordLocked(now, service, s, true, config)
+	for _, c := range lc.Joined {
+		d.recordLocked(lc, c, true)
 	}
-	for _, s := range old {
-		if _, gone := before[s.ID]; gone {
-			d.recordLocked(now, service, s, false, config)
-		}
+	for _, c := range lc.Left {
+		d.recordLocked(lc, c, false)
 	}
-	d.dirty[service] = struct{}{}
+	d.dirty[lc.Service] = struct{}{}
 	d.mu.Unlock()
 	d.poke()
 }
 
-func (d *dashboard) recordLocked(now time.Time, service string, s *balancer.Server, online, config bool) {
+func (d *dashboard) recordLocked(lc pushlb.ListChange, sc pushlb.ServerChange, online bool) {
 	d.seq++
-	c := ListChange{Seq: d.seq, At: now, Service: service, Instance: s.ID, Addr: s.Addr(), Change: "offline"}
+	c := ListChange{Seq: d.seq, At: lc.At, Service: lc.Service, Instance: sc.Server.ID, Addr: sc.Server.Addr(),
+		Change: "offline", Source: sources[sc.Cause]}
 	if online {
 		c.Change = "online"
 	}
-	k := eventKey(service, s.ID)
-	switch ev, ok := d.events[k]; {
-	case ok && ev.online == online && now.Sub(ev.seen) <= eventMemory:
-		delete(d.events, k)
-		c.Source = SourceEvent
-		lag := float64(now.Sub(ev.at).Microseconds()) / 1000
+	if !sc.EventAt.IsZero() {
+		lag := float64(lc.At.Sub(sc.EventAt).Microseconds()) / 1000
 		c.LagMs = &lag
-	case config:
-		c.Source = SourceConfig
 	}
 	if len(d.timeline) < timelineSize {
 		d.timeline = append(d.timeline, c)
@@ -304,22 +256,11 @@ type update struct {
 	Header    State            `json:"header"`
 }
 
-// flush names the sources of new changes and pushes one update.
+// flush pushes one update.
 func (d *dashboard) flush() {
 	d.mu.Lock()
 	dirty := d.dirty
 	d.dirty = map[string]struct{}{}
-	unknown := false
-	for i := range d.timeline {
-		if d.timeline[i].Source == "" {
-			unknown = true
-		}
-	}
-	d.mu.Unlock()
-	if unknown {
-		d.nameSources()
-	}
-	d.mu.Lock()
 	var changes []ListChange
 	for _, c := range d.timeline {
 		if c.Seq > d.sentSeq {
@@ -350,38 +291,6 @@ func (d *dashboard) flush() {
 		return
 	}
 	d.broadcast(sseMessage("update", u))
-}
-
-// nameSources attributes the changes no event explained from the counters
-// that grew since the last look: gossip removals and revivals, registry
-// removals (deletions, expired leases), resyncs. Changes at the same
-// moment get the same source: a guess when causes mix, never a lie about
-// an event.
-func (d *dashboard) nameSources() {
-	if d.g.client == nil {
-		return
-	}
-	st := d.g.client.Stats()
-	now := counterMarks{st.Events.GossipRemovals, st.Events.GossipRevivals, st.Events.RegistryRemovals, st.Registry.Syncs}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	was := d.marks
-	d.marks = now
-	for i := range d.timeline {
-		c := &d.timeline[i]
-		if c.Source != "" {
-			continue
-		}
-		online := c.Change == "online"
-		switch {
-		case now.syncs > was.syncs:
-			c.Source = SourceResync
-		case !online && now.gossipRemovals > was.gossipRemovals, online && now.gossipRevivals > was.gossipRevivals:
-			c.Source = SourceGossip
-		default:
-			c.Source = SourceRegistry
-		}
-	}
 }
 
 // markBusyServices marks the services whose request counters moved since

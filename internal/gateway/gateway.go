@@ -166,7 +166,6 @@ func (g *Gateway) options() []pushlb.Option {
 		pushlb.WithLogger(g.log),
 		pushlb.WithEventHook(func(e events.Event) {
 			g.metrics.observeEvent(e)
-			g.dash.observeEvent(e)
 		}),
 		pushlb.WithListObserver(g.dash.observe),
 		pushlb.WithTransportOptions(lbhttp.WithObserver(g.dash.observer(g.metrics.observer()))),

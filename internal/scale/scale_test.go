@@ -430,7 +430,7 @@ func gateways(b *testing.B, nb bus, n int, hook func(gw int, e events.Event), ob
 			opts = append(opts, pushlb.WithEventHook(func(e events.Event) { hook(i, e) }))
 		}
 		if observe != nil {
-			opts = append(opts, pushlb.WithListObserver(func(service string, _, cur []*balancer.Server) { observe(i, service, cur) }))
+			opts = append(opts, pushlb.WithListObserver(func(lc pushlb.ListChange) { observe(i, lc.Service, lc.Servers) }))
 		}
 		c, err := pushlb.New(nb.connect(b), pushlb.Config{ServiceGrace: time.Hour, AntiEntropy: time.Hour, Reaper: true}, opts...)
 		if err != nil {

@@ -1,0 +1,75 @@
+package pushlb
+
+import (
+	"time"
+
+	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/events"
+)
+
+// ListChange is one change of a service's server list, as a ListObserver
+// hears it: who joined, who left, and why each did.
+type ListChange struct {
+	// Service is the service whose list changed.
+	Service string
+	// At is when the balancer applied the change.
+	At time.Time
+	// Joined and Left are the servers that entered and left the list.
+	Joined, Left []ServerChange
+	// Servers is the list after the change.
+	Servers []*balancer.Server
+}
+
+// ServerChange is one server that joined or left a list.
+type ServerChange struct {
+	// Server is the balancer's server (read it, do not modify it).
+	Server *balancer.Server
+	// Cause is why it joined or left: events.CauseAnnounce or CauseOffline
+	// (an event), CauseGossip (a crash or a revival seen by gossip),
+	// CauseRegistry (a record written before its event, or removed without
+	// one: the reaper at a lease's end), CauseResync (the registry loaded
+	// at start or after a reconnect), CauseConfig (a static list).
+	Cause events.Cause
+	// EventAt is the event's time (the announcer's clock) for
+	// CauseAnnounce and CauseOffline, else zero: At - EventAt is the
+	// propagation lag of the change.
+	EventAt time.Time
+}
+
+// ListObserver is told of every change of every service's server list.
+// Changes of one service arrive one at a time and in order; those of
+// different services may arrive concurrently. It runs on the goroutine that
+// applies the change, so it must be quick and must not block: hand the
+// work to another goroutine. The slices are its own; the servers are the
+// balancer's.
+type ListObserver func(ListChange)
+
+// listChange builds the ListChange of a list going from old to new, with
+// the causes the push path recorded (nil for a change it did not make)
+// and fallback for a server without one.
+func listChange(service string, old, new []*balancer.Server, causes map[string]events.Change, fallback events.Cause) ListChange {
+	lc := ListChange{Service: service, At: time.Now(), Servers: append([]*balancer.Server(nil), new...)}
+	before := make(map[string]bool, len(old))
+	for _, s := range old {
+		before[s.ID] = true
+	}
+	change := func(s *balancer.Server) ServerChange {
+		c, ok := causes[s.ID]
+		if !ok {
+			c.Cause = fallback
+		}
+		return ServerChange{Server: s, Cause: c.Cause, EventAt: c.EventAt}
+	}
+	for _, s := range new {
+		if !before[s.ID] {
+			lc.Joined = append(lc.Joined, change(s))
+		}
+		delete(before, s.ID)
+	}
+	for _, s := range old {
+		if before[s.ID] {
+			lc.Left = append(lc.Left, change(s))
+		}
+	}
+	return lc
+}

@@ -1,0 +1,87 @@
+package subscriber_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/internal/natstest"
+	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/subscriber"
+)
+
+// cause returns the cause that the latest handled list of service carrying
+// one for id gives, and whether there is one.
+func (g *gateway) cause(service, id string) (events.Change, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := len(g.handled) - 1; i >= 0; i-- {
+		if c, ok := g.handled[i].Changes[id]; ok && g.handled[i].Service == service {
+			return c, true
+		}
+	}
+	return events.Change{}, false
+}
+
+// waitCause waits for a handled list of service that gives id's change the
+// cause want.
+func (g *gateway) waitCause(t *testing.T, service, id string, want events.Cause) events.Change {
+	t.Helper()
+	var c events.Change
+	testutil.Eventually(t, id+"'s change caused by "+string(want), func() bool {
+		var ok bool
+		c, ok = g.cause(service, id)
+		return ok && c.Cause == want
+	})
+	return c
+}
+
+// TestListChangedCarriesCauses: each delivered list says why each instance
+// joined or left: the registry's state at start (resync), an online or
+// offline event (with the event's time), a record removed without an event
+// (registry), gossip. Where two deliveries could race (an event and its
+// record), the test orders them.
+func TestListChangedCarriesCauses(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := srv.Connect(t)
+	reg := openRegistry(t, nc)
+	first := instance("orders", 1, time.Now().UnixNano())
+	if _, err := reg.Register(t.Context(), first); err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, srv, subscriber.Config{})
+	g.waitCause(t, "orders", first.InstanceID, events.CauseResync)
+
+	// An online event before its record: announce, with the event's time.
+	second := instance("orders", 2, time.Now().UnixNano())
+	at := time.Now().Add(-time.Second).Truncate(time.Millisecond)
+	received := g.sub.Stats().Received
+	publishEvent(t, nc, events.Event{Kind: events.Online, Service: "orders", InstanceID: second.InstanceID, Incarnation: second.Incarnation, At: at})
+	testutil.Eventually(t, "the online event handled", func() bool { return g.sub.Stats().Received > received })
+	if _, err := reg.Register(t.Context(), second); err != nil {
+		t.Fatal(err)
+	}
+	if c := g.waitCause(t, "orders", second.InstanceID, events.CauseAnnounce); !c.EventAt.Equal(at) {
+		t.Errorf("the online's change has the event's time %v, want %v", c.EventAt, at)
+	}
+
+	// An offline event: offline.
+	publishEvent(t, nc, events.Event{Kind: events.Offline, Service: "orders", InstanceID: second.InstanceID, Incarnation: second.Incarnation, At: at})
+	g.waitCause(t, "orders", second.InstanceID, events.CauseOffline)
+
+	// A record removed without an event (the reaper at a lease's end, an
+	// operator): registry.
+	if err := reg.Deregister(t.Context(), "orders", first.InstanceID); err != nil {
+		t.Fatal(err)
+	}
+	g.waitCause(t, "orders", first.InstanceID, events.CauseRegistry)
+
+	// Gossip declaring the node gone: gossip.
+	third := instance("orders", 3, time.Now().UnixNano())
+	if _, err := reg.Register(t.Context(), third); err != nil {
+		t.Fatal(err)
+	}
+	g.waitCause(t, "orders", third.InstanceID, events.CauseRegistry) // its record, with no event
+	g.sub.GossipGone("orders", third.InstanceID, third.Incarnation)
+	g.waitCause(t, "orders", third.InstanceID, events.CauseGossip)
+}
