@@ -70,12 +70,16 @@ type Config struct {
 	// back with Node.LocalAddr.
 	//
 	// Empty depends on the node's part. An instance that joins others
-	// (Meta.Role RoleInstance and a Join list) binds "0.0.0.0:0", a free
-	// port: several instances share a host, and nobody dials an instance
-	// first (it joins the gateways, and publishes Node.Name and
-	// Node.LocalAddr in its registry record, where the gateways check
-	// them). A gateway, or a node that joins nobody (a seed), binds
-	// "0.0.0.0:7946" (DefaultPort), the fixed address the others join.
+	// (Meta.Role RoleInstance and a Join list) binds a free port on the
+	// address it advertises: the local address this host sends from to
+	// reach the first Join peer that resolves (127.0.0.1 for a gateway on
+	// loopback), so that it listens only where its peers reach it; when no
+	// peer resolves at Start, "0.0.0.0:0". Several instances share a host,
+	// and nobody dials an instance first (it joins the gateways, and
+	// publishes Node.Name and Node.LocalAddr in its registry record, where
+	// the gateways check them). A gateway, or a node that joins nobody (a
+	// seed), binds "0.0.0.0:7946" (DefaultPort), the fixed address the
+	// others join.
 	//
 	// Without a SecretKey, Start logs a warning when the bound host is not
 	// a loopback address: anything that reaches the port can join.
@@ -147,6 +151,7 @@ func (c Config) Validate() error {
 type checked struct {
 	bindHost      string
 	bindPort      int
+	bindRoute     bool // bind the address advertised to the Join peers (BindAddr empty, an instance joining)
 	advertiseHost string
 	advertisePort int
 	name          string
@@ -166,6 +171,7 @@ func (c Config) check() (checked, error) {
 	bind := c.BindAddr
 	if bind == "" {
 		bind = net.JoinHostPort("0.0.0.0", strconv.Itoa(c.defaultPort()))
+		out.bindRoute = c.defaultPort() == 0 && c.AdvertiseAddr == ""
 	}
 	if out.bindHost, out.bindPort, err = splitAddr(bind); err != nil {
 		return out, invalid("BindAddr %q: %v", c.BindAddr, err)

@@ -126,6 +126,12 @@ func (n *Node) Start(ctx context.Context) error {
 		return invalid("BindAddr %q: %v", cfg.BindAddr, err)
 	}
 	advertiseHost := ""
+	if c.bindRoute {
+		// Listen where the peers reach this node, not on every interface.
+		if src := routeSource(ctx, n.peers); src != "" {
+			bindHost = src
+		}
+	}
 	if c.advertiseHost != "" {
 		if advertiseHost, err = resolveHost(ctx, c.advertiseHost); err != nil {
 			return invalid("AdvertiseAddr %q: %v", cfg.AdvertiseAddr, err)

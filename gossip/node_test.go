@@ -458,9 +458,11 @@ func closeWaiting() bool {
 }
 
 // TestInstancesShareAHostWithTheDefaultBind: instances that join a gateway
-// with an empty BindAddr each bind a free port on all interfaces and
-// advertise the address they reach the gateway from, so several run on one
-// host and the gateway probes them all.
+// with an empty BindAddr each bind a free port on the address they reach
+// the gateway from, and advertise it, so several run on one host, the
+// gateway probes them all, and nothing else reaches them: on Linux,
+// 127.0.0.2 (loopback too) reaches a port bound on all interfaces but not
+// one bound on 127.0.0.1.
 func TestInstancesShareAHostWithTheDefaultBind(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -473,6 +475,12 @@ func TestInstancesShareAHostWithTheDefaultBind(t *testing.T) {
 		host, port, err := net.SplitHostPort(n.LocalAddr())
 		if err != nil || host != "127.0.0.1" || port == "0" || port == strconv.Itoa(DefaultPort) {
 			t.Fatalf("instance %d advertises %q (%v), want 127.0.0.1 and a free port", i, n.LocalAddr(), err)
+		}
+		if runtime.GOOS == "linux" {
+			if c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.2", port), 2*time.Second); err == nil {
+				c.Close()
+				t.Fatalf("instance %d's port %s answers on 127.0.0.2: bound on every interface, not on its advertised address", i, port)
+			}
 		}
 		nodes = append(nodes, n)
 	}

@@ -143,3 +143,36 @@ func TestReregistersAfterTheBucketIsLost(t *testing.T) {
 	testutil.Eventually(t, "the record in the new bucket", func() bool { owner, _ := r.holderOf(t); return owner == p.Owner() })
 	t.Logf("re-registered %v after the restart without store", time.Since(began))
 }
+
+// TestRestartAfterCrashTellsItsWait: a restart that finds its crashed
+// predecessor's record (its lease not run out yet) says that it waits, and
+// for how long at most, then takes the ID over.
+func TestRestartAfterCrashTellsItsWait(t *testing.T) {
+	r := newRig(t, 30*time.Second)
+	crashed := newPublisher(t, r, publisher.Config{})
+	if err := crashed.Announce(t.Context(), orders); err != nil {
+		t.Fatal(err)
+	}
+	r.next(t)
+	crashed.Close() // no withdrawal: the record and its lease stay
+	type wait struct {
+		held serverlist.Instance
+		d    time.Duration
+	}
+	waits := make(chan wait, 1)
+	restart := newPublisher(t, r, publisher.Config{ClaimProbe: 300 * time.Millisecond, OnClaimWait: func(held serverlist.Instance, d time.Duration) {
+		waits <- wait{held, d}
+	}})
+	in := orders
+	in.Incarnation = time.Now().UnixNano()
+	if err := restart.Announce(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	w := testutil.Receive(t, waits, time.Second, "the wait to be told")
+	if w.held.Owner != crashed.Owner() || w.d != 300*time.Millisecond {
+		t.Fatalf("told a wait on %q for %v, want the crashed owner %q for 300ms", w.held.Owner, w.d, crashed.Owner())
+	}
+	if owner, _ := r.holderOf(t); owner != restart.Owner() {
+		t.Fatalf("record held by %q after the wait, want the restart's", owner)
+	}
+}

@@ -31,7 +31,9 @@ var (
 
 // Config configures a Publisher. Zero values take the defaults.
 type Config struct {
-	// Prefix is the subject prefix. Default events.DefaultPrefix ("lb").
+	// Prefix is the subject prefix. Default (empty): the registry's
+	// (serverlist.RegistryConfig.Prefix), so a program gives it once; a
+	// different one is an error.
 	Prefix string
 	// LeaseInterval is how often the instance's lease is renewed. Default:
 	// a third of the registry's TTL, so two renewals may fail before the
@@ -60,6 +62,12 @@ type Config struct {
 	// not run out). Zero means half the registry's TTL. See
 	// serverlist.Registry.Claim.
 	ClaimProbe time.Duration
+	// OnClaimWait, when set, is called when Announce finds the ID held by
+	// another process's record and starts watching it, with that record and
+	// the longest wait (ClaimProbe): the restart of a crashed instance waits
+	// there until its predecessor's record proves dead. The wait is also
+	// logged (info) to the registry's logger; Announce's ctx bounds it.
+	OnClaimWait func(held serverlist.Instance, wait time.Duration)
 }
 
 // Publisher announces one instance. Its methods are safe for concurrent
@@ -96,8 +104,13 @@ func New(nc *nats.Conn, reg *serverlist.Registry, cfg Config) (*Publisher, error
 	if nc == nil || reg == nil {
 		return nil, fmt.Errorf("%w: nil connection or registry", ErrInvalidConfig)
 	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = events.DefaultPrefix
+	// The registry was opened for one deployment's prefix: events go out
+	// under the same, given once.
+	switch regPrefix := reg.Config().Prefix; {
+	case cfg.Prefix == "":
+		cfg.Prefix = regPrefix
+	case cfg.Prefix != regPrefix:
+		return nil, fmt.Errorf("%w: prefix %q, but the registry was opened for %q (leave Prefix empty to take the registry's)", ErrInvalidConfig, cfg.Prefix, regPrefix)
 	}
 	if err := events.ValidatePrefix(cfg.Prefix); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)

@@ -3,6 +3,7 @@ package publisher_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -223,6 +224,10 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if _, err := publisher.New(r.nc, r.reg, publisher.Config{Prefix: "bad prefix"}); !errors.Is(err, publisher.ErrInvalidConfig) {
 		t.Fatalf("bad prefix: %v", err)
+	}
+	// The prefix is given once, to the registry: another one is refused.
+	if _, err := publisher.New(r.nc, r.reg, publisher.Config{Prefix: "other"}); !errors.Is(err, publisher.ErrInvalidConfig) || !strings.Contains(err.Error(), "registry") {
+		t.Fatalf("a prefix other than the registry's: %v", err)
 	}
 	p, _ := publisher.New(r.nc, r.reg, publisher.Config{})
 	if err := p.Announce(t.Context(), serverlist.Instance{Service: "a.b", InstanceID: "x", Host: "h", Port: 1}); err == nil {

@@ -23,6 +23,11 @@ type ClaimOptions struct {
 	// third of it. It bounds how long a restart after a crash waits while
 	// the crashed process's record has not expired yet.
 	Probe time.Duration
+	// OnProbe, when set, is called (on the caller's goroutine) as Claim
+	// starts watching another owner's record, with that record and how long
+	// it may watch: the wait of a restart after a crash, told instead of
+	// silent. ctx still bounds the wait.
+	OnProbe func(held Instance, probe time.Duration)
 }
 
 // Claim registers in as the one live process of its instance ID: the
@@ -94,6 +99,12 @@ func (r *Registry) claimRecord(ctx context.Context, in Instance, opts ClaimOptio
 			return 0, err
 		}
 		if held.Owner != in.Owner && !opts.Replace {
+			r.log.Info().Str("service", in.Service).Str("id", in.InstanceID).Str("owner", held.Owner).
+				Int64("incarnation", held.Incarnation).Dur("probe", probe).
+				Msg("serverlist: the instance ID is held by another process's record; watching it for a refresh before taking it over (a restart after a crash waits here)")
+			if opts.OnProbe != nil {
+				opts.OnProbe(held.Clone(), probe)
+			}
 			alive, gone, err := r.watchForLife(ctx, in.Service, in.InstanceID, held.Revision, probe)
 			if err != nil {
 				return 0, err
