@@ -5,6 +5,7 @@ package embed_test
 import (
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,10 +14,11 @@ import (
 	"github.com/pushlb/pushlb/internal/testutil"
 )
 
-var gatewayBin, clientBin string
+var gatewayBin, clientBin, serviceBin string
 
 func TestMain(m *testing.M) {
-	os.Exit(testutil.RunWithBinaries(m, func(bins []string) { gatewayBin, clientBin = bins[0], bins[1] }, "./gateway", "./client"))
+	os.Exit(testutil.RunWithBinaries(m, func(bins []string) { gatewayBin, clientBin, serviceBin = bins[0], bins[1], bins[2] },
+		"./gateway", "./client", "./service"))
 }
 
 // answeredBy sends a request through the gateway and returns the name of
@@ -72,5 +74,30 @@ func TestEmbeddedGatewayAndClient(t *testing.T) {
 	})
 	if code := gw.Stop(t, 10*time.Second); code != 0 {
 		t.Fatalf("gateway exited %d:\n%s", code, gw.Output())
+	}
+}
+
+// TestServiceAnnouncesItself: the service example announces itself with the
+// publisher API; the gateway example routes to it from its announcement,
+// and its SIGTERM withdraws it before it stops serving.
+func TestServiceAnnouncesItself(t *testing.T) {
+	srv := natstest.Start(t)
+	addr := testutil.FreeAddr(t)
+	gw := testutil.Start(t, gatewayBin, "-nats", srv.URL(), "-listen", addr)
+	gw.WaitFor(t, "serving", 20*time.Second)
+	svcAddr := testutil.FreeAddr(t)
+	svc := testutil.Start(t, serviceBin, "-nats", srv.URL(), "-service", "hello", "-listen", svcAddr)
+	svc.WaitFor(t, "announced", 20*time.Second)
+	id := "127.0.0.1:hello:" + strings.TrimPrefix(svcAddr, "127.0.0.1:")
+	testutil.Eventually(t, "the service through the gateway", func() bool { return answeredBy("http://"+addr+"/hello/x") == id })
+	svc.Signal(t, syscall.SIGTERM)
+	svc.WaitFor(t, "withdrawn", 20*time.Second)
+	// Withdrawn before it stopped: the gateway no longer lists it.
+	testutil.Eventually(t, "the gateway to answer 503 for hello", func() bool {
+		code, _, err := testutil.Fetch(nil, "http://"+addr+"/hello/x")
+		return err == nil && code == 503
+	})
+	if code := svc.Wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("service exited %d:\n%s", code, svc.Output())
 	}
 }
