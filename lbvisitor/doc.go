@@ -1,6 +1,8 @@
-// Package lbvisitor connects the subscriber to the balancers: it is where a
-// gateway stops polling and rebuilds a balancer's list from instance-ID
-// lookups on every change.
+// Package lbvisitor is the step that visits the balancers: on every change
+// of a service's live set it rebuilds that service's balancer list from
+// instance-ID lookups, after stopping the balancer's polling. It connects
+// the subscriber to the balancers (Ribbon's seed calls the step a
+// LoadBalancerVisitor).
 //
 // A Visitor wraps one balancer. Creating it stops the balancer's polling
 // updater. Apply takes a ListChanged (the full list of live IDs), resolves
