@@ -2,7 +2,6 @@ package pushlb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
@@ -59,14 +57,13 @@ const (
 
 // parts are what Start builds; they are set once, when Start succeeds.
 type parts struct {
-	sub      *subscriber.Subscriber
-	lookup   *serverlist.Lookup
-	scaler   *registryScaler // raises the bucket's replicas (started last)
-	visitors *lbvisitor.Registry
-	gossip   *gossip.Node
-	guard    *gossipGuard // checks gossip reports; nil with gossip off
-	janitor  *janitor
-	reaper   *serverlist.Reaper // nil without WithReaper
+	sub         *subscriber.Subscriber
+	lookup      *serverlist.Lookup
+	stopScaling func() // stops the bucket's scale-up (started last)
+	visitors    *lbvisitor.Registry
+	gossip      *gossip.Node
+	janitor     *janitor
+	reaper      *serverlist.Reaper // nil without Config.Reaper
 }
 
 // New builds a client over nc with cfg (the zero Config is the default
@@ -190,7 +187,7 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 		return nil, fmt.Errorf("pushlb: initial lists: %w", err)
 	}
 	if o.Gossip != nil {
-		if p.gossip, p.guard, err = startGossip(ctx, *o.Gossip, p.sub, o); err != nil {
+		if p.gossip, err = startGossip(ctx, *o.Gossip, p.sub, o); err != nil {
 			p.close()
 			return nil, err
 		}
@@ -204,86 +201,31 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 			return nil, fmt.Errorf("pushlb: reaper: %w", err)
 		}
 	}
-	p.scaler = startRegistryScaler(reg, o.log)
+	p.stopScaling = reg.ScaleUpInBackground(registryScaleTimeout)
 	return p, nil
 }
 
-// registryScaler raises the registry bucket's replicas in the background
-// (serverlist.Registry.ScaleUp), so that a gateway whose user may not update
-// the stream starts as fast as any other.
-type registryScaler struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func startRegistryScaler(reg *serverlist.Registry, log zerolog.Logger) *registryScaler {
-	ctx, cancel := context.WithTimeout(context.Background(), registryScaleTimeout)
-	s := &registryScaler{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		defer cancel()
-		bucket := reg.Config().Bucket
-		from, to, err := reg.ScaleUp(ctx)
-		switch {
-		case errors.Is(err, serverlist.ErrNotPermitted):
-			log.Warn().Err(err).Str("bucket", bucket).Int("replicas", from).
-				Msg("cannot scale the registry bucket up: this NATS user may not update the stream; going on with its replicas (the operator raises them: nats kv edit --replicas)")
-		case err != nil && ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled):
-			// closed meanwhile
-		case err != nil:
-			log.Warn().Err(err).Str("bucket", bucket).Msg("cannot scale the registry bucket up; going on with its replicas")
-		case to > from:
-			log.Info().Str("bucket", bucket).Int("from", from).Int("to", to).Msg("scaled the registry bucket up")
-		}
-	}()
-	return s
-}
-
-// close stops the scale-up, if it still runs, and waits for it.
-func (s *registryScaler) close() {
-	s.cancel()
-	<-s.done
-}
-
-// startGossip joins the gossip cluster as a gateway: an instance node
-// declared dead, or leaving, is an offline for its incarnation; one that
-// comes back (a refuted suspicion) is restored. Only the node that the
-// instance's registry record names speaks for it: the guard drops and counts
-// the other reports.
-func startGossip(ctx context.Context, cfg gossip.Config, sub *subscriber.Subscriber, o options) (*gossip.Node, *gossipGuard, error) {
+// startGossip joins the gossip cluster as a gateway; the subscriber's
+// GossipHandler turns instance nodes that die or leave into offlines,
+// accepting reports only from the node an instance's record names.
+func startGossip(ctx context.Context, cfg gossip.Config, sub *subscriber.Subscriber, o options) (*gossip.Node, error) {
 	cfg.Logger = o.log
-	guard := newGossipGuard(sub.Mirror(), o.log)
-	n, err := gossip.New(cfg, gossip.HandlerFuncs{
-		Alive: func(m gossip.Member) {
-			if guard.accept(m, "alive") {
-				sub.GossipAlive(m.Meta.Service, m.Meta.InstanceID, m.Meta.Incarnation)
-			}
-		},
-		Gone: func(m gossip.Member, reason gossip.Reason) {
-			if m.Meta.Role != gossip.RoleInstance {
-				return
-			}
-			o.log.Info().Str("node", m.Name).Str("addr", m.Addr).Str("reason", string(reason)).Msg("gossip: instance gone")
-			if guard.accept(m, string(reason)) {
-				sub.GossipGone(m.Meta.Service, m.Meta.InstanceID, m.Meta.Incarnation)
-			}
-		},
-	})
+	n, err := gossip.New(cfg, sub.GossipHandler())
 	if err != nil {
-		return nil, nil, fmt.Errorf("pushlb: gossip: %w", err)
+		return nil, fmt.Errorf("pushlb: gossip: %w", err)
 	}
 	if err := n.Start(ctx); err != nil {
 		n.Close()
-		return nil, nil, fmt.Errorf("pushlb: gossip: %w", err)
+		return nil, fmt.Errorf("pushlb: gossip: %w", err)
 	}
 	o.log.Info().Str("gossip", n.LocalAddr()).Strs("join", cfg.Join).Str("profile", string(cfg.Profile)).Msg("gossip started")
-	return n, guard, nil
+	return n, nil
 }
 
 // close stops the started parts in reverse order.
 func (p *parts) close() {
-	if p.scaler != nil {
-		p.scaler.close()
+	if p.stopScaling != nil {
+		p.stopScaling()
 	}
 	if p.reaper != nil {
 		p.reaper.Close()

@@ -189,12 +189,13 @@ func (c *Client) Stats() Stats {
 	st := Stats{Events: eventStats(subscriber.Stats{})}
 	if p := c.started(); p != nil {
 		st.Started = true
-		st.Events = eventStats(p.sub.Stats())
+		sub := p.sub.Stats()
+		st.Events = eventStats(sub)
 		st.Registry = RegistryStats(p.sub.Mirror().Stats())
 		st.Lookups = LookupStats(p.lookup.Stats())
 		st.Unregistered = p.visitors.Unregistered()
 		if p.gossip != nil {
-			st.Gossip = GossipStats{Members: p.gossip.NumMembers(), Ignored: p.guard.ignored.Load()}
+			st.Gossip = GossipStats{Members: p.gossip.NumMembers(), Ignored: sub.GossipIgnored}
 		}
 		if p.reaper != nil {
 			st.Reaper = ReaperStats(p.reaper.Stats())

@@ -100,6 +100,37 @@ func retryUnanswered(ctx context.Context, f func(ctx context.Context) error) err
 	}
 }
 
+// ScaleUpInBackground runs ScaleUp on a goroutine of its own, bounded by
+// timeout, and logs the outcome to the registry's logger: raised, not
+// permitted (a warning: the operator raises the replicas), or failed. A
+// gateway starts as fast as any other, whether its user may update the
+// stream or not. stop cancels a scale-up still running and waits for it.
+func (r *Registry) ScaleUpInBackground(timeout time.Duration) (stop func()) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer cancel()
+		bucket := r.cfg.Bucket
+		from, to, err := r.ScaleUp(ctx)
+		switch {
+		case errors.Is(err, ErrNotPermitted):
+			r.log.Warn().Err(err).Str("bucket", bucket).Int("replicas", from).
+				Msg("cannot scale the registry bucket up: this NATS user may not update the stream; going on with its replicas (the operator raises them: nats kv edit --replicas)")
+		case err != nil && errors.Is(ctx.Err(), context.Canceled):
+			// stopped meanwhile
+		case err != nil:
+			r.log.Warn().Err(err).Str("bucket", bucket).Msg("cannot scale the registry bucket up; going on with its replicas")
+		case to > from:
+			r.log.Info().Str("bucket", bucket).Int("from", from).Int("to", to).Msg("scaled the registry bucket up")
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // streamName is the JetStream stream behind a KV bucket.
 func streamName(bucket string) string { return "KV_" + bucket }
 

@@ -122,6 +122,10 @@ type Stats struct {
 	// them dead or gone; GossipRevivals those it brought back.
 	GossipRemovals uint64 `json:"gossipRemovals"`
 	GossipRevivals uint64 `json:"gossipRevivals"`
+	// GossipIgnored counts the gossip reports (deaths, leaves, revivals)
+	// GossipHandler ignored because they came from a node other than the
+	// one the instance's registry record names, or the record names none.
+	GossipIgnored uint64 `json:"gossipIgnored"`
 	// Unconfirmed counts instances known only from events (or gossip) that
 	// were forgotten because the registry did not show them within
 	// Config.ConfirmWithin: announcements of instances nobody registered.

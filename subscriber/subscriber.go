@@ -155,6 +155,7 @@ type Subscriber struct {
 	log     zerolog.Logger
 	dropLog zerolog.Logger
 	stats   counters
+	guard   gossipGuard // checks gossip reports (GossipHandler)
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -213,6 +214,7 @@ func New(nc *nats.Conn, reg *serverlist.Registry, h Handler, cfg Config) (*Subsc
 	mcfg.OnRefresh = s.registryRefreshed
 	mcfg.Logger = cfg.Logger.With().Str("component", "mirror").Logger()
 	s.mirror = serverlist.NewMirror(reg, mcfg)
+	s.guard.init(s.mirror, cfg.Logger)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.sched = &scheduler{
 		coalesce:      cfg.Coalesce,
@@ -337,7 +339,11 @@ func (s *Subscriber) Close() error {
 }
 
 // Stats returns the counters.
-func (s *Subscriber) Stats() Stats { return s.stats.snapshot() }
+func (s *Subscriber) Stats() Stats {
+	st := s.stats.snapshot()
+	st.GossipIgnored = s.guard.ignored.Load()
+	return st
+}
 
 // Live returns the live instance IDs of every known service.
 func (s *Subscriber) Live() map[string][]string {

@@ -155,9 +155,9 @@ func TestCrashDetectedByLease(t *testing.T) {
 }
 
 // TestInstancesShareAHostWithTheDefaultGossipBind: two announce -gossip
-// on one host, both with the default bind (a free port each), both join,
-// and each one's SIGKILL is noticed through gossip with the fast profile,
-// long before the 30 s lease.
+// on one host, both with the default bind (a free port each, on the
+// address that reaches the gateway), both join, and each one's SIGKILL is
+// removed by gossip with the fast profile, not by the 30 s lease.
 func TestInstancesShareAHostWithTheDefaultGossipBind(t *testing.T) {
 	g, gossipAddr := startGossipGateway(t)
 	var anns []*testutil.Proc
@@ -165,11 +165,15 @@ func TestInstancesShareAHostWithTheDefaultGossipBind(t *testing.T) {
 	for _, name := range []string{"d1", "d2"} {
 		a := start(t, bin.announce, "-nats", "nats://"+g.nats, "-service", "orders", "-addr", named(t, name).Listener.Addr().String(),
 			"-gossip", gossipAddr, "-gossip-profile", "fast")
-		// 0.0.0.0 without a key: announce warns (before the line below).
-		a.WaitFor(t, "gossip has no key", lineTimeout)
 		node := gossipMember(t, a)
-		if strings.HasSuffix(node, ":"+strconv.Itoa(gossip.DefaultPort)) || slices.Contains(nodes, node) {
-			t.Fatalf("announce %s gossips at %s, want a free port of its own (others: %v)", name, node, nodes)
+		if !strings.HasPrefix(node, "127.0.0.1:") || strings.HasSuffix(node, ":"+strconv.Itoa(gossip.DefaultPort)) || slices.Contains(nodes, node) {
+			t.Fatalf("announce %s gossips at %s, want a free port of its own on 127.0.0.1 (others: %v)", name, node, nodes)
+		}
+		// Bound on loopback, where it reaches the gateway, not on every
+		// interface: no warning about a keyless gossip open to the network
+		// (it would come before the line above).
+		if strings.Contains(a.Output(), "gossip has no key") {
+			t.Fatalf("announce %s warns of a keyless gossip on loopback:\n%s", name, a.Output())
 		}
 		anns, nodes = append(anns, a), append(nodes, node)
 	}
@@ -177,16 +181,15 @@ func TestInstancesShareAHostWithTheDefaultGossipBind(t *testing.T) {
 		return g.servers(t) == 2 && g.metric("pushlb_gossip_members") == 3
 	})
 
-	const bound = 5 * time.Second // ProfileFast expects ~1 s
+	// The removals' cause is asserted (gossip, not the 30 s lease); their
+	// speed is logged (ProfileFast expects ~1 s; BenchmarkDetection
+	// measures it).
 	var took []time.Duration
 	for i, a := range anns {
 		a.Kill(t)
 		began := time.Now()
 		testutil.Eventually(t, "the crashed instance to leave", func() bool { return g.servers(t) == len(anns)-1-i })
 		took = append(took, time.Since(began))
-		if took[i] > bound {
-			t.Errorf("instance %d (gossip %s): removed %v after its kill, want within %v", i+1, nodes[i], took[i], bound)
-		}
 	}
 	if n := g.metric("pushlb_gossip_removals_total"); n != 2 {
 		t.Fatalf("gossip removed %v instances, want both (the lease did the rest?)", n)

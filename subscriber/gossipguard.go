@@ -1,4 +1,4 @@
-package pushlb
+package subscriber
 
 import (
 	"sync/atomic"
@@ -10,9 +10,35 @@ import (
 	"github.com/pushlb/pushlb/serverlist"
 )
 
-// gossipGuard decides which gossip reports about an instance the client
-// acts on. A node's Meta is only a claim (any node can say it is any
-// instance), so a death, a leave or a revival counts only when it comes
+// GossipHandler returns the handler of a gateway's gossip node: an instance
+// node declared dead, or leaving, is taken offline for its incarnation
+// (GossipGone); one that comes back (a refuted suspicion) is restored
+// (GossipAlive). Only the node that the instance's registry record names
+// speaks for it: reports from any other are dropped and counted
+// (Stats.GossipIgnored). Pass it to gossip.New.
+func (s *Subscriber) GossipHandler() gossip.Handler {
+	g := &s.guard
+	return gossip.HandlerFuncs{
+		Alive: func(m gossip.Member) {
+			if g.accept(m, "alive") {
+				s.GossipAlive(m.Meta.Service, m.Meta.InstanceID, m.Meta.Incarnation)
+			}
+		},
+		Gone: func(m gossip.Member, reason gossip.Reason) {
+			if m.Meta.Role != gossip.RoleInstance {
+				return
+			}
+			s.log.Info().Str("node", m.Name).Str("addr", m.Addr).Str("reason", string(reason)).Msg("gossip: instance gone")
+			if g.accept(m, string(reason)) {
+				s.GossipGone(m.Meta.Service, m.Meta.InstanceID, m.Meta.Incarnation)
+			}
+		},
+	}
+}
+
+// gossipGuard decides which gossip reports about an instance the
+// subscriber acts on. A node's Meta is only a claim (any node can say it is
+// any instance), so a death, a leave or a revival counts only when it comes
 // from the node that the instance's registry record names: the same node
 // name and address (serverlist.Instance GossipNode, GossipAddr) for the
 // incarnation the record holds. The registry is the truth, and only the
@@ -34,12 +60,12 @@ type gossipGuard struct {
 	ignored atomic.Uint64
 }
 
-func newGossipGuard(mirror *serverlist.Mirror, log zerolog.Logger) *gossipGuard {
-	return &gossipGuard{mirror: mirror, log: log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second})}
+func (g *gossipGuard) init(mirror *serverlist.Mirror, log zerolog.Logger) {
+	g.mirror, g.log = mirror, log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second})
 }
 
-// accept reports whether the client may act on report ("alive", "dead",
-// "left") about the instance that m's Meta names.
+// accept reports whether the subscriber may act on report ("alive",
+// "dead", "left") about the instance that m's Meta names.
 func (g *gossipGuard) accept(m gossip.Member, report string) bool {
 	if m.Meta.Role != gossip.RoleInstance {
 		return false
