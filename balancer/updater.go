@@ -12,6 +12,13 @@ import (
 // is polled by the balancer's polling updater (see Balancer.Start), from one
 // goroutine at a time; the methods must honour ctx, whose values are those
 // given to Start.
+//
+// Where the updater serves: a configured listOfServers reaches its
+// balancer through it (StaticList, Ribbon's ConfigurationBasedServerList),
+// in the gateway as in the library, until the push path takes the service
+// over (lbvisitor stops the polling for good); and a program that uses the
+// balancer without NATS plugs in a source that cannot push (DNS, a file, a
+// config service) with WithServerList or Factory's WithServerListProvider.
 type ServerList interface {
 	// InitialServers returns the list at start-up.
 	InitialServers(ctx context.Context) ([]Server, error)
