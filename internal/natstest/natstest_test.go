@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pushlb/pushlb/internal/natstest"
+	"github.com/pushlb/pushlb/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -122,24 +123,30 @@ authorization {
 		t.Fatalf("anonymous connection: %v, want an authorization error", err)
 	}
 	refused := make(chan error, 1)
+	reconnected := make(chan struct{}, 1)
 	nc := srv.Connect(t, nats.UserInfo("reader", "pw"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			return // not the answer waited for
+		}
 		select {
 		case refused <- err:
 		default:
 		}
+	}), nats.ReconnectHandler(func(*nats.Conn) {
+		select {
+		case reconnected <- struct{}{}:
+		default:
+		}
 	}))
 	srv.Restart(t)
+	// Publish on the restarted server, once the client is back: a publish
+	// buffered while it reconnects may be sent or not.
+	testutil.Receive(t, reconnected, 20*time.Second, "the client to reconnect to the restarted server")
 	if err := nc.Publish("x.y", nil); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-refused:
-		if !errors.Is(err, nats.ErrPermissionViolation) {
-			t.Fatalf("error %v, want a permissions violation", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the publish was not refused")
-	}
+	nc.Flush()
+	testutil.Receive(t, refused, 20*time.Second, "the restarted server to refuse the publish")
 	if srv.NATS().JetStreamEnabled() != true {
 		t.Fatal("the file enables JetStream")
 	}
