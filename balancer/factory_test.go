@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pushlb/pushlb/balancer"
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 // factoryConfig has zone a by default, and a client orders with its own

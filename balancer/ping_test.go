@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 func serverOf(t *testing.T, id string, ts *httptest.Server) Server {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 // switchList is a ServerList whose answer tests change.

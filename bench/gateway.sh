@@ -4,7 +4,7 @@
 # pushlb gateway (embedded NATS, the backend registered by announce) and
 # fastlb (cmd/fastlb: pushlb's balancer behind fasthttp instead of net/http,
 # a measurement of another HTTP engine, static upstream list) in front of
-# the same Go backend (internal/testbackend), and loads each with wrk in
+# the same Go backend (internal/testkit/testbackend), and loads each with wrk in
 # alternating rounds. Prints req/s, p50 and p99 of every round, their
 # medians, and the ratios to nginx.
 #
@@ -73,7 +73,7 @@ trap 'exit 130' INT TERM
 
 echo "== build (into $tmp/bin)"
 mkdir -p "$tmp/bin"
-(cd "$root" && go build -o "$tmp/bin/" ./cmd/gateway ./cmd/announce ./internal/testbackend)
+(cd "$root" && go build -o "$tmp/bin/" ./cmd/gateway ./cmd/announce ./internal/testkit/testbackend)
 go build -o "$tmp/bin/caddy" ./cmd/caddy
 # fastlb links the balancer of the same checkout as the gateway: a copy of
 # this module's go.mod with its replace pointed at $root.

@@ -9,8 +9,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 
-	"github.com/pushlb/pushlb/internal/gateway"
-	"github.com/pushlb/pushlb/internal/testpub"
+	"github.com/pushlb/pushlb/internal/app/gateway"
+	"github.com/pushlb/pushlb/internal/testkit/testpub"
 )
 
 // trips returns the breaker trips of service, from the gateway's state.

@@ -13,8 +13,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/rs/zerolog"
 
-	"github.com/pushlb/pushlb/internal/gateway"
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/app/gateway"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 // chromium returns the browser to drive: $CHROMIUM, or the first of the

@@ -10,9 +10,9 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 
-	"github.com/pushlb/pushlb/internal/gateway"
-	"github.com/pushlb/pushlb/internal/scale"
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/app/gateway"
+	"github.com/pushlb/pushlb/internal/testkit/scale"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 	"github.com/pushlb/pushlb/serverlist"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 // BenchmarkDetection measures how long a crash takes to reach the Handler:

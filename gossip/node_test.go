@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 func TestThreeNodesJoinAndSeeMeta(t *testing.T) {

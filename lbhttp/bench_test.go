@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/pushlb/pushlb/balancer"
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 // okServer is a backend that answers "ok" and records nothing, so that the

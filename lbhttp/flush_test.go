@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/pushlb/pushlb/balancer"
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 // countingListener counts the writes on the connections it accepts.

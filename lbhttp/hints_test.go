@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/pushlb/pushlb/balancer"
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 // hintRule records the zone and key of each pick's context and picks the

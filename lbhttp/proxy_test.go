@@ -17,7 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/balancer"
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 // newFront serves proxy on 127.0.0.1; the returned client's idle

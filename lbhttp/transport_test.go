@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/pushlb/pushlb/balancer"
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 func TestTransportBalancesAndRewritesURL(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/gossip"
-	"github.com/pushlb/pushlb/internal/natstest"
+	"github.com/pushlb/pushlb/internal/testkit/natstest"
 	"github.com/pushlb/pushlb/publisher"
 	"github.com/pushlb/pushlb/serverlist"
 )

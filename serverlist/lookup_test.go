@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 	"github.com/pushlb/pushlb/serverlist"
 )
 

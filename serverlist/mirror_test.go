@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 	"github.com/pushlb/pushlb/serverlist"
 )
 

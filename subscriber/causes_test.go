@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/pushlb/pushlb/events"
-	"github.com/pushlb/pushlb/internal/natstest"
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/natstest"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 	"github.com/pushlb/pushlb/subscriber"
 )
 

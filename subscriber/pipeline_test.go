@@ -15,8 +15,8 @@ import (
 
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
-	"github.com/pushlb/pushlb/internal/natstest"
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/natstest"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 	"github.com/pushlb/pushlb/lbvisitor"
 	"github.com/pushlb/pushlb/publisher"
 	"github.com/pushlb/pushlb/serverlist"

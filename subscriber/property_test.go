@@ -10,7 +10,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/pushlb/pushlb/events"
-	"github.com/pushlb/pushlb/internal/natstest"
+	"github.com/pushlb/pushlb/internal/testkit/natstest"
 	"github.com/pushlb/pushlb/serverlist"
 	"github.com/pushlb/pushlb/subscriber"
 )

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/pushlb/pushlb/events"
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 	"github.com/pushlb/pushlb/serverlist"
 )
 

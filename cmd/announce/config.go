@@ -17,8 +17,8 @@ import (
 
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/gossip"
-	"github.com/pushlb/pushlb/internal/gossipflag"
-	"github.com/pushlb/pushlb/internal/natsconn"
+	"github.com/pushlb/pushlb/internal/cli/gossipflag"
+	"github.com/pushlb/pushlb/internal/cli/natsconn"
 	"github.com/pushlb/pushlb/serverlist"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/pushlb/pushlb/events"
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 // TestGossipSettingsCheckedWithGossipOff: an invalid profile or key is a

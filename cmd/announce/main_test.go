@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pushlb/pushlb/events"
-	"github.com/pushlb/pushlb/internal/natstest"
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/natstest"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 	"github.com/pushlb/pushlb/serverlist"
 )
 
@@ -28,7 +28,7 @@ var announceBin, backendBin string
 // is ignored: the NATS servers' cleanup waits for their shutdown.
 func TestMain(m *testing.M) {
 	os.Exit(testutil.RunWithBinaries(m, func(bins []string) { announceBin, backendBin = bins[0], bins[1] },
-		".", "../../internal/testbackend"))
+		".", "../../internal/testkit/testbackend"))
 }
 
 // --- the NATS side: events and registry -------------------------------

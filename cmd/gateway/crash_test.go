@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/pushlb/pushlb/gossip"
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 // servers counts the instances the gateway lists for all services.

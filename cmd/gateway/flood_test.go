@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/pushlb/pushlb/events"
-	"github.com/pushlb/pushlb/internal/natstest"
-	"github.com/pushlb/pushlb/internal/testpub"
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/natstest"
+	"github.com/pushlb/pushlb/internal/testkit/testpub"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 // rss returns the resident memory of process pid.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 // TestHintsSteerRequests runs the gateway binary with a YAML file that sets

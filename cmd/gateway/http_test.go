@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 // The binary takes the -http-* flags (here: an idle keep-alive connection

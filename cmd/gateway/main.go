@@ -41,8 +41,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/pushlb/pushlb/internal/gateway"
-	"github.com/pushlb/pushlb/internal/logx"
+	"github.com/pushlb/pushlb/internal/app/gateway"
+	"github.com/pushlb/pushlb/internal/cli/logx"
 )
 
 func main() {

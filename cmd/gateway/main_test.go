@@ -1,7 +1,7 @@
 package main
 
 // These tests build and run the real binaries: gateway (with its embedded
-// NATS server), announce, and internal/testbackend.
+// NATS server), announce, and internal/testkit/testbackend.
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 var bin struct{ gateway, announce, backend string }
@@ -28,7 +28,7 @@ var bin struct{ gateway, announce, backend string }
 // gone too (client shares http.DefaultClient's transport).
 func TestMain(m *testing.M) {
 	os.Exit(testutil.RunWithBinaries(m, func(paths []string) { bin.gateway, bin.announce, bin.backend = paths[0], paths[1], paths[2] },
-		".", "../announce", "../../internal/testbackend"))
+		".", "../announce", "../../internal/testkit/testbackend"))
 }
 
 // Bounds of the waits for a process: one line of output, an exit.

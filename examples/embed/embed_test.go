@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pushlb/pushlb/internal/natstest"
-	"github.com/pushlb/pushlb/internal/testpub"
-	"github.com/pushlb/pushlb/internal/testutil"
+	"github.com/pushlb/pushlb/internal/testkit/natstest"
+	"github.com/pushlb/pushlb/internal/testkit/testpub"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 var gatewayBin, clientBin, serviceBin string

@@ -1,0 +1,262 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pushlb/pushlb"
+	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/balancer/lbconfig"
+	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/internal/cli/gossipflag"
+	"github.com/pushlb/pushlb/internal/cli/natsconn"
+	"github.com/pushlb/pushlb/internal/yamlx"
+	"github.com/pushlb/pushlb/lbhttp"
+	"github.com/pushlb/pushlb/serverlist"
+	"github.com/pushlb/pushlb/subscriber"
+)
+
+// ErrConfig wraps every configuration error; cmd/gateway exits 2 on it.
+var ErrConfig = errors.New("gateway: invalid config")
+
+// Config is the gateway's configuration: a YAML file, then command-line
+// flags over it. Zero values take the defaults of DefaultConfig.
+type Config struct {
+	// Listen is the proxy's address. Default 127.0.0.1:8080.
+	Listen string `yaml:"listen"`
+	// Admin is the admin listener (/-/lb, /metrics, /healthz, /readyz).
+	// Default 127.0.0.1:8081; "off" disables it.
+	Admin string `yaml:"admin"`
+	// HTTP holds the timeouts and limits of the proxy listener.
+	HTTP HTTPConfig `yaml:"http"`
+	// Zone is the gateway's own zone, for the zone filters of every client
+	// that does not set one.
+	Zone string `yaml:"zone"`
+	// Prefix is the NATS subject prefix. Default "lb".
+	Prefix string `yaml:"prefix"`
+	// Lease is the registry's lease (the bucket's TTL), which the bucket
+	// holds: 0, the default, takes the bucket's, or 30 s when this gateway
+	// creates it. A lease given here creates the bucket with it, and the
+	// gateway refuses to start when an existing bucket has another
+	// (pushlb.Config.Lease).
+	Lease time.Duration `yaml:"lease"`
+	// RegistryReplicas is the replicas of the registry bucket, 1 to 5: those
+	// it is created with, and the count the gateway raises an existing bucket
+	// with fewer to (never lowered; a warning if the NATS user may not).
+	// Default 0: min(3, the JetStream servers of the cluster).
+	RegistryReplicas int `yaml:"registryReplicas"`
+
+	// NATS is the connection to an existing NATS server (several URLs,
+	// comma-separated, for a cluster). With an empty URL the gateway starts
+	// an embedded server with JetStream.
+	NATS natsconn.Config `yaml:"nats"`
+	// EmbeddedNATS is where the embedded server listens. Default
+	// 127.0.0.1:4222.
+	EmbeddedNATS string `yaml:"embeddedNats"`
+	// DataDir holds the embedded server's JetStream data. Default: a
+	// temporary directory removed at exit.
+	DataDir string `yaml:"dataDir"`
+
+	// Subscriber tunes the push path.
+	Subscriber SubscriberConfig `yaml:"subscriber"`
+
+	// Limits bound what announcements alone (events without a registry
+	// entry) can make the gateway hold; zero fields take the defaults.
+	Limits pushlb.Limits `yaml:"limits"`
+	// ServiceGrace is how long a service with no instance left and no
+	// request keeps its balancer (services the balancer section names keep
+	// theirs). Default 5m.
+	ServiceGrace time.Duration `yaml:"serviceGrace"`
+
+	// Routes map path prefixes to services, in addition to the default
+	// /<service>/<rest> rule (unless DefaultRoutes is false). A route may
+	// read balancer hints from its requests (zoneHeader, hashKey).
+	Routes        []lbhttp.Route `yaml:"routes"`
+	DefaultRoutes *bool          `yaml:"defaultRoutes"`
+	// Hints are the balancer hints of the default rule, and of the routes
+	// for the fields they leave empty: a header naming the zone to prefer,
+	// and where a request's key for keyed rules (Rendezvous) comes from.
+	// Default: none.
+	Hints lbhttp.Hints `yaml:"hints"`
+
+	// Balancer holds the per-client balancer settings: defaults and
+	// clients, as lbconfig.LoadYAML reads them. Its ClientsConfig is nil
+	// until the file sets it or Validate fills in the defaults.
+	Balancer lbconfig.Section `yaml:"balancer"`
+
+	// ShutdownTimeout bounds how long in-flight requests may take to finish
+	// on SIGTERM. Default 10s.
+	ShutdownTimeout time.Duration `yaml:"shutdownTimeout"`
+
+	// Gossip makes the gateway a memberlist member, so crashed instances
+	// that joined with announce -gossip are noticed within the profile's
+	// detection time. Off unless Bind or Join is set.
+	Gossip gossipflag.Settings `yaml:"gossip"`
+
+	// Reaper makes the gateway take part in the election of the registry's
+	// reaper, which removes the record of an instance whose lease ended
+	// (pushlb.Config.Reaper). Default true: the gateway reaps, a library
+	// client only when asked. The leader alone receives the
+	// fleet's lease renewals; a gateway whose NATS user may not write the
+	// reaper's lock logs it once and stays out. Keep at least one process
+	// of the deployment able to reap (docs/security.md).
+	Reaper bool `yaml:"reaper"`
+
+	// Pprof serves net/http/pprof's profiles under /debug/pprof/ on the
+	// admin listener. Default off.
+	Pprof bool `yaml:"pprof"`
+
+	// Demo starts three local backends in two zones that announce
+	// themselves as service "demo".
+	Demo bool `yaml:"demo"`
+	// DemoPort is the first of the three consecutive ports the demo
+	// backends listen on (127.0.0.1); 0, the default, lets the system pick
+	// free ports.
+	DemoPort int `yaml:"demoPort"`
+}
+
+// SubscriberConfig tunes the subscriber.
+type SubscriberConfig struct {
+	// Services limits the gateway to these services; empty follows all.
+	Services []string `yaml:"services"`
+	// Coalesce is the minimum time between two rebuilds of one service.
+	// Default 10ms.
+	Coalesce time.Duration `yaml:"coalesce"`
+	// AntiEntropy is the full reconciliation interval. Default 60s.
+	AntiEntropy time.Duration `yaml:"antiEntropy"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Listen:          "127.0.0.1:8080",
+		Admin:           "127.0.0.1:8081",
+		Prefix:          events.DefaultPrefix,
+		EmbeddedNATS:    "127.0.0.1:4222",
+		ShutdownTimeout: 10 * time.Second,
+		ServiceGrace:    pushlb.DefaultServiceGrace,
+		Reaper:          true,
+		HTTP:            DefaultHTTPConfig(),
+		Subscriber:      SubscriberConfig{Coalesce: subscriber.DefaultCoalesce, AntiEntropy: subscriber.DefaultAntiEntropy},
+	}
+}
+
+// LoadFile reads a configuration file over DefaultConfig: YAML (.yaml,
+// .yml) for the whole gateway, or a Ribbon .properties file for the
+// balancer settings only.
+func LoadFile(path string) (Config, error) {
+	cfg := DefaultConfig()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".properties":
+		bc, err := lbconfig.LoadProperties(bytes.NewReader(data))
+		if err != nil {
+			return cfg, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
+		}
+		cfg.Balancer.ClientsConfig = bc
+	case ".yaml", ".yml":
+		// Every error names the file, the line and the key path.
+		if err := yamlx.DecodeFile(path, data, &cfg); err != nil {
+			return cfg, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+	default:
+		return cfg, fmt.Errorf("%w: %s: unknown file type (want .yaml, .yml or .properties)", ErrConfig, path)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Validate reports the first invalid setting, wrapping ErrConfig, and fills
+// defaults that depend on other settings.
+func (c *Config) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)
+	}
+	if c.Listen == "" {
+		return bad("listen: empty address")
+	}
+	if c.Admin == "" {
+		return bad(`admin: empty address (use "off" to disable)`)
+	}
+	if err := c.HTTP.Validate(); err != nil {
+		return bad("http.%w", err)
+	}
+	if err := events.ValidatePrefix(c.Prefix); err != nil {
+		return bad("prefix: %w", err)
+	}
+	if err := c.NATS.Validate(); err != nil {
+		return bad("nats: %w", err)
+	}
+	if c.NATS.URL == "" {
+		_, port, err := net.SplitHostPort(c.EmbeddedNATS)
+		if err != nil {
+			return bad("embeddedNats %q: %w", c.EmbeddedNATS, err)
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return bad("embeddedNats %q: bad port %q", c.EmbeddedNATS, port)
+		}
+	}
+	if c.DemoPort < 0 || c.DemoPort > 65535-(demoBackends-1) {
+		return bad("demoPort %d: want 0 (ports the system picks) or a first port of %d free ones, at most %d", c.DemoPort, demoBackends, 65535-(demoBackends-1))
+	}
+	if c.Lease != 0 && c.Lease < serverlist.MinTTL {
+		return bad("lease: %v is below the minimum %v (0: the bucket's)", c.Lease, serverlist.MinTTL)
+	}
+	if c.RegistryReplicas < 0 || c.RegistryReplicas > serverlist.MaxReplicas {
+		return bad("registryReplicas: %d: 1 to %d, or 0 for min(3, the cluster's JetStream servers)", c.RegistryReplicas, serverlist.MaxReplicas)
+	}
+	for _, s := range c.Subscriber.Services {
+		if err := events.ValidateService(s); err != nil {
+			return bad("subscriber.services: %w", err)
+		}
+	}
+	if c.ServiceGrace <= 0 {
+		return bad("serviceGrace: %v is not positive", c.ServiceGrace)
+	}
+	if c.Limits.ConfirmWithin < 0 {
+		return bad("limits.confirmWithin: negative duration %v", c.Limits.ConfirmWithin)
+	}
+	if c.Subscriber.AntiEntropy < 0 || c.ShutdownTimeout < 0 {
+		return bad("negative duration")
+	}
+	for i, r := range c.Routes {
+		if !strings.HasPrefix(r.Prefix, "/") {
+			return bad("routes[%d].prefix %q must start with /", i, r.Prefix)
+		}
+		if err := events.ValidateService(r.Service); err != nil {
+			return bad("routes[%d].service: %w", i, err)
+		}
+		if err := r.Hints.Validate(); err != nil {
+			return bad("routes[%d].%v", i, err)
+		}
+	}
+	if err := c.Hints.Validate(); err != nil {
+		return bad("hints.%v", err)
+	}
+	// Checked with gossip off too (Start warns that they are unused then).
+	if err := c.Gossip.Validate(); err != nil {
+		return bad("gossip: %w", err)
+	}
+	if c.Balancer.ClientsConfig == nil {
+		c.Balancer.ClientsConfig = balancer.DefaultClientsConfig()
+	}
+	if err := c.Balancer.Validate(); err != nil {
+		return bad("balancer: %w", err)
+	}
+	return nil
+}
+
+// defaultRoutes reports whether the /<service>/<rest> rule is on.
+func (c *Config) defaultRoutes() bool { return c.DefaultRoutes == nil || *c.DefaultRoutes }

@@ -1,0 +1,265 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb"
+	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/gossip"
+	"github.com/pushlb/pushlb/internal/cli/natsconn"
+	"github.com/pushlb/pushlb/lbhttp"
+)
+
+// Gateway is a running gateway: a pushlb.Client (the push path, its
+// balancers and its reverse proxy) over a NATS connection, with the HTTP
+// listeners, the admin endpoints, the metrics and, when asked, an embedded
+// NATS server and demo backends. Build it with New, run it with Start, stop
+// it with Shutdown.
+type Gateway struct {
+	cfg Config
+	log zerolog.Logger
+
+	metrics   *metrics
+	embedded  *embeddedNATS
+	nc        *nats.Conn
+	natsWatch *natsWatch
+	client    *pushlb.Client
+	demo      *demo
+	dash      *dashboard
+
+	proxyLn, adminLn   net.Listener
+	proxySrv, adminSrv *http.Server
+	serveWG            sync.WaitGroup
+	stopOnce           sync.Once
+	started            bool // Start succeeded: Shutdown then logs "gateway stopped"
+}
+
+// New validates the configuration and builds a gateway without starting
+// anything.
+func New(cfg Config, log zerolog.Logger) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	g := &Gateway{cfg: cfg, log: log}
+	g.metrics = newMetrics(g)
+	g.dash = newDashboard(g)
+	return g, nil
+}
+
+// Start connects (or starts the embedded NATS server), loads the registry's
+// state into the balancers and starts serving. ctx bounds the start-up only.
+func (g *Gateway) Start(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			g.Shutdown(context.Background())
+		}
+	}()
+	for _, k := range g.cfg.Balancer.IgnoredKeys {
+		g.log.Warn().Str("key", k).Msg("Ribbon key ignored: pushlb does not use it (see docs/config.md)")
+	}
+	g.cfg.Gossip.WarnIgnored(g.log)
+	nccfg := g.cfg.NATS
+	// Every address is checked before anything starts, so that a second
+	// gateway on the same ports says so at once.
+	checks := []listenCheck{{g.cfg.Listen, "-listen"}}
+	if g.cfg.Admin != "off" {
+		checks = append(checks, listenCheck{g.cfg.Admin, "-admin"})
+	}
+	if nccfg.URL == "" {
+		checks = append([]listenCheck{{g.cfg.EmbeddedNATS, "-embedded-nats"}}, checks...)
+	}
+	if err := checkListeners(checks...); err != nil {
+		return err
+	}
+	if nccfg.URL == "" {
+		if g.embedded, err = startEmbeddedNATS(g.cfg.EmbeddedNATS, g.cfg.DataDir, g.log); err != nil {
+			return err
+		}
+		nccfg.URL = g.embedded.URL()
+		g.log.Info().Str("url", nccfg.URL).Msg("embedded NATS server with JetStream started")
+	}
+	nccfg.Name = "pushlb-gateway"
+	if g.nc, err = natsconn.Connect(ctx, nccfg, g.log); err != nil {
+		return err
+	}
+	g.natsWatch = watchNATS(g.nc)
+	g.dash.start()
+	g.metrics.reg.MustRegister(natsCollector{g.natsWatch})
+	if g.client, err = pushlb.New(g.nc, g.clientConfig(), g.options()...); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if err := g.client.Start(ctx); err != nil {
+		return err
+	}
+	if g.cfg.Demo {
+		if g.demo, err = startDemo(ctx, g.nc, g.cfg, g.log); err != nil {
+			return fmt.Errorf("gateway: demo: %w", err)
+		}
+	}
+	ln, err := net.Listen("tcp", g.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("gateway: listen %s: %w", g.cfg.Listen, err)
+	}
+	limited := newLimitListener(ln, g.cfg.HTTP.MaxConns)
+	g.proxyLn = limited
+	g.metrics.reg.MustRegister(listenerCollector{limited})
+	g.proxySrv = g.cfg.HTTP.server(g.client.Handler())
+	g.serve(g.proxySrv, g.proxyLn)
+	if g.cfg.Admin != "off" {
+		if g.adminLn, err = net.Listen("tcp", g.cfg.Admin); err != nil {
+			return fmt.Errorf("gateway: admin listen %s: %w", g.cfg.Admin, err)
+		}
+		g.adminSrv = g.cfg.HTTP.server(g.adminHandler())
+		g.serve(g.adminSrv, g.adminLn)
+	}
+	g.log.Info().Str("listen", g.proxyLn.Addr().String()).Str("admin", g.AdminAddr()).Str("nats", g.nc.ConnectedUrl()).Msg("gateway started")
+	g.started = true
+	return nil
+}
+
+// clientConfig turns the configuration into the client's.
+func (g *Gateway) clientConfig() pushlb.Config {
+	c := g.cfg
+	cc := pushlb.Config{
+		Prefix:           c.Prefix,
+		Zone:             c.Zone,
+		Services:         c.Subscriber.Services,
+		Lease:            c.Lease,
+		RegistryReplicas: c.RegistryReplicas,
+		Balancers:        c.Balancer.ClientsConfig,
+		Coalesce:         c.Subscriber.Coalesce,
+		AntiEntropy:      c.Subscriber.AntiEntropy,
+		ServiceGrace:     c.ServiceGrace,
+		Limits:           c.Limits,
+		Reaper:           c.Reaper,
+	}
+	if c.Gossip.Enabled() {
+		// Validate checked the settings.
+		gc, _ := c.Gossip.Config(gossip.Meta{Role: gossip.RoleGateway}, g.log)
+		cc.Gossip = &gc
+	}
+	return cc
+}
+
+// options returns the client's hooks and HTTP options.
+func (g *Gateway) options() []pushlb.Option {
+	c := g.cfg
+	var popts []lbhttp.ProxyOption
+	if len(c.Routes) > 0 {
+		popts = append(popts, lbhttp.WithRoutes(c.Routes...))
+	}
+	if !c.defaultRoutes() {
+		popts = append(popts, lbhttp.WithoutDefaultRoute())
+	}
+	if !c.Hints.IsZero() {
+		popts = append(popts, lbhttp.WithHints(c.Hints))
+	}
+	return []pushlb.Option{
+		pushlb.WithLogger(g.log),
+		pushlb.WithEventHook(func(e events.Event) {
+			g.metrics.observeEvent(e)
+		}),
+		pushlb.WithListObserver(g.dash.observe),
+		pushlb.WithTransportOptions(lbhttp.WithObserver(g.dash.observer(g.metrics.observer()))),
+		pushlb.WithProxyOptions(popts...),
+	}
+}
+
+// DemoInstructions returns the curl commands to try in demo mode, or "".
+func (g *Gateway) DemoInstructions() string {
+	if g.demo == nil {
+		return ""
+	}
+	return g.demo.instructions(g.ProxyAddr(), g.AdminAddr())
+}
+
+// GossipAddr returns the gossip address, or "" with gossip off.
+func (g *Gateway) GossipAddr() string {
+	if g.client == nil {
+		return ""
+	}
+	return g.client.GossipAddr()
+}
+
+func (g *Gateway) serve(srv *http.Server, ln net.Listener) {
+	g.serveWG.Add(1)
+	go func() {
+		defer g.serveWG.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			g.log.Error().Err(err).Str("addr", ln.Addr().String()).Msg("serve")
+		}
+	}()
+}
+
+// NATSURL returns the URL of the NATS server in use (the embedded one when
+// no URL was configured).
+func (g *Gateway) NATSURL() string { return g.nc.ConnectedUrl() }
+
+// ProxyAddr returns the proxy's listening address.
+func (g *Gateway) ProxyAddr() string { return addrOf(g.proxyLn) }
+
+// AdminAddr returns the admin listener's address, or "off".
+func (g *Gateway) AdminAddr() string {
+	if g.adminLn == nil {
+		return "off"
+	}
+	return addrOf(g.adminLn)
+}
+
+func addrOf(ln net.Listener) string {
+	if ln == nil {
+		return ""
+	}
+	return ln.Addr().String()
+}
+
+// Shutdown stops accepting requests, lets in-flight ones finish within
+// ShutdownTimeout (or ctx), then stops the push path, the balancers and
+// NATS. It is idempotent.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	var err error
+	g.stopOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(ctx, g.cfg.ShutdownTimeout)
+		defer cancel()
+		// The event streams end first: the admin server waits for them.
+		g.dash.stop()
+		for _, srv := range []*http.Server{g.proxySrv, g.adminSrv} {
+			if srv != nil {
+				if e := srv.Shutdown(ctx); e != nil {
+					err = errors.Join(err, fmt.Errorf("gateway: shutdown: %w", e))
+					srv.Close()
+				}
+			}
+		}
+		g.serveWG.Wait()
+		if g.demo != nil {
+			g.demo.stopAll()
+		}
+		if g.client != nil {
+			g.client.Close()
+		}
+		if g.natsWatch != nil {
+			g.natsWatch.stop()
+		}
+		if g.nc != nil {
+			g.nc.Close()
+		}
+		if g.embedded != nil {
+			g.embedded.shutdown()
+		}
+		// A failed Start cleans up through here; its caller logs the
+		// failure, and "stopped" would come first and mislead.
+		if g.started {
+			g.log.Info().Msg("gateway stopped")
+		}
+	})
+	return err
+}

@@ -1,0 +1,58 @@
+package natstest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pushlb/pushlb/internal/testkit/natstest"
+)
+
+// A replicated bucket survives the loss of its stream leader: writes go on
+// through the other nodes, and the node comes back with its store.
+func TestClusterSurvivesLeaderLoss(t *testing.T) {
+	c := natstest.StartCluster(t, 3)
+	nc := c.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "b", Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "k", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	var leader *natstest.Server
+	deadline := time.Now().Add(10 * time.Second)
+	for leader == nil && time.Now().Before(deadline) {
+		leader = c.StreamLeader("KV_b")
+	}
+	if leader == nil {
+		t.Fatal("no stream leader")
+	}
+	leader.Shutdown()
+	var put error
+	for time.Now().Before(deadline.Add(10 * time.Second)) {
+		actx, acancel := context.WithTimeout(ctx, time.Second)
+		_, put = kv.Put(actx, "k", []byte("2"))
+		acancel()
+		if put == nil {
+			break
+		}
+	}
+	if put != nil {
+		t.Fatalf("put after the leader's loss: %v", put)
+	}
+	leader.Restart(t)
+	c.WaitJetStream(t)
+	e, err := kv.Get(ctx, "k")
+	if err != nil || string(e.Value()) != "2" {
+		t.Fatalf("get after the restart: %v %v", e, err)
+	}
+}

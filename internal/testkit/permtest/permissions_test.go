@@ -1,0 +1,519 @@
+package permtest
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+	"github.com/rs/zerolog"
+
+	pushlb "github.com/pushlb/pushlb"
+	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/internal/cli/natsconn"
+	"github.com/pushlb/pushlb/internal/testkit/natstest"
+	"github.com/pushlb/pushlb/internal/testkit/testpub"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+// The shipped configurations, for the default prefix.
+const (
+	examples = "../../../examples/nats-server/"
+	prefix   = events.DefaultPrefix
+	ttl      = 30 * time.Second
+)
+
+var bucket = serverlist.BucketName(prefix)
+
+// role is one of the users the example configurations define.
+type role string
+
+const (
+	operator role = "OPERATOR"
+	gateway  role = "GATEWAY"
+	orders   role = "ANNOUNCE_ORDERS"
+	billing  role = "ANNOUNCE_BILLING"
+	reaper   role = "REAPER"
+)
+
+var roles = []role{operator, gateway, orders, billing, reaper}
+
+// user is the user name users.conf gives a role: pushlb-announce-orders.
+func (r role) user() string {
+	return "pushlb-" + strings.ReplaceAll(strings.ToLower(string(r)), "_", "-")
+}
+
+// credentials is how one role of one configuration style authenticates:
+// as natsconn takes it (files only, so nothing is on a command line), as a
+// raw client option for the forgery attempts, and as the announce process
+// takes it (flags and environment).
+type credentials struct {
+	conn    natsconn.Config
+	option  nats.Option
+	flags   []string
+	environ []string
+}
+
+// style is a shipped configuration and the secrets it expects from
+// nats-server's environment.
+type style struct {
+	name  string
+	file  string
+	setup func(t *testing.T) map[role]credentials
+}
+
+var styles = []style{
+	{"users and passwords", examples + "users.conf", func(t *testing.T) map[role]credentials {
+		creds := map[role]credentials{}
+		for _, r := range roles {
+			pw := rand.Text()
+			t.Setenv("PUSHLB_"+string(r)+"_PASSWORD", pw)
+			file := writeSecret(t, string(r)+".password", pw+"\n")
+			creds[r] = credentials{
+				conn:   natsconn.Config{User: r.user(), PasswordFile: file},
+				option: nats.UserInfo(r.user(), pw),
+				flags:  []string{"-user", r.user(), "-password-file", file},
+			}
+		}
+		return creds
+	}},
+	{"nkeys", examples + "nkeys.conf", func(t *testing.T) map[role]credentials {
+		creds := map[role]credentials{}
+		for _, r := range roles {
+			kp, err := nkeys.CreateUser()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pub, _ := kp.PublicKey()
+			seed, _ := kp.Seed()
+			t.Setenv("PUSHLB_"+string(r)+"_NKEY", pub)
+			file := writeSecret(t, string(r)+".nk", string(seed)+"\n")
+			opt, err := nats.NkeyOptionFromSeed(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			creds[r] = credentials{
+				conn:   natsconn.Config{NkeyFile: file},
+				option: opt,
+				// The seed file from the environment, not a flag.
+				environ: []string{natsconn.EnvNkeySeedFile + "=" + file},
+			}
+		}
+		return creds
+	}},
+}
+
+func writeSecret(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// client is a raw connection of one role, for the attempts the permissions
+// must refuse. The server reports a refusal asynchronously; errs receives
+// every report in the order the server sent it.
+type client struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	errs chan error
+}
+
+func connect(t *testing.T, srv *natstest.Server, c credentials) *client {
+	t.Helper()
+	errs := make(chan error, 64)
+	nc := srv.Connect(t, c.option, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		select {
+		case errs <- err:
+		default:
+		}
+	}))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &client{nc: nc, js: js, errs: errs}
+}
+
+// refusal waits for the server's report that op on subject was refused.
+// op is "Publish" or "Subscription".
+func (c *client) refusal(t *testing.T, op, subject string) {
+	t.Helper()
+	want := op + ` to "` + subject + `"`
+	timer := time.NewTimer(10 * time.Second)
+	defer timer.Stop()
+	for {
+		select {
+		case err := <-c.errs:
+			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), want) {
+				return
+			}
+			t.Errorf("unexpected report while waiting for the refusal of %s: %v", want, err)
+		case <-timer.C:
+			t.Fatalf("the server did not refuse %s", want)
+		}
+	}
+}
+
+// refusedPublish publishes data on subject and waits for the refusal.
+func (c *client) refusedPublish(t *testing.T, subject string, data []byte) {
+	t.Helper()
+	c.publish(t, subject, data)
+}
+
+func (c *client) publish(t *testing.T, subject string, data []byte) {
+	t.Helper()
+	if err := c.nc.Publish(subject, data); err != nil {
+		t.Fatal(err)
+	}
+	c.refusal(t, "Publish", subject)
+}
+
+// refusedRequest runs a JetStream call whose request goes to subject,
+// waits for the server to refuse the request, and checks that the call
+// failed. The call gets no answer: it ends when its context does, which
+// the refusal cancels.
+func (c *client) refusedRequest(t *testing.T, subject string, call func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- call(ctx) }()
+	c.refusal(t, "Publish", subject)
+	cancel()
+	if err := testutil.Receive(t, done, 10*time.Second, "the refused call to return"); err == nil {
+		t.Fatalf("the call to %s succeeded", subject)
+	}
+}
+
+// sentinel proves that the server reported every refusal of what c sent
+// before: it publishes where c may not, waits for that refusal, and fails
+// the test on any other report on the way.
+func (c *client) sentinel(t *testing.T) {
+	t.Helper()
+	c.refusedPublish(t, "permtest.sentinel", nil)
+}
+
+// instanceKey is the registry key of an instance.
+func instanceKey(t *testing.T, service, id string) string {
+	t.Helper()
+	k, err := serverlist.EncodeKey(service, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func instanceValue(service, id string, port int) []byte {
+	return []byte(`{"service":"` + service + `","instanceId":"` + id + `","host":"127.0.0.1","port":` + strconv.Itoa(port) + `,"incarnation":` + strconv.FormatInt(time.Now().UnixNano(), 10) + `}`)
+}
+
+// forgedEvent publishes an event that c may not send and waits for the
+// refusal.
+func (c *client) forgedEvent(t *testing.T, kind events.Kind, service, id string) {
+	t.Helper()
+	subject, data := event(kind, service, id)
+	c.publish(t, subject, data)
+}
+
+func event(kind events.Kind, service, id string) (string, []byte) {
+	subject, data, err := events.EncodeMessage(prefix, events.Event{Kind: kind, Service: service, InstanceID: id, Incarnation: time.Now().UnixNano(), At: time.Now()})
+	if err != nil {
+		panic(err)
+	}
+	return subject, data
+}
+
+// TestPermissions runs nats-server with each shipped configuration and
+// shows that the push path works under it and that no role can do more
+// than docs/security.md says: an announcer cannot forge another service's
+// events or registry entries, nor change the bucket; a gateway cannot write
+// at all. Each refusal is the server's own (a permissions violation naming
+// the subject), waited for, never inferred from silence.
+func TestPermissions(t *testing.T) {
+	for _, st := range styles {
+		t.Run(st.name, func(t *testing.T) { testPermissions(t, st) })
+	}
+}
+
+func testPermissions(t *testing.T, st style) {
+	creds := st.setup(t)
+	srv := natstest.Start(t, natstest.WithConfigFile(t, st.file))
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+
+	// The operator creates the bucket, as deploy tooling would (nats kv
+	// add): no pushlb process may create or change it.
+	op := connect(t, srv, creds[operator])
+	kv, err := op.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: bucket, Description: "pushlb instance registry", History: 1, TTL: ttl, LimitMarkerTTL: ttl,
+	})
+	if err != nil {
+		t.Fatalf("the operator creates the bucket: %v", err)
+	}
+
+	// A gateway: the public client over a connection made by natsconn with
+	// the gateway's credentials, read from a file.
+	var gwLogs testutil.SyncBuffer
+	gwLog := zerolog.New(&gwLogs)
+	gwCfg := creds[gateway].conn
+	gwCfg.URL = srv.URL()
+	gwConn, err := natsconn.Connect(ctx, gwCfg, gwLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gwConn.Close()
+	lb, err := pushlb.New(gwConn, pushlb.Config{Prefix: prefix, Reaper: true}, pushlb.WithLogger(gwLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lb.Start(ctx); err != nil {
+		t.Fatalf("the gateway starts with read-only permissions: %v\n%s", err, gwLogs.String())
+	}
+	defer lb.Close()
+	httpc := &http.Client{Transport: lb.Transport(), Timeout: 5 * time.Second}
+	get := func(url string) (string, error) {
+		resp, err := httpc.Get(url)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return string(b), err
+	}
+
+	// A billing instance, announced by billing's own announcer.
+	billingBackend := testpub.Backend(t, "billing-1")
+	billingConn, err := natsconn.Connect(ctx, withURL(creds[billing].conn, srv.URL()), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer billingConn.Close()
+	testpub.Announce(t, billingConn, "billing", "", billingBackend)
+	billingID := billingBackend.URL
+	testutil.Eventually(t, "billing routed", func() bool {
+		body, err := get("http://billing/x")
+		return err == nil && body == "billing-1 /x"
+	})
+
+	// An orders instance, announced by a real announce process whose
+	// credentials come from a file or the environment.
+	ordersBackend := testpub.Backend(t, "orders-1")
+	args := append([]string{"-nats", srv.URL(), "-service", "orders", "-id", "orders-1",
+		"-addr", ordersBackend.Listener.Addr().String(), "-log-level", "debug"}, creds[orders].flags...)
+	cmd := exec.Command(announceBin, args...)
+	cmd.Env = append(os.Environ(), creds[orders].environ...)
+	ann := testutil.StartCmd(t, cmd)
+	ann.WaitFor(t, "announced online", 20*time.Second)
+	testutil.Eventually(t, "orders routed", func() bool {
+		body, err := get("http://orders/x")
+		return err == nil && body == "orders-1 /x"
+	})
+
+	t.Run("an announcer cannot forge another service", func(t *testing.T) {
+		x := connect(t, srv, creds[orders])
+		// Billing's events: a forged offline of the real instance, a
+		// forged online of an invented one.
+		x.forgedEvent(t, events.Offline, "billing", billingID)
+		x.forgedEvent(t, events.Online, "billing", "evil")
+		// Billing's registry entries: the real key with the attacker's
+		// port, a new key, and the removal of the real one.
+		realKey, newKey := instanceKey(t, "billing", billingID), instanceKey(t, "billing", "evil")
+		xkv, err := x.js.KeyValue(ctx, bucket)
+		if err != nil {
+			t.Fatalf("an announcer opens the bucket: %v", err)
+		}
+		x.refusedRequest(t, "$KV."+bucket+"."+realKey, func(ctx context.Context) error {
+			_, err := xkv.Put(ctx, realKey, instanceValue("billing", billingID, 1))
+			return err
+		})
+		x.refusedRequest(t, "$KV."+bucket+"."+newKey, func(ctx context.Context) error {
+			_, err := xkv.Create(ctx, newKey, instanceValue("billing", "evil", 1))
+			return err
+		})
+		x.refusedRequest(t, "$KV."+bucket+"."+realKey, func(ctx context.Context) error { return xkv.Purge(ctx, realKey) })
+		// Nor read what others announce.
+		if _, err := x.nc.Subscribe(events.WildcardSubject(prefix), func(*nats.Msg) {}); err != nil {
+			t.Fatal(err)
+		}
+		x.refusal(t, "Subscription", events.WildcardSubject(prefix))
+		x.sentinel(t)
+
+		// Billing's entry and routing are untouched.
+		e, err := kv.Get(ctx, realKey)
+		if err != nil || !strings.Contains(string(e.Value()), billingBackend.Listener.Addr().(*net.TCPAddr).IP.String()) {
+			t.Fatalf("billing's entry: %v %s", err, valueOf(e))
+		}
+		if body, err := get("http://billing/x"); err != nil || body != "billing-1 /x" {
+			t.Fatalf("billing after the attempts: %q, %v", body, err)
+		}
+	})
+
+	t.Run("no pushlb process can change the bucket", func(t *testing.T) {
+		stream, err := op.js.Stream(ctx, "KV_"+bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shorter := stream.CachedInfo().Config
+		shorter.MaxAge, shorter.SubjectDeleteMarkerTTL = 5*time.Second, 5*time.Second
+		for _, r := range []role{orders, gateway} {
+			x := connect(t, srv, creds[r])
+			// The stream API itself: the KV helpers would stop at the
+			// account information ($JS.API.INFO), refused as well.
+			x.refusedRequest(t, "$JS.API.STREAM.UPDATE.KV_"+bucket, func(ctx context.Context) error {
+				_, err := x.js.UpdateStream(ctx, shorter)
+				return err
+			})
+			x.refusedRequest(t, "$JS.API.STREAM.DELETE.KV_"+bucket, func(ctx context.Context) error { return x.js.DeleteKeyValue(ctx, bucket) })
+			x.refusedRequest(t, "$JS.API.STREAM.PURGE.KV_"+bucket, func(ctx context.Context) error {
+				s, err := x.js.Stream(ctx, "KV_"+bucket)
+				if err != nil {
+					return err
+				}
+				return s.Purge(ctx)
+			})
+			x.refusedRequest(t, "$JS.API.STREAM.CREATE.KV_"+bucket, func(ctx context.Context) error {
+				_, err := x.js.CreateStream(ctx, shorter)
+				return err
+			})
+			x.sentinel(t)
+		}
+		st, err := kv.Status(ctx)
+		if err != nil || st.TTL() != ttl {
+			t.Fatalf("bucket TTL %v (%v), want the operator's %v", st.TTL(), err, ttl)
+		}
+		// Creating is not updating: the operator's own create with another
+		// TTL is refused by the server, so a grant of STREAM.CREATE (to
+		// recreate a lost bucket) would not let a process change the TTL.
+		if _, err := op.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1, TTL: 5 * time.Second, LimitMarkerTTL: 5 * time.Second}); err == nil {
+			t.Fatal("a create with another TTL changed the existing bucket")
+		}
+	})
+
+	t.Run("a gateway cannot write", func(t *testing.T) {
+		x := connect(t, srv, creds[gateway])
+		x.forgedEvent(t, events.Offline, "orders", "orders-1")
+		x.forgedEvent(t, events.Online, "orders", "evil")
+		xkv, err := x.js.KeyValue(ctx, bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := instanceKey(t, "orders", "orders-1")
+		x.refusedRequest(t, "$KV."+bucket+"."+key, func(ctx context.Context) error {
+			_, err := xkv.Put(ctx, key, instanceValue("orders", "orders-1", 1))
+			return err
+		})
+		x.refusedRequest(t, "$KV."+bucket+"."+key, func(ctx context.Context) error { return xkv.Delete(ctx, key) })
+		x.sentinel(t)
+		if body, err := get("http://orders/x"); err != nil || body != "orders-1 /x" {
+			t.Fatalf("orders after the attempts: %q, %v", body, err)
+		}
+	})
+
+	t.Run("a reaper removes the record of an ended lease", func(t *testing.T) {
+		// The gateway may not reap: it tried the lock once and stays out.
+		testutil.Eventually(t, "the gateway out of the reaper election", func() bool { return lb.Stats().Reaper.NotPermitted })
+		rc, err := natsconn.Connect(ctx, withURL(creds[reaper].conn, srv.URL()), zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		rjs, err := jetstream.New(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg, err := serverlist.Open(ctx, rjs, serverlist.RegistryConfig{Prefix: prefix})
+		if err != nil {
+			t.Fatalf("a reaper opens the bucket: %v", err)
+		}
+		r := serverlist.NewReaper(reg, serverlist.ReaperConfig{Node: "permtest-reaper"})
+		if err := r.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		testutil.Eventually(t, "the reaper to lead", r.Leader)
+
+		// A second billing instance crashes: its publisher stops without a
+		// word, and its lease ends (the operator ends it here rather than
+		// waiting out the 30 s TTL; an expiry is the same removal).
+		crashed := testpub.Backend(t, "billing-2")
+		pub := testpub.Announce(t, billingConn, "billing", "", crashed)
+		testutil.Eventually(t, "billing-2 routed", func() bool {
+			b, err := lb.Balancer("billing")
+			return err == nil && len(b.Servers()) == 2
+		})
+		pub.Close()
+		lease, _ := serverlist.LeaseKey("billing", crashed.URL)
+		if err := kv.Purge(ctx, lease); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, "billing-2 dropped once the reaper removed its record", func() bool {
+			b, err := lb.Balancer("billing")
+			return err == nil && len(b.Servers()) == 1
+		})
+		if st := r.Stats(); st.Reaped != 1 || st.Errors != 0 {
+			t.Fatalf("reaper stats %+v", st)
+		}
+		if body, err := get("http://billing/x"); err != nil || body != "billing-1 /x" {
+			t.Fatalf("billing after the reaping: %q, %v", body, err)
+		}
+	})
+
+	// The withdrawal reaches the gateway: the instance is dropped.
+	if code := ann.Stop(t, 15*time.Second); code != 0 {
+		t.Fatalf("announce exited %d", code)
+	}
+	testutil.Eventually(t, "orders dropped after its withdrawal", func() bool {
+		b, err := lb.Balancer("orders")
+		return err == nil && len(b.Servers()) == 0
+	})
+	if _, err := kv.Get(ctx, instanceKey(t, "orders", "orders-1")); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("orders' entry after the withdrawal: %v", err)
+	}
+
+	// Neither the announcer nor the gateway was refused anything on the
+	// way: their grants are enough. The gateway's refusals, if any, reached
+	// its log before the sentinel's.
+	if out := ann.Output(); strings.Contains(out, "ermissions violation") || strings.Contains(out, "Permissions Violation") {
+		t.Errorf("announce was refused something:\n%s", out)
+	}
+	lb.Close()
+	if err := gwConn.Publish("permtest.sentinel", nil); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the gateway's sentinel refusal", func() bool {
+		return strings.Contains(gwLogs.String(), `permtest.sentinel`)
+	})
+	// Its refusals: the reaper's lock, tried once, and the sentinel.
+	logs := gwLogs.String()
+	if n := strings.Count(logs, "Permissions Violation"); n != 2 || !strings.Contains(logs, serverlist.ReaperLockKey) {
+		t.Errorf("the gateway was refused %d things, want only the reaper's lock and the sentinel:\n%s", n, logs)
+	}
+}
+
+func withURL(c natsconn.Config, url string) natsconn.Config {
+	c.URL = url
+	return c
+}
+
+func valueOf(e jetstream.KeyValueEntry) string {
+	if e == nil {
+		return ""
+	}
+	return string(e.Value())
+}
