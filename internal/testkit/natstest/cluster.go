@@ -94,23 +94,31 @@ func (c *Cluster) Connect(tb testing.TB, opts ...nats.Option) *nats.Conn {
 	return connect(tb, c.URL(), opts)
 }
 
-// WaitJetStream waits until the running nodes have a JetStream meta leader,
-// so that streams can be created and placed, and fails the test after
-// readyTimeout.
+// WaitJetStream waits until the running nodes have a JetStream meta leader
+// that counts every running node as an online peer (it has their
+// statistics), so that streams can be created and placed on all of them
+// (an R3 stream right after start could fail with "no suitable peers for
+// placement, peer offline"), and fails the test after readyTimeout.
 func (c *Cluster) WaitJetStream(tb testing.TB) {
 	tb.Helper()
 	deadline := time.Now().Add(readyTimeout)
 	for time.Now().Before(deadline) {
+		running := 0
+		var leader *server.Server
 		for _, s := range c.Nodes {
-			if srv := s.NATS(); srv != nil && srv.JetStreamIsLeader() {
-				if c.jetStreamAnswers() {
-					return
+			if srv := s.NATS(); srv != nil && srv.Running() {
+				running++
+				if srv.JetStreamIsLeader() {
+					leader = srv
 				}
 			}
 		}
+		if leader != nil && len(leader.JetStreamClusterPeers()) >= running && c.jetStreamAnswers() {
+			return
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	tb.Fatalf("natstest: the cluster's JetStream has no meta leader after %v", readyTimeout)
+	tb.Fatalf("natstest: the cluster's JetStream has no meta leader with every running node online after %v", readyTimeout)
 }
 
 // jetStreamAnswers reports whether a client gets the account's JetStream
