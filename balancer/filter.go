@@ -51,13 +51,23 @@ func (f *zoneFilter) needsStats() bool {
 //
 // When the client's zone has no alive server at all, every filter keeps
 // every server: Ribbon's ZoneAffinity would return an empty list and fail
-// every request while the local zone is empty.
+// every request while the local zone is empty. So does ZonePreference, and
+// ZoneAffinity without Exclusive, when every alive server of the zone has
+// its circuit breaker open: a pick would otherwise go to a tripped server
+// first, on every request, before its retry crossed to another zone. The
+// decision is remade when a breaker trips or resets, so the zone is
+// preferred again once a blackout ends (its server then gets the one
+// request that probes it).
 func (f *zoneFilter) scope(s *Snapshot, stats []ZoneSnapshot) *View {
 	if f.kind == FilterNone {
 		return &s.full
 	}
 	g := s.byZone[f.zone]
 	if g == nil {
+		return &s.full
+	}
+	exclusive := f.kind == FilterZoneAffinity && f.affinity.Exclusive
+	if st := stats[g.idx]; !exclusive && st.InstanceCount > 0 && st.TrippedCount >= st.InstanceCount {
 		return &s.full
 	}
 	if f.needsStats() {
