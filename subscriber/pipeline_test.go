@@ -557,7 +557,7 @@ func TestGossipGoneAndAlive(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, "the instance", func() bool { return len(g.ids("orders")) == 1 })
-	g.waitMirrored(t, in) // else the record's put, after the death, undoes it
+	g.waitMirrored(t, in)                        // else the record's put, after the death, undoes it
 	g.sub.GossipGone("orders", in.InstanceID, 6) // an older incarnation: ignored
 	g.sub.GossipGone("orders", in.InstanceID, 7)
 	testutil.Eventually(t, "gossip to remove it", func() bool { return len(g.ids("orders")) == 0 })
