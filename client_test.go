@@ -438,3 +438,50 @@ func BenchmarkCloseWithGossipPeer(b *testing.B) {
 		c.Close()
 	}
 }
+
+// Watch gives the current list at once (empty for a service nobody
+// announced yet), then the list after each change, and nothing after stop.
+func TestWatch(t *testing.T) {
+	srv := natstest.Start(t)
+	c := start(t, srv.Connect(t))
+	lists := make(chan []string, 16)
+	stop := c.Watch("orders", func(servers []*balancer.Server) {
+		ids := []string{}
+		for _, s := range servers {
+			ids = append(ids, s.ID)
+		}
+		slices.Sort(ids)
+		lists <- ids
+	})
+	next := func(what string) []string {
+		t.Helper()
+		return testutil.Receive(t, lists, 10*time.Second, what)
+	}
+	if l := next("the current list"); len(l) != 0 {
+		t.Fatalf("first call %v, want the empty list of an unknown service", l)
+	}
+	a, b := testpub.Backend(t, "a"), testpub.Backend(t, "b")
+	pa := announce(t, srv, "orders", "", a)
+	announce(t, srv, "orders", "", b)
+	want := []string{a.URL, b.URL}
+	slices.Sort(want)
+	for l := next("both instances"); !slices.Equal(l, want); l = next("both instances") {
+	}
+	if err := pa.Withdraw(t.Context(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	for l := next("a's withdrawal"); !slices.Equal(l, []string{b.URL}); l = next("a's withdrawal") {
+	}
+	stop()
+	// This goroutine made no call since: none was in progress, and a
+	// stopped watch begins none (deliver checks the flag stop sets first).
+	for len(lists) > 0 {
+		<-lists
+	}
+	stop() // twice is harmless
+	announce(t, srv, "orders", "", testpub.Backend(t, "c"))
+	testutil.Eventually(t, "c listed", func() bool { b, _ := c.Balancer("orders"); return len(b.Servers()) == 2 })
+	if len(lists) != 0 {
+		t.Fatalf("a stopped watch was called: %v", <-lists)
+	}
+}

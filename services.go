@@ -30,6 +30,9 @@ type serviceSet struct {
 	observe ListObserver // may be nil
 	causes  sync.Map     // service -> map[string]events.Change of the list being applied
 
+	watchMu  sync.Mutex // guards watchers
+	watchers map[string]map[*watcher]struct{}
+
 	mu sync.Mutex // serialises creations
 	m  atomic.Pointer[map[string]*service]
 }
@@ -121,6 +124,7 @@ func (sv *service) changed(set *serviceSet) balancer.Listener {
 		if set.observe != nil {
 			set.observe(lc)
 		}
+		set.notifyWatchers(sv.name)
 	}
 }
 

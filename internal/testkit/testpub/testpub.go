@@ -34,6 +34,14 @@ func Backend(tb testing.TB, name string) *httptest.Server {
 // instance ID. The publisher is closed by the test's cleanup.
 func Announce(tb testing.TB, nc *nats.Conn, service, zone string, backend *httptest.Server) *publisher.Publisher {
 	tb.Helper()
+	return AnnounceAddr(tb, nc, service, zone, backend.URL, backend.Listener.Addr().String())
+}
+
+// AnnounceAddr registers and announces the instance id of service at addr
+// ("host:port", a server of any protocol) in zone over nc, as Announce
+// does.
+func AnnounceAddr(tb testing.TB, nc *nats.Conn, service, zone, id, addr string) *publisher.Publisher {
+	tb.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		tb.Fatal(err)
@@ -47,12 +55,12 @@ func Announce(tb testing.TB, nc *nats.Conn, service, zone string, backend *httpt
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { p.Close() })
-	host, port, err := net.SplitHostPort(backend.Listener.Addr().String())
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	pn, _ := strconv.Atoi(port)
-	in := serverlist.Instance{Service: service, InstanceID: backend.URL, Host: host, Port: pn, Zone: zone}
+	in := serverlist.Instance{Service: service, InstanceID: id, Host: host, Port: pn, Zone: zone}
 	if err := p.Announce(tb.Context(), in); err != nil {
 		tb.Fatal(err)
 	}
