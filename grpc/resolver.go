@@ -1,0 +1,131 @@
+package pushlbgrpc
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+
+	"google.golang.org/grpc/attributes"
+	"google.golang.org/grpc/resolver"
+
+	"github.com/pushlb/pushlb"
+	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/events"
+)
+
+// Scheme is the target scheme the resolver serves: "pushlb:///<service>".
+const Scheme = "pushlb"
+
+// ErrNoInstances is wrapped by the error a ClientConn gets while its
+// service has no instance: RPCs fail with codes.Unavailable and a message
+// naming the service.
+var ErrNoInstances = errors.New("pushlbgrpc: no instances")
+
+// NewBuilder returns a resolver.Builder for the "pushlb" scheme over c,
+// for grpc.WithResolvers (no global registration: each ClientConn names
+// its builder). c should be started; a target's list is then current from
+// the first resolution on. The builder may serve any number of
+// ClientConns.
+func NewBuilder(c *pushlb.Client) resolver.Builder { return &builder{c: c} }
+
+type builder struct{ c *pushlb.Client }
+
+// Scheme implements resolver.Builder.
+func (b *builder) Scheme() string { return Scheme }
+
+// Build implements resolver.Builder: target's endpoint names the service
+// ("pushlb:///orders"). It watches the service's list through the client
+// (pushlb.Client.Watch) and hands grpc-go each new list at once. An
+// invalid service name is an error.
+func (b *builder) Build(target resolver.Target, cc resolver.ClientConn, _ resolver.BuildOptions) (resolver.Resolver, error) {
+	service := target.Endpoint()
+	if err := events.ValidateService(service); err != nil {
+		return nil, fmt.Errorf("pushlbgrpc: target %q: %w", target.URL.String(), err)
+	}
+	r := &pushlbResolver{service: service, cc: cc}
+	r.stop = b.c.Watch(service, r.update)
+	return r, nil
+}
+
+// pushlbResolver follows one service. Its calls into the ClientConn come
+// from the Watch's calls, which never overlap.
+type pushlbResolver struct {
+	service string
+	cc      resolver.ClientConn
+	stop    func()
+}
+
+// update hands grpc-go the service's list. An empty list clears the
+// addresses, then reports an error naming the service, so that RPCs fail
+// with codes.Unavailable instead of reaching instances that left.
+func (r *pushlbResolver) update(servers []*balancer.Server) {
+	if len(servers) == 0 {
+		r.cc.UpdateState(resolver.State{})
+		r.cc.ReportError(fmt.Errorf("%w of %q", ErrNoInstances, r.service))
+		return
+	}
+	st := resolver.State{
+		Endpoints: make([]resolver.Endpoint, len(servers)),
+		Addresses: make([]resolver.Address, len(servers)),
+	}
+	for i, s := range servers {
+		attrs := attributes.New(instanceIDKey{}, s.ID).
+			WithValue(zoneKey{}, s.Zone).
+			WithValue(metadataKey{}, metadata(maps.Clone(s.Metadata)))
+		addr := resolver.Address{Addr: s.Addr(), Attributes: attrs}
+		st.Addresses[i] = addr
+		st.Endpoints[i] = resolver.Endpoint{Addresses: []resolver.Address{addr}, Attributes: attrs}
+	}
+	// Errors ask for a re-resolution; a watch has nothing better to give
+	// until the next change, which it hands over unasked.
+	r.cc.UpdateState(st)
+}
+
+// ResolveNow implements resolver.Resolver. It does nothing: the list is
+// pushed on every change, never polled.
+func (r *pushlbResolver) ResolveNow(resolver.ResolveNowOptions) {}
+
+// Close implements resolver.Resolver: it stops the watch.
+func (r *pushlbResolver) Close() { r.stop() }
+
+type (
+	instanceIDKey struct{}
+	zoneKey       struct{}
+	metadataKey   struct{}
+)
+
+// metadata is an instance's metadata as an attribute value: a map, with
+// the Equal that attributes compare values with.
+type metadata map[string]string
+
+// Equal implements the comparison of attribute values.
+func (m metadata) Equal(o any) bool {
+	om, ok := o.(metadata)
+	return ok && maps.Equal(m, om)
+}
+
+// InstanceID returns the pushlb instance ID of a resolved address or
+// endpoint's attributes, and whether it has one.
+func InstanceID(a *attributes.Attributes) (string, bool) {
+	id, ok := a.Value(instanceIDKey{}).(string)
+	return id, ok
+}
+
+// Zone returns the zone of a resolved address or endpoint's attributes
+// ("" for the default zone).
+func Zone(a *attributes.Attributes) string {
+	z, _ := a.Value(zoneKey{}).(string)
+	return z
+}
+
+// Metadata returns the registry metadata of a resolved address or
+// endpoint's attributes; do not modify it.
+func Metadata(a *attributes.Attributes) map[string]string {
+	m, _ := a.Value(metadataKey{}).(metadata)
+	return m
+}
+
+var (
+	_ resolver.Builder  = (*builder)(nil)
+	_ resolver.Resolver = (*pushlbResolver)(nil)
+)
