@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -232,4 +233,64 @@ func mustParse(t *testing.T, s string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// signalConn is a resolver.ClientConn that sends the number of endpoints
+// of each state it gets.
+type signalConn struct {
+	resolver.ClientConn
+	states chan int
+}
+
+func (s *signalConn) UpdateState(st resolver.State) error { s.states <- len(st.Endpoints); return nil }
+func (s *signalConn) ReportError(error)                  {}
+
+// BenchmarkWithdrawalToResolverState: from an instance's Withdraw (its
+// offline event, then its record's removal) to the resolver state without
+// it, through a real NATS server and the client's push path: the time a
+// grpc-go ClientConn keeps a gone instance. Each withdrawal follows its
+// announcement at once, inside the default 10 ms coalescing window; the
+// client here coalesces nothing, which measures the path of a change after
+// a quiet period (applied at once with the default too).
+func BenchmarkWithdrawalToResolverState(b *testing.B) {
+	srv := natstest.Start(b)
+	c, err := pushlb.New(srv.Connect(b), pushlb.Config{Coalesce: time.Nanosecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := c.Start(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	nc := srv.Connect(b)
+	testpub.AnnounceAddr(b, nc, "orders", "", "orders-stays", "127.0.0.1:1")
+	sc := &signalConn{states: make(chan int, 64)}
+	r, err := pushlbgrpc.NewBuilder(c).Build(resolver.Target{URL: url.URL{Scheme: "pushlb", Path: "/orders"}}, sc, resolver.BuildOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	waitFor := func(n int) {
+		for got := range sc.states {
+			if got == n {
+				return
+			}
+		}
+	}
+	waitFor(1)
+	var lat []time.Duration
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		p := testpub.AnnounceAddr(b, nc, "orders", "", "orders-"+strconv.Itoa(i), "127.0.0.1:2")
+		waitFor(2)
+		b.StartTimer()
+		began := time.Now()
+		if err := p.Withdraw(b.Context(), "bench"); err != nil {
+			b.Fatal(err)
+		}
+		waitFor(1)
+		lat = append(lat, time.Since(began))
+	}
+	b.ReportMetric(float64(testutil.Percentile(lat, 0.50).Microseconds()), "p50-µs")
+	b.ReportMetric(float64(testutil.Percentile(lat, 0.99).Microseconds()), "p99-µs")
 }
