@@ -243,7 +243,7 @@ type signalConn struct {
 }
 
 func (s *signalConn) UpdateState(st resolver.State) error { s.states <- len(st.Endpoints); return nil }
-func (s *signalConn) ReportError(error)                  {}
+func (s *signalConn) ReportError(error)                   {}
 
 // BenchmarkWithdrawalToResolverState: from an instance's Withdraw (its
 // offline event, then its record's removal) to the resolver state without
