@@ -3,9 +3,9 @@
 // announcements instead of polling, behind an http.RoundTripper and a
 // reverse-proxy http.Handler.
 //
-//	nc, _ := nats.Connect(url)              // the caller owns the connection
+//	nc, _ := nats.Connect(url)                // the caller owns the connection
 //	c, err := pushlb.New(nc, pushlb.Config{}) // the defaults; validates, starts nothing
-//	err = c.Start(ctx)                      // registry state loaded, events followed
+//	err = c.Start(ctx)                        // registry state loaded, events followed
 //	defer c.Close()
 //	client := &http.Client{Transport: c.Transport()}
 //	resp, err := client.Get("http://orders/api/x") // one live instance of "orders"
@@ -22,6 +22,12 @@
 // lease expires, or that gossip declares dead (Config.Gossip) stops receiving
 // requests at once. See the subscriber, serverlist, lbvisitor, balancer and
 // lbhttp packages for each step, and docs/embedding.md for a walk-through.
+//
+// Every list change is told once, with its causes, to the ListObserver of
+// WithListObserver; Watch follows one service's list, the piece adapters
+// build on (the gRPC resolver of the module github.com/pushlb/pushlb/grpc).
+// Balancer lends a read-only view of a service's balancer, and Stats the
+// client's counters in this package's own types.
 //
 // # Lifecycle
 //
@@ -43,9 +49,11 @@
 //
 // # Errors
 //
-// New's errors wrap ErrInvalidOption and name every bad field and option. Start's errors
-// wrap ErrStarted, ErrClosed, or the failing step's own error (an
-// unreachable JetStream, a refused subscription) with the step named.
+// New's errors wrap ErrInvalidOption and name every bad field and option.
+// Start's errors wrap ErrStarted, ErrClosed, or the failing step's own error
+// with the step named: serverlist.ErrNoJetStream (the server runs without
+// JetStream), serverlist.ErrLeaseMismatch (Config.Lease disagrees with the
+// bucket's), a refused subscription, ctx's error.
 // Requests through the Transport fail with *lbhttp.Error values matching
 // lbhttp.ErrUnknownService, lbhttp.ErrNoServers or lbhttp.ErrAllTriesFailed.
 package pushlb
