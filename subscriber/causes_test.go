@@ -1,8 +1,11 @@
 package subscriber_test
 
 import (
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
@@ -84,4 +87,49 @@ func TestListChangedCarriesCauses(t *testing.T) {
 	g.waitCause(t, "orders", third.InstanceID, events.CauseRegistry) // its record, with no event
 	g.sub.GossipGone("orders", third.InstanceID, third.Incarnation)
 	g.waitCause(t, "orders", third.InstanceID, events.CauseGossip)
+}
+
+// TestFormTwoRecordsAreLoggedOncePerService: records that carry their own
+// lease (form 2: renewed by re-writing the record) make every renewal
+// reach every gateway; the gateway says so once per service, with what to
+// do instead.
+func TestFormTwoRecordsAreLoggedOncePerService(t *testing.T) {
+	srv := natstest.Start(t)
+	reg := openRegistry(t, srv.Connect(t))
+	var logs testutil.SyncBuffer
+	startGateway(t, srv, subscriber.Config{Logger: zerolog.New(&logs).Level(zerolog.WarnLevel)})
+	lines := func(service string) int {
+		n := 0
+		for _, l := range strings.Split(logs.String(), "\\n") {
+			if strings.Contains(l, "form 2") && strings.Contains(l, `"service":"`+service+`"`) {
+				n++
+			}
+		}
+		return n
+	}
+	in := instance("orders", 1, time.Now().UnixNano())
+	if _, err := reg.Register(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // renewals of the record itself
+		if _, err := reg.Refresh(t.Context(), in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A renewal of another service's record after them: its line proves
+	// the mirror handled the three before it (one goroutine, in order).
+	other := instance("billing", 1, time.Now().UnixNano())
+	if _, err := reg.Register(t.Context(), other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Refresh(t.Context(), other); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "billing's form 2 line", func() bool { return lines("billing") == 1 })
+	if n := lines("orders"); n != 1 {
+		t.Fatalf("%d form 2 lines for orders after 3 renewals, want 1:\\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "form 1") {
+		t.Fatalf("the line does not say what to do:\\n%s", logs.String())
+	}
 }

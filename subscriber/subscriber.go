@@ -156,6 +156,7 @@ type Subscriber struct {
 	dropLog zerolog.Logger
 	stats   counters
 	guard   gossipGuard // checks gossip reports (GossipHandler)
+	form2   sync.Map    // services whose records carry their own lease, logged once
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -483,6 +484,12 @@ func truncate(s string, n int) string {
 func (s *Subscriber) registryRefreshed(service, id string, incarnation int64, revision uint64) {
 	if s.follow != nil && !s.follow[service] {
 		return
+	}
+	if _, seen := s.form2.LoadOrStore(service, struct{}{}); !seen {
+		// Once per service: the records of a registry are the deployment's
+		// (access-controlled), so their services are bounded.
+		s.log.Warn().Str("service", service).Str("id", id).
+			Msg("records of this service carry their own lease (form 2): every renewal of every instance reaches every gateway, a cost that grows with the fleet; announce with form 1 (the announce binary, the publisher API, or docs/protocol.md section 5) so that only the reaper receives renewals")
 	}
 	s.mu.Lock()
 	out := s.table.registered(service, id, incarnation, revision, time.Now())
