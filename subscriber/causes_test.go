@@ -10,6 +10,7 @@ import (
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
+	"github.com/pushlb/pushlb/serverlist"
 	"github.com/pushlb/pushlb/subscriber"
 )
 
@@ -97,7 +98,13 @@ func TestFormTwoRecordsAreLoggedOncePerService(t *testing.T) {
 	srv := natstest.Start(t)
 	reg := openRegistry(t, srv.Connect(t))
 	var logs testutil.SyncBuffer
-	startGateway(t, srv, subscriber.Config{Logger: zerolog.New(&logs).Level(zerolog.WarnLevel)})
+	g := startGateway(t, srv, subscriber.Config{Logger: zerolog.New(&logs).Level(zerolog.WarnLevel)})
+	// A renewal is a put of the bytes the mirror holds: the record must be
+	// there first (a burst of puts of one key is applied as its last one).
+	mirrored := func(in serverlist.Instance) {
+		t.Helper()
+		testutil.Eventually(t, in.Service+"'s record mirrored", func() bool { _, ok := g.sub.Mirror().Entry(in.Service, in.InstanceID); return ok })
+	}
 	lines := func(service string) int {
 		n := 0
 		for _, l := range strings.Split(logs.String(), "\\n") {
@@ -111,6 +118,7 @@ func TestFormTwoRecordsAreLoggedOncePerService(t *testing.T) {
 	if _, err := reg.Register(t.Context(), in); err != nil {
 		t.Fatal(err)
 	}
+	mirrored(in)
 	for range 3 { // renewals of the record itself
 		if _, err := reg.Refresh(t.Context(), in); err != nil {
 			t.Fatal(err)
@@ -122,6 +130,7 @@ func TestFormTwoRecordsAreLoggedOncePerService(t *testing.T) {
 	if _, err := reg.Register(t.Context(), other); err != nil {
 		t.Fatal(err)
 	}
+	mirrored(other)
 	if _, err := reg.Refresh(t.Context(), other); err != nil {
 		t.Fatal(err)
 	}
