@@ -126,18 +126,19 @@ func (n *Node) Start(ctx context.Context) error {
 		return invalid("BindAddr %q: %v", cfg.BindAddr, err)
 	}
 	advertiseHost := ""
-	if c.bindRoute {
-		// Listen where the peers reach this node, not on every interface.
-		if src := routeSource(ctx, n.peers); src != "" {
-			bindHost = src
-		}
-	}
-	if c.advertiseHost != "" {
+	switch {
+	case c.advertiseHost != "":
 		if advertiseHost, err = resolveHost(ctx, c.advertiseHost); err != nil {
 			return invalid("AdvertiseAddr %q: %v", cfg.AdvertiseAddr, err)
 		}
-	} else if isUnspecified(bindHost) {
+	case isUnspecified(bindHost):
+		// Advertise the address that reaches the peers; an instance that
+		// joins (bindRoute) also listens there only, not on every
+		// interface.
 		advertiseHost = routeSource(ctx, n.peers)
+		if c.bindRoute && advertiseHost != "" {
+			bindHost = advertiseHost
+		}
 	}
 
 	mc := c.profile.memberlistConfig()
