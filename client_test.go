@@ -485,3 +485,30 @@ func TestWatch(t *testing.T) {
 		t.Fatalf("a stopped watch was called: %v", <-lists)
 	}
 }
+
+// A tripped server is not reachable: ServiceStats.Reachable and
+// Balancer.Reachable leave it out while its breaker is open, Servers
+// still lists it.
+func TestTrippedServerIsNotReachable(t *testing.T) {
+	srv := natstest.Start(t)
+	cfg := balancer.DefaultClientsConfig()
+	cfg.Defaults.Breaker.Factor, cfg.Defaults.Breaker.Max = time.Hour, time.Hour // no probe during the test
+	c := startWith(t, srv.Connect(t), pushlb.Config{Balancers: cfg})
+	dead := testutil.FreeAddr(t) // nothing listens: connections are refused
+	nc := srv.Connect(t)
+	testpub.AnnounceAddr(t, nc, "orders", "", "dead", dead)
+	announce(t, srv, "orders", "", testpub.Backend(t, "live"))
+	testutil.Eventually(t, "both listed", func() bool { b, _ := c.Balancer("orders"); return len(b.Servers()) == 2 })
+	client := &http.Client{Transport: c.Transport()}
+	b, _ := c.Balancer("orders")
+	testutil.Eventually(t, "the dead server's breaker to trip", func() bool {
+		get(t, client, "http://orders/x") // retried on the live one
+		return b.Server("dead").Stats().CircuitTripped()
+	})
+	if r := b.Reachable(); len(r) != 1 || r[0].ID == "dead" {
+		t.Fatalf("Reachable %v, want the live server only", r)
+	}
+	if ss, _ := c.ServiceStats("orders"); ss.Servers != 2 || ss.Reachable != 1 {
+		t.Fatalf("ServiceStats %+v, want 2 servers, 1 reachable", ss)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pushlb/pushlb/serverlist"
 	"github.com/pushlb/pushlb/subscriber"
 )
 
@@ -174,7 +173,7 @@ func (c *Client) ServiceStats(name string) (ServiceStats, bool) {
 
 func (sv *service) stats() ServiceStats {
 	ss := ServiceStats{
-		Name: sv.name, Servers: len(sv.b.AllServers()), Reachable: len(Balancer{sv.b}.Reachable()),
+		Name: sv.name, Servers: len(sv.b.AllServers()), Reachable: Balancer{sv.b}.reachable(),
 		Updates: sv.updates.Load(), BreakerTrips: sv.b.BreakerTrips(),
 	}
 	if ns := sv.lastChange.Load(); ns != 0 {
@@ -191,6 +190,9 @@ func (c *Client) Stats() Stats {
 		st.Started = true
 		sub := p.sub.Stats()
 		st.Events = eventStats(sub)
+		// Conversions between structs of the same fields: a subpackage
+		// that changes its type breaks the build here, so the root's types
+		// change on purpose or not at all.
 		st.Registry = RegistryStats(p.sub.Mirror().Stats())
 		st.Lookups = LookupStats(p.lookup.Stats())
 		st.Unregistered = p.visitors.Unregistered()
@@ -224,12 +226,3 @@ func eventStats(s subscriber.Stats) EventStats {
 		Unconfirmed: s.Unconfirmed,
 	}
 }
-
-// The conversions above between structs of identical fields
-// (RegistryStats(mirrorStats)) stop compiling when a subpackage changes
-// its type: the root's types then change on purpose or not at all.
-var (
-	_ = RegistryStats(serverlist.MirrorStats{})
-	_ = LookupStats(serverlist.LookupStats{})
-	_ = ReaperStats(serverlist.ReaperStats{})
-)

@@ -2,6 +2,7 @@ package pushlb
 
 import (
 	"context"
+	"slices"
 
 	"github.com/pushlb/pushlb/balancer"
 )
@@ -36,22 +37,24 @@ func (v Balancer) Servers() []*balancer.Server { return v.b.AllServers() }
 
 // Reachable returns the servers a pick may choose: alive and with a closed
 // circuit breaker (a tripped server is not reachable until its blackout
-// ends). The zone filter may narrow a pick further.
+// ends). The zone filter may narrow a pick further. The slice is the
+// caller's.
 func (v Balancer) Reachable() []*balancer.Server {
-	all := v.b.ReachableServers()
-	for i, s := range all {
-		if s.Stats().CircuitTripped() {
-			out := append(make([]*balancer.Server, 0, len(all)-1), all[:i]...)
-			for _, s := range all[i+1:] {
-				if !s.Stats().CircuitTripped() {
-					out = append(out, s)
-				}
-			}
-			return out
+	return slices.DeleteFunc(slices.Clone(v.b.ReachableServers()), tripped)
+}
+
+// reachable counts the servers Reachable returns, without a copy.
+func (v Balancer) reachable() int {
+	n := 0
+	for _, s := range v.b.ReachableServers() {
+		if !tripped(s) {
+			n++
 		}
 	}
-	return all
+	return n
 }
+
+func tripped(s *balancer.Server) bool { return s.Stats().CircuitTripped() }
 
 // Server returns the listed server with id, or nil.
 func (v Balancer) Server(id string) *balancer.Server { return v.b.Server(id) }
