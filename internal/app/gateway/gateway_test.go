@@ -282,11 +282,7 @@ balancer:
 // TestConfigDocExamples keeps docs/config.md honest: every YAML example in
 // it is a gateway configuration that loads.
 func TestConfigDocExamples(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "config.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks := strings.Split(string(doc), "```yaml\n")[1:]
+	blocks := strings.Split(readConfigDoc(t), "```yaml\n")[1:]
 	if len(blocks) < 2 {
 		t.Fatalf("found %d YAML examples in docs/config.md, want at least 2", len(blocks))
 	}
