@@ -157,7 +157,7 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	var visitors *lbvisitor.Registry
 	first := newFirstLists()
 	p.sub, err = subscriber.New(c.nc, reg, func(ctx context.Context, lc events.ListChanged) error {
-		c.services.setCauses(lc.Service, lc.Changes)
+		c.services.setCauses(lc)
 		err := visitors.Handle(ctx, lc)
 		c.services.clearCauses(lc.Service)
 		first.handled(lc.Service)

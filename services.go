@@ -28,7 +28,7 @@ type serviceSet struct {
 	factory *balancer.Factory
 	log     zerolog.Logger
 	observe ListObserver // may be nil
-	causes  sync.Map     // service -> map[string]events.Change of the list being applied
+	causes  sync.Map     // service -> the events.ListChanged being applied, for its causes
 
 	watchMu  sync.Mutex // guards watchers
 	watchers map[string]map[*watcher]struct{}
@@ -108,13 +108,17 @@ func (sv *service) changed(set *serviceSet) balancer.Listener {
 		}
 		sv.updates.Add(1)
 		sv.lastChange.Store(time.Now().UnixNano())
-		causes, pushed := set.causes.Load(sv.name)
 		fallback := events.CauseConfig
 		var cm map[string]events.Change
-		if pushed {
-			// A list the push path applies; an instance without a recorded
-			// cause changed with its registry record.
-			fallback, cm = events.CauseRegistry, causes.(map[string]events.Change)
+		if pushed, ok := set.causes.Load(sv.name); ok {
+			// A list the push path applies: an instance without a recorded
+			// cause changed for the list's own, or else with its registry
+			// record.
+			lc := pushed.(events.ListChanged)
+			fallback, cm = events.CauseRegistry, lc.Changes
+			if lc.Cause != "" {
+				fallback = lc.Cause
+			}
 		}
 		lc := listChange(sv.name, old, new, cm, fallback)
 		if e := set.log.Info(); e.Enabled() {
@@ -128,16 +132,11 @@ func (sv *service) changed(set *serviceSet) balancer.Listener {
 	}
 }
 
-// setCauses hands the causes of the ListChanged about to be applied for
-// service to the service's listener, which runs during the apply on the
-// same goroutine (deliveries of one service never overlap); clearCauses
-// takes them back once it is done.
-func (s *serviceSet) setCauses(service string, causes map[string]events.Change) {
-	if causes == nil {
-		causes = map[string]events.Change{}
-	}
-	s.causes.Store(service, causes)
-}
+// setCauses hands the ListChanged about to be applied to its service's
+// listener, which runs during the apply on the same goroutine (deliveries
+// of one service never overlap) and reads its causes; clearCauses takes it
+// back once it is done.
+func (s *serviceSet) setCauses(lc events.ListChanged) { s.causes.Store(lc.Service, lc) }
 
 func (s *serviceSet) clearCauses(service string) { s.causes.Delete(service) }
 

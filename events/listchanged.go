@@ -30,8 +30,13 @@ type ListChanged struct {
 	// Changes says, for each instance that joined or left the live set
 	// since the previous ListChanged of the service, why: the latest cause
 	// of its change. It is keyed by instance ID; an ID absent from it
-	// changed for no recorded cause (or did not change).
+	// changed for Cause (or did not change).
 	Changes map[string]Change
+	// Cause is the cause of the changes Changes has no entry for, when one
+	// explains them all: CauseResync for the registry's load at start,
+	// which changes every instance at once and so is not recorded per
+	// instance. Empty when unknown.
+	Cause Cause
 }
 
 // Cause is why an instance joined or left a service's live set.

@@ -1,6 +1,7 @@
 package subscriber_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,14 +15,22 @@ import (
 	"github.com/pushlb/pushlb/subscriber"
 )
 
-// cause returns the cause that the latest handled list of service carrying
-// one for id gives, and whether there is one.
+// cause returns the cause that the latest handled list of service giving
+// one for id gives (its own entry, or the list's cause for an ID it lists),
+// and whether there is one.
 func (g *gateway) cause(service, id string) (events.Change, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for i := len(g.handled) - 1; i >= 0; i-- {
-		if c, ok := g.handled[i].Changes[id]; ok && g.handled[i].Service == service {
+		lc := g.handled[i]
+		if lc.Service != service {
+			continue
+		}
+		if c, ok := lc.Changes[id]; ok {
 			return c, true
+		}
+		if lc.Cause != "" && slices.Contains(lc.InstanceIDs, id) {
+			return events.Change{Cause: lc.Cause}, true
 		}
 	}
 	return events.Change{}, false

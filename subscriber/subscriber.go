@@ -166,8 +166,11 @@ type Subscriber struct {
 	table  *membership
 	limits limits
 	// changes holds, per service, the cause of each instance's latest
-	// change since the service's last delivery (events.ListChanged.Changes).
-	changes map[string]map[string]events.Change
+	// change since the service's last delivery (events.ListChanged.Changes);
+	// resynced the services whose next delivery follows the registry's load
+	// (events.ListChanged.Cause), which is not recorded per instance.
+	changes  map[string]map[string]events.Change
+	resynced map[string]bool
 
 	deliveries atomic.Uint64 // ListChanged revisions, one sequence for every service
 	sched      *scheduler    // when each service is delivered (scheduler.go)
@@ -200,6 +203,7 @@ func New(nc *nats.Conn, reg *serverlist.Registry, h Handler, cfg Config) (*Subsc
 		dropLog:   cfg.Logger.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second}),
 		table:     newMembership(),
 		changes:   make(map[string]map[string]events.Change),
+		resynced:  make(map[string]bool),
 		limits:    limits{unconfirmed: cfg.MaxUnconfirmed, services: cfg.MaxServices, perService: cfg.MaxInstancesPerService},
 		regDirty:  make(map[string]bool),
 		regSignal: make(chan struct{}, 1),
@@ -693,13 +697,18 @@ func (s *Subscriber) sendList(service string) (known bool, err error) {
 	_, known = s.table.services[service]
 	changes := s.changes[service]
 	delete(s.changes, service)
+	var cause events.Cause
+	if s.resynced[service] {
+		cause = events.CauseResync
+		delete(s.resynced, service)
+	}
 	s.mu.Unlock()
 	// One sequence for every service, so that a service whose delivery
 	// state was dropped (scheduler.deliver) and comes back still gets
 	// growing revisions.
-	err = s.handler(s.ctx, events.ListChanged{Service: service, InstanceIDs: ids, Revision: s.deliveries.Add(1), Changes: changes})
+	err = s.handler(s.ctx, events.ListChanged{Service: service, InstanceIDs: ids, Revision: s.deliveries.Add(1), Changes: changes, Cause: cause})
 	s.stats.delivered.Add(1)
-	if err != nil && len(changes) > 0 {
+	if err != nil && (len(changes) > 0 || cause != "") {
 		// Retried: the causes go out with the retry, unless newer ones
 		// were recorded meanwhile.
 		s.mu.Lock()
@@ -707,6 +716,9 @@ func (s *Subscriber) sendList(service string) (known bool, err error) {
 			if _, newer := s.changes[service][id]; !newer {
 				s.noteLocked(service, id, c.Cause, c.EventAt)
 			}
+		}
+		if cause != "" {
+			s.resynced[service] = true
 		}
 		s.mu.Unlock()
 	}
@@ -729,11 +741,22 @@ func (s *Subscriber) pruneChangesLocked() {
 			delete(s.changes, svc)
 		}
 	}
+	for svc := range s.resynced {
+		if s.table.services[svc] == nil {
+			delete(s.resynced, svc)
+		}
+	}
 }
 
 // noteLocked records why an instance of service changed, for the service's
-// next delivery. Called with mu held.
+// next delivery. A resync changes every instance of the service at once: it
+// is recorded for the service, not per instance (a map entry per instance
+// of the fleet at start). Called with mu held.
 func (s *Subscriber) noteLocked(service, id string, cause events.Cause, eventAt time.Time) {
+	if cause == events.CauseResync {
+		s.resynced[service] = true
+		return
+	}
 	m := s.changes[service]
 	if m == nil {
 		m = make(map[string]events.Change)
