@@ -256,6 +256,11 @@ func TestBadConfigExitsTwo(t *testing.T) {
 	if out := p.Output(); !strings.Contains(out, "listn") {
 		t.Errorf("the error should name the bad key: %s", out)
 	}
+	// This build has no xDS server: -xds says where the one that has is.
+	p = start(t, bin.gateway, "-xds", "127.0.0.1:0")
+	if code := p.Wait(t, exitTimeout); code != 2 || !strings.Contains(p.Output(), "xds/cmd/gateway") {
+		t.Errorf("gateway -xds exited %d, want 2 naming the xds build: %s", code, p.Output())
+	}
 }
 
 // BenchmarkGatewayVsDirect measures, in the same run, requests sent straight

@@ -34,6 +34,8 @@ type Gateway struct {
 	client    *pushlb.Client
 	demo      *demo
 	dash      *dashboard
+	pending   []Extension // to start
+	exts      []Extension // started, in order
 
 	proxyLn, adminLn   net.Listener
 	proxySrv, adminSrv *http.Server
@@ -44,11 +46,13 @@ type Gateway struct {
 
 // New validates the configuration and builds a gateway without starting
 // anything.
-func New(cfg Config, log zerolog.Logger) (*Gateway, error) {
+//
+// The extensions, if any, start after the client and stop before it.
+func New(cfg Config, log zerolog.Logger, exts ...Extension) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	g := &Gateway{cfg: cfg, log: log}
+	g := &Gateway{cfg: cfg, log: log, pending: exts}
 	g.metrics = newMetrics(g)
 	g.dash = newDashboard(g)
 	return g, nil
@@ -98,6 +102,12 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	}
 	if err := g.client.Start(ctx); err != nil {
 		return err
+	}
+	for _, x := range g.pending {
+		if err := x.Start(ctx, g.client, g.log.With().Str("extension", x.Name()).Logger()); err != nil {
+			return fmt.Errorf("gateway: %s: %w", x.Name(), err)
+		}
+		g.exts = append(g.exts, x)
 	}
 	if g.cfg.Demo {
 		if g.demo, err = startDemo(ctx, g.nc, g.cfg, g.log); err != nil {
@@ -242,6 +252,11 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.serveWG.Wait()
 		if g.demo != nil {
 			g.demo.stopAll()
+		}
+		for i := len(g.exts) - 1; i >= 0; i-- {
+			if e := g.exts[i].Stop(ctx); e != nil {
+				err = errors.Join(err, fmt.Errorf("gateway: %s: stop: %w", g.exts[i].Name(), e))
+			}
 		}
 		if g.client != nil {
 			g.client.Close()

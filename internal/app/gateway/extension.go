@@ -1,0 +1,33 @@
+package gateway
+
+import (
+	"context"
+	"flag"
+
+	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb"
+)
+
+// Extension is a component that a build of the gateway runs beside the
+// proxy over the same pushed lists: the xds module's ADS server (-xds) is
+// one. The main module's gateway has none, so that it never links grpc-go;
+// a build with extensions is a main package that calls Main with them
+// (github.com/pushlb/pushlb/xds/cmd/gateway).
+//
+// Threading: RegisterFlags is called before parsing, possibly several times
+// on fresh flag sets (the command line is parsed twice, see Main); Start
+// and Stop are called once each, from the goroutine that runs the gateway.
+type Extension interface {
+	// Name names the extension in logs and errors ("xds").
+	Name() string
+	// RegisterFlags adds the extension's flags to fs.
+	RegisterFlags(fs *flag.FlagSet)
+	// Start starts the extension over the gateway's client, which has
+	// loaded the registry. It is called before the proxy listens; an error
+	// stops the gateway's start-up. ctx bounds the start-up only.
+	Start(ctx context.Context, c *pushlb.Client, log zerolog.Logger) error
+	// Stop stops it. It is called once at shutdown, before the client
+	// closes, when Start succeeded.
+	Stop(ctx context.Context) error
+}
