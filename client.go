@@ -304,6 +304,10 @@ func (c *Client) GossipAddr() string {
 	return ""
 }
 
+// Zone returns the zone the client runs in (Config.Zone), "" when none
+// was set: the zone an adapter (the gRPC balancer) prefers by default.
+func (c *Client) Zone() string { return c.opts.Zone }
+
 // started returns the parts of a started client, or nil.
 func (c *Client) started() *parts {
 	c.mu.Lock()

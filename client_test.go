@@ -170,8 +170,8 @@ func TestConfigShapesTheBalancers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.Config().Rule != balancer.RuleRoundRobin || b.Config().Zone != "z1" {
-		t.Fatalf("static: %+v", b.Config())
+	if b.Config().Rule != balancer.RuleRoundRobin || b.Config().Zone != "z1" || c.Zone() != "z1" {
+		t.Fatalf("static: %+v, client's zone %q", b.Config(), c.Zone())
 	}
 	announce(t, srv, "orders", "z1", testpub.Backend(t, "a"))
 	testutil.Eventually(t, "orders to be routed", func() bool {

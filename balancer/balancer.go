@@ -439,6 +439,12 @@ func (b *Balancer) MarkServerDown(id string) bool { return b.setAlive(map[string
 // reports whether the server is listed.
 func (b *Balancer) MarkServerUp(id string) bool { return b.setAlive(map[string]bool{id: true}) }
 
+// MarkServers marks several servers up (true) or down (false) at once,
+// with one new snapshot: for an adapter that follows connection states
+// (the gRPC balancer marks down the endpoints that are not READY). It
+// reports whether any of the IDs is listed; unknown IDs are ignored.
+func (b *Balancer) MarkServers(alive map[string]bool) bool { return b.setAlive(alive) }
+
 // setAlive applies liveness results and rebuilds the snapshot if any
 // changed. It reports whether any of the IDs is listed.
 func (b *Balancer) setAlive(alive map[string]bool) bool {

@@ -157,6 +157,18 @@ func TestMarkServerDown(t *testing.T) {
 	if len(tb.ReachableServers()) != 3 {
 		t.Fatal("MarkServerUp did not revive s1")
 	}
+	// Several at once, in one snapshot.
+	before := tb.Snapshot()
+	if !tb.MarkServers(map[string]bool{"s0": false, "s2": false, "nope": true}) {
+		t.Fatal("s0 and s2 are listed")
+	}
+	if got := ids(tb.ReachableServers()); !slices.Equal(got, []string{"s1"}) || tb.Snapshot() == before {
+		t.Fatalf("reachable after MarkServers %v", got)
+	}
+	mid := tb.Snapshot()
+	if tb.MarkServers(map[string]bool{"s0": false}); tb.Snapshot() != mid {
+		t.Fatal("a mark that changes nothing made a new snapshot")
+	}
 }
 
 func TestConfigErrors(t *testing.T) {

@@ -26,9 +26,27 @@ var ErrNoInstances = errors.New("pushlbgrpc: no instances")
 // its builder). c should be started; a target's list is then current from
 // the first resolution on. The builder may serve any number of
 // ClientConns.
-func NewBuilder(c *pushlb.Client) resolver.Builder { return &builder{c: c} }
+func NewBuilder(c *pushlb.Client, opts ...BuilderOption) resolver.Builder {
+	b := &builder{c: c, zone: c.Zone()}
+	for _, o := range opts {
+		o(b)
+	}
+	return b
+}
 
-type builder struct{ c *pushlb.Client }
+// A BuilderOption customises NewBuilder.
+type BuilderOption func(*builder)
+
+// WithZone sets the zone the ClientConns of this builder run in, for the
+// pushlb balancer's zone filters and avoidance (default: the client's
+// pushlb.Config.Zone). A "zone" in the balancer's service config wins
+// over it; WithCallZone forces a zone for one RPC.
+func WithZone(zone string) BuilderOption { return func(b *builder) { b.zone = zone } }
+
+type builder struct {
+	c    *pushlb.Client
+	zone string
+}
 
 // Scheme implements resolver.Builder.
 func (b *builder) Scheme() string { return Scheme }
@@ -42,7 +60,7 @@ func (b *builder) Build(target resolver.Target, cc resolver.ClientConn, _ resolv
 	if err := events.ValidateService(service); err != nil {
 		return nil, fmt.Errorf("pushlbgrpc: target %q: %w", target.URL.String(), err)
 	}
-	r := &pushlbResolver{service: service, cc: cc}
+	r := &pushlbResolver{service: service, cc: cc, attrs: attributes.New(clientZoneKey{}, b.zone)}
 	r.stop = b.c.Watch(service, r.update)
 	return r, nil
 }
@@ -52,6 +70,7 @@ func (b *builder) Build(target resolver.Target, cc resolver.ClientConn, _ resolv
 type pushlbResolver struct {
 	service string
 	cc      resolver.ClientConn
+	attrs   *attributes.Attributes // the State's: the client's zone
 	stop    func()
 }
 
@@ -60,18 +79,19 @@ type pushlbResolver struct {
 // with codes.Unavailable instead of reaching instances that left.
 func (r *pushlbResolver) update(servers []*balancer.Server) {
 	if len(servers) == 0 {
-		r.cc.UpdateState(resolver.State{})
+		r.cc.UpdateState(resolver.State{Attributes: r.attrs})
 		r.cc.ReportError(fmt.Errorf("%w of %q", ErrNoInstances, r.service))
 		return
 	}
 	st := resolver.State{
-		Endpoints: make([]resolver.Endpoint, len(servers)),
-		Addresses: make([]resolver.Address, len(servers)),
+		Attributes: r.attrs,
+		Endpoints:  make([]resolver.Endpoint, len(servers)),
+		Addresses:  make([]resolver.Address, len(servers)),
 	}
 	for i, s := range servers {
 		attrs := attributes.New(instanceIDKey{}, s.ID).
 			WithValue(zoneKey{}, s.Zone).
-			WithValue(metadataKey{}, metadata(maps.Clone(s.Metadata)))
+			WithValue(metadataKey{}, metadataAttr(maps.Clone(s.Metadata)))
 		addr := resolver.Address{Addr: s.Addr(), Attributes: attrs}
 		st.Addresses[i] = addr
 		st.Endpoints[i] = resolver.Endpoint{Addresses: []resolver.Address{addr}, Attributes: attrs}
@@ -89,18 +109,19 @@ func (r *pushlbResolver) ResolveNow(resolver.ResolveNowOptions) {}
 func (r *pushlbResolver) Close() { r.stop() }
 
 type (
+	clientZoneKey struct{} // in resolver.State.Attributes
 	instanceIDKey struct{}
 	zoneKey       struct{}
 	metadataKey   struct{}
 )
 
-// metadata is an instance's metadata as an attribute value: a map, with
+// metadataAttr is an instance's metadata as an attribute value: a map, with
 // the Equal that attributes compare values with.
-type metadata map[string]string
+type metadataAttr map[string]string
 
 // Equal implements the comparison of attribute values.
-func (m metadata) Equal(o any) bool {
-	om, ok := o.(metadata)
+func (m metadataAttr) Equal(o any) bool {
+	om, ok := o.(metadataAttr)
 	return ok && maps.Equal(m, om)
 }
 
@@ -121,7 +142,7 @@ func Zone(a *attributes.Attributes) string {
 // Metadata returns the registry metadata of a resolved address or
 // endpoint's attributes; do not modify it.
 func Metadata(a *attributes.Attributes) map[string]string {
-	m, _ := a.Value(metadataKey{}).(metadata)
+	m, _ := a.Value(metadataKey{}).(metadataAttr)
 	return m
 }
 

@@ -1,0 +1,339 @@
+package pushlbgrpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/balancer/base"
+	"google.golang.org/grpc/balancer/endpointsharding"
+	"google.golang.org/grpc/balancer/pickfirst"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/grpclog"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/serviceconfig"
+	"google.golang.org/grpc/status"
+
+	lb "github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/balancer/lbconfig"
+)
+
+// Name is the balancer's name in a service config:
+// {"loadBalancingConfig":[{"pushlb":{...}}]}.
+const Name = "pushlb"
+
+var logger = grpclog.Component("pushlb")
+
+// RegisterBalancer registers the pushlb balancer with grpc-go under Name,
+// so that service configs can name it. Call it once, at start-up (from
+// an init function or main), as grpc-go's balancer.Register asks: it is not
+// safe to call concurrently with the creation of ClientConns.
+func RegisterBalancer() { balancer.Register(balancerBuilder{}) }
+
+// Config is the pushlb balancer's configuration: the JSON object under
+// "pushlb" in a service config's loadBalancingConfig. Its keys are the
+// balancer keys of the gateway's YAML (docs/config.md, "balancer"), in
+// JSON, plus hashKey:
+//
+//	{"loadBalancingConfig": [{"pushlb": {
+//	    "rule": "ZoneAvoidance",
+//	    "filter": "ZonePreference",
+//	    "zone": "us-east-1a",
+//	    "breaker": {"threshold": 3, "factor": "10s", "max": "30s"},
+//	    "hashKey": "x-user-id"
+//	}}]}
+//
+// Keys that concern HTTP only (timeouts, retries, pings, static lists)
+// are refused: gRPC has its own (the service config's timeout and
+// retryPolicy). An empty object takes the defaults: ZoneAvoidance,
+// ZonePreference, the breaker of 3 connect failures.
+type Config struct {
+	serviceconfig.LoadBalancingConfig `json:"-"`
+
+	// Balancer is the balancer core's configuration.
+	Balancer lb.Config
+	// HashKey names the outgoing metadata key whose value keys the
+	// keyed rules (Maglev, Rendezvous): RPCs with equal values go to the
+	// same server. Empty: keyed rules get no key and spread RPCs.
+	HashKey string
+}
+
+// allowedKeys are the balancer keys that mean something for gRPC.
+var allowedKeys = []string{
+	"rule", "filter", "zone", "zoneAware", "zoneAffinity", "zoneAvoidance",
+	"zoneStatsInterval", "breaker", "activeRequestsTimeout",
+	"activeConnectionsLimit", "weightsInterval", "retryTimeout",
+	"retrySubRule", "hashKey",
+}
+
+// ParseConfig parses the JSON of the balancer's configuration; errors name
+// the key.
+func ParseConfig(js json.RawMessage) (*Config, error) {
+	var fields map[string]json.RawMessage
+	if len(bytes.TrimSpace(js)) == 0 {
+		js = []byte("{}")
+	}
+	if err := json.Unmarshal(js, &fields); err != nil {
+		return nil, fmt.Errorf("pushlb: service config: %w", err)
+	}
+	cfg := &Config{}
+	for k, v := range fields {
+		if !slices.Contains(allowedKeys, k) {
+			return nil, fmt.Errorf("pushlb: service config: unknown or HTTP-only key %q (gRPC keys: %s)", k, strings.Join(allowedKeys, ", "))
+		}
+		if k == "hashKey" {
+			if err := json.Unmarshal(v, &cfg.HashKey); err != nil {
+				return nil, fmt.Errorf("pushlb: service config: hashKey: %w", err)
+			}
+			cfg.HashKey = strings.ToLower(cfg.HashKey) // metadata keys are lower-case
+			delete(fields, k)
+		}
+	}
+	// JSON is YAML: the core's loader reads it with the gateway's rules
+	// (defaults merged key by key, durations as "10s", every value checked).
+	rest, err := json.Marshal(map[string]any{"defaults": fields})
+	if err != nil {
+		return nil, fmt.Errorf("pushlb: service config: %w", err)
+	}
+	cc, err := lbconfig.LoadYAML(bytes.NewReader(rest))
+	if err != nil {
+		return nil, fmt.Errorf("pushlb: service config: %s", strings.ReplaceAll(err.Error(), "defaults.", ""))
+	}
+	cfg.Balancer = cc.Defaults
+	return cfg, nil
+}
+
+type balancerBuilder struct{}
+
+func (balancerBuilder) Name() string { return Name }
+
+func (balancerBuilder) ParseConfig(js json.RawMessage) (serviceconfig.LoadBalancingConfig, error) {
+	return ParseConfig(js)
+}
+
+// Build implements balancer.Builder: an endpointsharding balancer with a
+// pickfirst child per endpoint, as grpc-go's own round_robin, whose
+// aggregated state this balancer intercepts to pick with pushlb's core.
+func (balancerBuilder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
+	b := &pushlbBalancer{ClientConn: cc, target: opts.Target.Endpoint()}
+	b.child = endpointsharding.NewBalancer(b, opts, balancer.Get(pickfirst.Name).Build, endpointsharding.Options{})
+	return b
+}
+
+// pushlbBalancer is one ClientConn's balancer. It embeds the ClientConn to
+// intercept UpdateState from its endpointsharding child.
+//
+// Threading: grpc-go serialises the calls into a balancer (Update*,
+// ResolverError, ExitIdle, Close); the child calls UpdateState from within
+// those calls or from its own serialised callbacks. mu guards the fields
+// below it against the two.
+type pushlbBalancer struct {
+	balancer.ClientConn
+	child  balancer.Balancer
+	target string
+
+	mu       sync.Mutex
+	cfg      *Config
+	zone     string       // the resolver's zone (State.Attributes), used when cfg has none
+	core     *lb.Balancer // nil until the first configuration
+	lastDown []string     // IDs skipped from the last list, for the log
+	noList   error        // the resolver's error while it gives no endpoint
+}
+
+func (b *pushlbBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
+	cfg, ok := s.BalancerConfig.(*Config)
+	if !ok || cfg == nil {
+		cfg = &Config{Balancer: lb.DefaultConfig()}
+	}
+	zone := ""
+	if s.ResolverState.Attributes != nil {
+		zone, _ = s.ResolverState.Attributes.Value(clientZoneKey{}).(string)
+	}
+	b.mu.Lock()
+	if len(s.ResolverState.Endpoints) > 0 {
+		b.noList = nil
+	} else if b.noList == nil {
+		// The resolver's error, if it sends one, comes after the list.
+		b.noList = fmt.Errorf("%w of %q", ErrNoInstances, b.target)
+	}
+	if b.core == nil || !configEqual(b.cfg, cfg) || b.zone != zone {
+		if err := b.newCoreLocked(cfg, zone); err != nil {
+			b.mu.Unlock()
+			return fmt.Errorf("%w: %w", balancer.ErrBadResolverState, err)
+		}
+	}
+	b.mu.Unlock()
+	// The children get no balancer config: it is ours, not pickfirst's.
+	return b.child.UpdateClientConnState(balancer.ClientConnState{
+		ResolverState: pickfirst.EnableHealthListener(s.ResolverState),
+	})
+}
+
+// newCoreLocked replaces the core balancer for a new configuration; the
+// next UpdateState fills it. Stats start over: a new rule or breaker is a
+// new balancer.
+func (b *pushlbBalancer) newCoreLocked(cfg *Config, zone string) error {
+	c := cfg.Balancer
+	if c.Zone == "" {
+		c.Zone = zone
+	}
+	name := b.target
+	if name == "" {
+		name = "grpc"
+	}
+	core, err := lb.New(name, c)
+	if err != nil {
+		return err
+	}
+	if b.core != nil {
+		core.SetServers(serversOf(b.core.AllServers()))
+		b.core.Close()
+	}
+	b.core, b.cfg, b.zone = core, cfg, zone
+	return nil
+}
+
+func configEqual(a, b *Config) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	aj, _ := json.Marshal(a.Balancer)
+	bj, _ := json.Marshal(b.Balancer)
+	return a.HashKey == b.HashKey && bytes.Equal(aj, bj)
+}
+
+func serversOf(list []*lb.Server) []lb.Server {
+	out := make([]lb.Server, len(list))
+	for i, s := range list {
+		out[i] = *s
+	}
+	return out
+}
+
+// ResolverError passes the resolver's error on. While there is no
+// endpoint at all (the pushlb resolver's "no instances of" a service),
+// RPCs fail at once with it, as pick_first does, rather than with the
+// child's "no children to pick from".
+func (b *pushlbBalancer) ResolverError(err error) {
+	b.mu.Lock()
+	b.noList = err
+	b.mu.Unlock()
+	b.child.ResolverError(err)
+}
+
+func (b *pushlbBalancer) UpdateSubConnState(sc balancer.SubConn, _ balancer.SubConnState) {
+	logger.Errorf("pushlb: UpdateSubConnState(%v) called unexpectedly", sc)
+}
+
+func (b *pushlbBalancer) ExitIdle() { b.child.ExitIdle() }
+
+func (b *pushlbBalancer) Close() {
+	b.child.Close()
+	b.mu.Lock()
+	if b.core != nil {
+		b.core.Close()
+	}
+	b.mu.Unlock()
+}
+
+// UpdateState intercepts the child's aggregated state. Every endpoint is a
+// server of the core balancer, alive while its connection is READY, so
+// that its statistics and breaker outlive a reconnection. While some are
+// READY, the picker is pushlb's; otherwise the child's state and picker
+// (connecting, or failing with its error) pass through.
+func (b *pushlbBalancer) UpdateState(s balancer.State) {
+	children := endpointsharding.ChildStatesFromPicker(s.Picker)
+	b.mu.Lock()
+	if b.core == nil {
+		b.mu.Unlock()
+		b.ClientConn.UpdateState(s)
+		return
+	}
+	servers := make([]lb.Server, 0, len(children))
+	ready := make(map[string]balancer.Picker, len(children))
+	var skipped []string
+	for _, c := range children {
+		srv, err := serverOf(c.Endpoint)
+		if err != nil {
+			skipped = append(skipped, err.Error())
+			continue
+		}
+		servers = append(servers, srv)
+		if c.State.ConnectivityState == connectivity.Ready {
+			ready[srv.ID] = c.State.Picker
+		}
+	}
+	if !slices.Equal(skipped, b.lastDown) && len(skipped) > 0 {
+		logger.Errorf("pushlb: %s: endpoints left out: %s", b.target, strings.Join(skipped, "; "))
+	}
+	b.lastDown = skipped
+	if len(servers) > 0 {
+		if err := b.core.SetServers(servers); err != nil {
+			logger.Warningf("pushlb: %s: %v", b.target, err)
+		}
+	}
+	// A server new to the list starts alive: until it is marked, a pick
+	// may land on it, which the picker turns into a wait for the next one.
+	marks := map[string]bool{}
+	for _, srv := range b.core.AllServers() {
+		if _, up := ready[srv.ID]; up != srv.Alive() {
+			marks[srv.ID] = up
+		}
+	}
+	if len(marks) > 0 {
+		b.core.MarkServers(marks)
+	}
+	if len(ready) == 0 {
+		if b.noList != nil && len(children) == 0 {
+			s = balancer.State{
+				ConnectivityState: connectivity.TransientFailure,
+				Picker:            base.NewErrPicker(status.Error(codes.Unavailable, b.noList.Error())),
+			}
+		}
+		b.mu.Unlock()
+		b.ClientConn.UpdateState(s)
+		return
+	}
+	p := newPicker(b.core, ready, b.cfg.HashKey)
+	b.mu.Unlock()
+	b.ClientConn.UpdateState(balancer.State{ConnectivityState: connectivity.Ready, Picker: p})
+}
+
+// serverOf turns an endpoint into the core's server: its pushlb instance
+// ID, zone and metadata when the pushlb resolver made it, else its first
+// address as the ID and no zone.
+func serverOf(ep resolver.Endpoint) (lb.Server, error) {
+	if len(ep.Addresses) == 0 {
+		return lb.Server{}, errors.New("endpoint without address")
+	}
+	addr := ep.Addresses[0].Addr
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return lb.Server{}, fmt.Errorf("%s: not host:port", addr)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return lb.Server{}, fmt.Errorf("%s: port %q", addr, portStr)
+	}
+	s := lb.Server{ID: addr, Host: host, Port: port}
+	if id, ok := InstanceID(ep.Attributes); ok && id != "" {
+		s.ID = id
+		s.Zone = Zone(ep.Attributes)
+		s.Metadata = Metadata(ep.Attributes)
+	}
+	return s, nil
+}
+
+var (
+	_ balancer.Builder      = balancerBuilder{}
+	_ balancer.ConfigParser = balancerBuilder{}
+	_ balancer.Balancer     = (*pushlbBalancer)(nil)
+)

@@ -1,0 +1,126 @@
+package pushlbgrpc
+
+import (
+	"context"
+	"sync"
+
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	lb "github.com/pushlb/pushlb/balancer"
+)
+
+// WithCallZone returns a context that makes the pushlb balancer prefer
+// zone for the RPCs made with it, while that zone has a READY server whose
+// breaker is closed; otherwise the balancer's normal choice applies. It is
+// the balancer core's WithZone: a request context that already carries a
+// zone (from pushlb's HTTP hints) keeps it across the call.
+func WithCallZone(ctx context.Context, zone string) context.Context {
+	return lb.WithZone(ctx, zone)
+}
+
+// picker picks with the core balancer among the READY endpoints it was
+// built for, then hands the RPC to that endpoint's pickfirst child.
+//
+// It is immutable: the balancer builds a new one on every list or
+// connectivity change. The core's list may be newer than the picker (the
+// next picker is on its way): an RPC that lands on a server this picker
+// does not know waits for it (ErrNoSubConnAvailable).
+type picker struct {
+	core     *lb.Balancer
+	children map[*lb.Server]balancer.Picker
+	hashKey  string
+}
+
+// newPicker maps the core's current servers to the children that hold
+// their connections, by instance ID.
+func newPicker(core *lb.Balancer, byID map[string]balancer.Picker, hashKey string) *picker {
+	all := core.AllServers()
+	p := &picker{core: core, children: make(map[*lb.Server]balancer.Picker, len(all)), hashKey: hashKey}
+	for _, s := range all {
+		if c, ok := byID[s.ID]; ok {
+			p.children[s] = c
+		}
+	}
+	return p
+}
+
+// Pick implements balancer.Picker. Without a hash key it allocates
+// nothing: the outcome is reported through a pooled record.
+func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
+	ctx := info.Ctx
+	if p.hashKey != "" {
+		if v := metadata.ValueFromOutgoingContext(ctx, p.hashKey); len(v) > 0 {
+			ctx = lb.WithKey(ctx, v[0])
+		}
+	}
+	pk, err := p.core.Pick(ctx)
+	if err != nil {
+		return balancer.PickResult{}, status.Errorf(codes.Unavailable, "pushlb: %s: %v", p.core.Name(), err)
+	}
+	child, ok := p.children[pk.Server]
+	if !ok {
+		pk.End()
+		return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
+	}
+	res, err := child.Pick(info)
+	if err != nil {
+		pk.End()
+		return res, err
+	}
+	d := donePool.Get().(*doneRecord)
+	d.pick, d.next = pk, res.Done
+	res.Done = d.report
+	return res, nil
+}
+
+// doneRecord carries one RPC's pick to its Done. Records are pooled so
+// that a pick allocates nothing; report is bound once, when the record is
+// made. grpc-go calls Done at most once per attempt (csAttempt.finish),
+// which makes the recycling safe.
+type doneRecord struct {
+	pick   lb.Pick
+	next   func(balancer.DoneInfo) // the child's Done, if any
+	report func(balancer.DoneInfo) // d.done, bound once
+}
+
+var donePool sync.Pool
+
+func init() {
+	// Set here: a New in the declaration would refer to done, which
+	// refers to donePool.
+	donePool.New = func() any {
+		d := new(doneRecord)
+		d.report = d.done
+		return d
+	}
+}
+
+func (d *doneRecord) done(info balancer.DoneInfo) {
+	pk, next := d.pick, d.next
+	d.pick, d.next = lb.Pick{}, nil
+	donePool.Put(d)
+	pk.Done(outcome(info))
+	if next != nil {
+		next(info)
+	}
+}
+
+// outcome turns grpc-go's report of an RPC into the core's: the server
+// answered when it sent anything (an application error status included:
+// it is reachable, and its answer time counts); an Unavailable with
+// nothing received is a connection failure, which counts towards the
+// server's breaker; any other failure (deadline, cancellation) only ends
+// the request.
+func outcome(info balancer.DoneInfo) lb.DoneInfo {
+	switch {
+	case info.Err == nil || info.BytesReceived:
+		return lb.DoneInfo{}
+	case status.Code(info.Err) == codes.Unavailable:
+		return lb.DoneInfo{Err: info.Err, ConnectFailure: true}
+	default:
+		return lb.DoneInfo{Err: info.Err}
+	}
+}
