@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"google.golang.org/grpc/attributes"
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/balancer/base"
 	"google.golang.org/grpc/balancer/endpointsharding"
@@ -142,10 +143,11 @@ type pushlbBalancer struct {
 
 	mu       sync.Mutex
 	cfg      *Config
-	zone     string       // the resolver's zone (State.Attributes), used when cfg has none
-	core     *lb.Balancer // nil until the first configuration
-	lastDown []string     // IDs skipped from the last list, for the log
-	noList   error        // the resolver's error while it gives no endpoint
+	zone     string                   // the resolver's zone (State.Attributes), used when cfg has none
+	core     *lb.Balancer             // nil until the first configuration
+	lastDown []string                 // IDs skipped from the last list, for the log
+	known    map[string]knownEndpoint // by address: the last list's servers
+	noList   error                    // the resolver's error while it gives no endpoint
 }
 
 func (b *pushlbBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
@@ -198,6 +200,7 @@ func (b *pushlbBalancer) newCoreLocked(cfg *Config, zone string) error {
 		b.core.Close()
 	}
 	b.core, b.cfg, b.zone = core, cfg, zone
+	b.known = nil // the next UpdateState lists every endpoint in the new core
 	return nil
 }
 
@@ -257,25 +260,40 @@ func (b *pushlbBalancer) UpdateState(s balancer.State) {
 		b.ClientConn.UpdateState(s)
 		return
 	}
+	// Connectivity changes come one endpoint at a time and leave the list
+	// as it is: the servers of known endpoints are reused, and the core's
+	// list is set only when an endpoint came, went or changed.
 	servers := make([]lb.Server, 0, len(children))
 	ready := make(map[string]balancer.Picker, len(children))
+	known := make(map[string]knownEndpoint, len(children))
+	changed := len(children) != len(b.known)
 	var skipped []string
 	for _, c := range children {
-		srv, err := serverOf(c.Endpoint)
-		if err != nil {
-			skipped = append(skipped, err.Error())
+		if len(c.Endpoint.Addresses) == 0 {
+			skipped = append(skipped, "endpoint without address")
 			continue
 		}
-		servers = append(servers, srv)
+		addr := c.Endpoint.Addresses[0].Addr
+		k, ok := b.known[addr]
+		if !ok || k.attrs != c.Endpoint.Attributes {
+			srv, err := serverOf(c.Endpoint)
+			if err != nil {
+				skipped = append(skipped, err.Error())
+				continue
+			}
+			k, changed = knownEndpoint{attrs: c.Endpoint.Attributes, srv: srv}, true
+		}
+		known[addr] = k
+		servers = append(servers, k.srv)
 		if c.State.ConnectivityState == connectivity.Ready {
-			ready[srv.ID] = c.State.Picker
+			ready[k.srv.ID] = c.State.Picker
 		}
 	}
 	if !slices.Equal(skipped, b.lastDown) && len(skipped) > 0 {
 		logger.Errorf("pushlb: %s: endpoints left out: %s", b.target, strings.Join(skipped, "; "))
 	}
-	b.lastDown = skipped
-	if len(servers) > 0 {
+	b.lastDown, b.known = skipped, known
+	if changed && len(servers) > 0 {
 		if err := b.core.SetServers(servers); err != nil {
 			logger.Warningf("pushlb: %s: %v", b.target, err)
 		}
@@ -305,6 +323,12 @@ func (b *pushlbBalancer) UpdateState(s balancer.State) {
 	p := newPicker(b.core, ready, b.cfg.HashKey)
 	b.mu.Unlock()
 	b.ClientConn.UpdateState(balancer.State{ConnectivityState: connectivity.Ready, Picker: p})
+}
+
+// knownEndpoint is an endpoint of the last list and its server.
+type knownEndpoint struct {
+	attrs *attributes.Attributes // the endpoint's, compared by identity
+	srv   lb.Server
 }
 
 // serverOf turns an endpoint into the core's server: its pushlb instance

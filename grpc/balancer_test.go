@@ -87,6 +87,7 @@ type testServer struct {
 	addr            string
 	drop, appErr    atomic.Bool
 	served, dropped atomic.Int64
+	lastServed      atomic.Int64 // UnixNano of the last RPC answered
 	srv             *grpc.Server
 	conns           *connTracker
 }
@@ -133,6 +134,7 @@ func (h flakyHealth) Check(ctx context.Context, r *healthpb.HealthCheckRequest) 
 		return nil, status.Error(codes.Unavailable, "the application says unavailable")
 	}
 	h.ts.served.Add(1)
+	h.ts.lastServed.Store(time.Now().UnixNano())
 	return h.Server.Check(ctx, r)
 }
 

@@ -6,7 +6,6 @@ replace github.com/pushlb/pushlb => ../
 
 require (
 	github.com/pushlb/pushlb v0.0.0-00010101000000-000000000000
-	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 )
 
@@ -34,6 +33,7 @@ require (
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/rs/zerolog v1.35.1 // indirect
 	github.com/sean-/seed v0.0.0-20170313163322-e2103e2c3529 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.60.0 // indirect

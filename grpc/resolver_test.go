@@ -5,13 +5,13 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -29,8 +29,12 @@ import (
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
+// bin holds the binaries the process tests run.
+var bin struct{ announce, testserver string }
+
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"))
+	os.Exit(testutil.RunWithBinaries(m, func(paths []string) { bin.announce, bin.testserver = paths[0], paths[1] },
+		"github.com/pushlb/pushlb/cmd/announce", "./internal/testserver"))
 }
 
 // grpcServer serves the standard health service on 127.0.0.1 until the
@@ -49,7 +53,7 @@ func grpcServer(t *testing.T) string {
 }
 
 // startClient starts a pushlb client on srv, closed at cleanup.
-func startClient(t *testing.T, srv *natstest.Server) *pushlb.Client {
+func startClient(t testing.TB, srv *natstest.Server) *pushlb.Client {
 	t.Helper()
 	c, err := pushlb.New(srv.Connect(t), pushlb.Config{})
 	if err != nil {
