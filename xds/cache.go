@@ -31,7 +31,7 @@ type zonedCache struct {
 	onZone        func(zone string, admitted bool) // told of each new zone; under mu
 
 	mu    sync.Mutex
-	lists map[string][]endpoint          // the services' current lists
+	lists map[string][]endpoint         // the services' current lists
 	eds   map[string]*cache.LinearCache // by lower-case client zone; "" for clients without one
 	build func(service string, eps []endpoint, zone string) types.Resource
 }
