@@ -40,6 +40,7 @@ type Server struct {
 	started bool
 	stopped bool
 	stop    chan struct{} // closed by Stop: ends the feed
+	ready   chan struct{} // closed by the feed once the first resources are installed
 	wg      sync.WaitGroup
 
 	// What the watches hand the feed. Each service's watch has a
@@ -117,6 +118,7 @@ func NewServer(c *pushlb.Client, opts ...Option) (*Server, error) {
 	s := &Server{
 		c: c, o: o,
 		stop:         make(chan struct{}),
+		ready:        make(chan struct{}),
 		gens:         map[string]uint64{},
 		pendingLists: map[string][]endpoint{},
 		wake:         make(chan struct{}, 1),
@@ -134,10 +136,12 @@ func NewServer(c *pushlb.Client, opts ...Option) (*Server, error) {
 	return s, nil
 }
 
-// Serve starts following the client's services (on the first call) and
-// serves ADS on ln until Stop; it then returns nil. It returns ErrStopped
-// when Stop was called before, and the gRPC server's error when ln fails.
-// It may be called on several listeners, from any goroutine.
+// Serve starts following the client's services (on the first call) and,
+// once the resources of every service the client has are installed (so
+// that no client is told a service does not exist while the server
+// starts), serves ADS on ln until Stop; it then returns nil. It returns
+// ErrStopped when Stop was called before, and the gRPC server's error when
+// ln fails. It may be called on several listeners, from any goroutine.
 func (s *Server) Serve(ln net.Listener) error {
 	s.lifeMu.Lock()
 	if s.stopped {
@@ -146,11 +150,14 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	if !s.started {
 		s.started = true
-		// The first names come at once, on this goroutine: the feed has
-		// work before the first client asks.
 		s.wg.Go(s.feed)
 	}
 	s.lifeMu.Unlock()
+	select {
+	case <-s.ready:
+	case <-s.stop:
+		return ErrStopped
+	}
 	if err := s.gs.Serve(ln); err != nil {
 		if errors.Is(err, grpc.ErrServerStopped) {
 			return ErrStopped
@@ -236,6 +243,11 @@ func (s *Server) feed() {
 			stop()
 		}
 	}()
+	// The first names came at once, and with them each service's first
+	// list (Watch calls its function before it returns).
+	for s.apply() {
+	}
+	close(s.ready)
 	for {
 		select {
 		case <-s.stop:
