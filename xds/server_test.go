@@ -37,11 +37,12 @@ func TestMain(m *testing.M) {
 
 // grpcServer is a real gRPC server with the standard health service on
 // 127.0.0.1, stopped at cleanup. last is the time of the last RPC it
-// served (unix nanoseconds).
+// served (unix nanoseconds), calls counts them.
 type grpcServer struct {
-	addr string
-	gs   *grpc.Server
-	last atomic.Int64
+	addr  string
+	gs    *grpc.Server
+	last  atomic.Int64
+	calls atomic.Int64
 }
 
 func startGRPCServer(t testing.TB) *grpcServer {
@@ -53,6 +54,7 @@ func startGRPCServer(t testing.TB) *grpcServer {
 	s := &grpcServer{addr: ln.Addr().String()}
 	s.gs = grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		s.last.Store(time.Now().UnixNano())
+		s.calls.Add(1)
 		return h(ctx, req)
 	}))
 	healthpb.RegisterHealthServer(s.gs, health.NewServer())
