@@ -21,9 +21,9 @@ import (
 
 	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
-	"github.com/pushlb/pushlb/publisher"
 	"github.com/pushlb/pushlb/internal/testkit/testpub"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
+	"github.com/pushlb/pushlb/publisher"
 )
 
 // validateDeep validates m with its Validate, then every message it holds,
