@@ -295,3 +295,19 @@ func TestOptionsAndLifecycle(t *testing.T) {
 		t.Fatalf("Serve after Stop: %v", err)
 	}
 }
+
+// TestServiceAnnouncedLater: a client that asked for a service nobody
+// announced yet (the server answers without its listener; grpc-go waits
+// for it up to its resource timer, 15 s, then fails RPCs with
+// UNAVAILABLE) reaches the service once an instance announces it.
+func TestServiceAnnouncedLater(t *testing.T) {
+	srv := natstest.Start(t)
+	c := startClient(t, srv, pushlb.Config{})
+	x, addr := startXDS(t, c)
+	conn := xdsConn(t, addr, "", "xds:///later")
+	conn.Connect()
+	testutil.Eventually(t, "the client's stream", func() bool { return x.Stats().Streams == 1 })
+	s := startGRPCServer(t)
+	testpub.AnnounceAddr(t, srv.Connect(t), "later", "", "later-1", s.addr)
+	reachesAll(t, conn, "the announced instance", s.addr)
+}
