@@ -262,10 +262,11 @@ func (s *Server) feed() {
 // apply installs what is pending and reports whether there was anything.
 func (s *Server) apply() bool {
 	s.mu.Lock()
-	names, namesPending, lists := s.pendingNames, s.namesPending, s.pendingLists
+	names, namesPending := s.pendingNames, s.namesPending
 	s.pendingNames, s.namesPending = nil, false
-	if len(lists) > 0 {
-		s.pendingLists = map[string][]endpoint{}
+	var lists map[string][]endpoint
+	if len(s.pendingLists) > 0 {
+		lists, s.pendingLists = s.pendingLists, map[string][]endpoint{}
 	}
 	s.mu.Unlock()
 	if !namesPending && len(lists) == 0 {
