@@ -60,3 +60,17 @@ func TestGatewayServesXDS(t *testing.T) {
 		t.Fatalf("an RPC failed; the probe said:\n%s", out)
 	}
 }
+
+// TestGatewayHelpNamesXDS: this build's gateway has -xds among the stock
+// gateway's flags.
+func TestGatewayHelpNamesXDS(t *testing.T) {
+	p := testutil.Start(t, bin.gateway, "-h")
+	if code := p.Wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("gateway -h exited %d:\n%s", code, p.Output())
+	}
+	for _, flag := range []string{"-xds address", "serve xDS", "-listen", "-nats"} {
+		if !strings.Contains(p.Output(), flag) {
+			t.Errorf("gateway -h does not say %q:\n%s", flag, p.Output())
+		}
+	}
+}

@@ -311,3 +311,27 @@ func TestServiceAnnouncedLater(t *testing.T) {
 	testpub.AnnounceAddr(t, srv.Connect(t), "later", "", "later-1", s.addr)
 	reachesAll(t, conn, "the announced instance", s.addr)
 }
+
+// TestBadInstancesAreLeftOutAndCounted: an instance whose address another
+// instance of the service has (grpc-go would reject the whole assignment)
+// is left out, and a weight that is not a whole number is ignored; both
+// are counted, the client gets a valid assignment and reaches the service.
+func TestBadInstancesAreLeftOutAndCounted(t *testing.T) {
+	srv := natstest.Start(t)
+	c := startClient(t, srv, pushlb.Config{})
+	x, addr := startXDS(t, c)
+	s, other := startGRPCServer(t), startGRPCServer(t)
+	nc := srv.Connect(t)
+	testpub.AnnounceAddr(t, nc, "orders", "", "orders-old", s.addr)
+	testpub.AnnounceAddr(t, nc, "orders", "", "orders-new", s.addr)
+	announceProc(t, srv.URL(), "orders", "", other.addr, "weight=heavy")
+	conn := xdsConn(t, addr, "", "xds:///orders")
+	reachesAll(t, conn, "both addresses", s.addr, other.addr)
+	testutil.Eventually(t, "the drop and the bad weight counted", func() bool {
+		st := x.Stats()
+		return st.DroppedInstances > 0 && st.BadWeights > 0
+	})
+	if st := x.Stats(); st.NACKs != 0 || st.InvalidResources != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
