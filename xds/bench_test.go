@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	endpointpb "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pushlb/pushlb"
@@ -106,4 +108,69 @@ func BenchmarkOfflineToLastRPC(b *testing.B) {
 	if st := x.Stats(); st.NACKs != 0 {
 		b.Fatalf("stats %+v", st)
 	}
+}
+
+// BenchmarkOfflineToEDSResponse: from an instance's offline (publisher
+// Withdraw) to the ClusterLoadAssignment without it on a raw ADS stream
+// (state of the world, as Envoy's): the control plane's share of the path,
+// without grpc-go's client, decoding and validating the response
+// included. The pushlb client coalesces nothing, as in
+// BenchmarkOfflineToLastRPC.
+func BenchmarkOfflineToEDSResponse(b *testing.B) {
+	srv := natstest.Start(b)
+	c := startClient(b, srv, pushlb.Config{Coalesce: time.Nanosecond})
+	nc := srv.Connect(b)
+	testpub.AnnounceAddr(b, nc, "orders", "", "orders-stays", "127.0.0.1:1")
+	_, addr := startXDS(b, c)
+	ads := openADS(b, addr, "")
+	ads.request(resource.EndpointType, []string{"orders"}, nil)
+	endpointsOf := func(what string) int {
+		r, m := ads.next(what)
+		ads.request(resource.EndpointType, []string{"orders"}, r) // ACK
+		n := 0
+		for _, l := range m["orders"].(*endpointpb.ClusterLoadAssignment).GetEndpoints() {
+			n += len(l.GetLbEndpoints())
+		}
+		return n
+	}
+	for endpointsOf("the first assignment") != 1 {
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg, err := serverlist.Open(b.Context(), js, serverlist.RegistryConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pub, err := publisher.New(nc, reg, publisher.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pub.Close()
+	var lat []time.Duration
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		in := serverlist.Instance{Service: "orders", InstanceID: "orders-goes-" + strconv.Itoa(i), Host: "127.0.0.1", Port: 2}
+		if err := pub.Announce(b.Context(), in); err != nil {
+			b.Fatal(err)
+		}
+		for endpointsOf("the announced instance") != 2 {
+		}
+		b.StartTimer()
+		// Withdraw returns once the registry removed the record; the
+		// offline event may reach the client before: wait for the response
+		// meanwhile.
+		began := time.Now()
+		withdrawn := make(chan error, 1)
+		go func() { withdrawn <- pub.Withdraw(context.Background(), "bench") }()
+		for endpointsOf("the offline") != 1 {
+		}
+		lat = append(lat, time.Since(began))
+		if err := <-withdrawn; err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(testutil.Percentile(lat, 0.50).Microseconds()), "p50-µs")
+	b.ReportMetric(float64(testutil.Percentile(lat, 0.99).Microseconds()), "p99-µs")
 }
