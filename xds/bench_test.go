@@ -127,8 +127,9 @@ func BenchmarkOfflineToEDSResponse(b *testing.B) {
 	endpointsOf := func(what string) int {
 		r, m := ads.next(what)
 		ads.request(resource.EndpointType, []string{"orders"}, r) // ACK
+		cla, _ := m["orders"].(*endpointpb.ClusterLoadAssignment) // none while the client has no list
 		n := 0
-		for _, l := range m["orders"].(*endpointpb.ClusterLoadAssignment).GetEndpoints() {
+		for _, l := range cla.GetEndpoints() {
 			n += len(l.GetLbEndpoints())
 		}
 		return n
