@@ -486,6 +486,46 @@ func TestWatch(t *testing.T) {
 	}
 }
 
+// WatchServices gives the names at once (the configured ones before any
+// announcement), then the names after each service added or removed, and
+// nothing after stop.
+func TestWatchServices(t *testing.T) {
+	srv := natstest.Start(t)
+	cfg := balancer.DefaultClientsConfig()
+	cfg.Clients = map[string]balancer.Config{"static": cfg.Defaults}
+	c := startWith(t, srv.Connect(t), pushlb.Config{ServiceGrace: 100 * time.Millisecond, Balancers: cfg})
+	names := make(chan []string, 16)
+	stop := c.WatchServices(func(services []string) { names <- services })
+	next := func(what string, want ...string) {
+		t.Helper()
+		for {
+			got := testutil.Receive(t, names, 10*time.Second, what)
+			if slices.Equal(got, want) {
+				return
+			}
+		}
+	}
+	next("the configured service", "static")
+	orders := announce(t, srv, "orders", "", testpub.Backend(t, "o"))
+	next("orders added", "orders", "static")
+	announce(t, srv, "users", "", testpub.Backend(t, "u"))
+	next("users added", "orders", "static", "users")
+	if err := orders.Withdraw(t.Context(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	next("orders removed after the grace period", "static", "users")
+	stop()
+	for len(names) > 0 {
+		<-names
+	}
+	stop() // twice is harmless
+	announce(t, srv, "billing", "", testpub.Backend(t, "b"))
+	testutil.Eventually(t, "billing added", func() bool { return slices.Contains(c.Services(), "billing") })
+	if len(names) != 0 {
+		t.Fatalf("a stopped watch was called: %v", <-names)
+	}
+}
+
 // A tripped server is not reachable: ServiceStats.Reachable and
 // Balancer.Reachable leave it out while its breaker is open, Servers
 // still lists it.

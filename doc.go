@@ -25,7 +25,9 @@
 //
 // Every list change is told once, with its causes, to the ListObserver of
 // WithListObserver; Watch follows one service's list, the piece adapters
-// build on (the gRPC resolver of the module github.com/pushlb/pushlb/grpc).
+// build on (the gRPC resolver of the module github.com/pushlb/pushlb/grpc),
+// and WatchServices the set of services (the xDS control plane of
+// github.com/pushlb/pushlb/xds serves every service).
 // Balancer lends a read-only view of a service's balancer, and Stats the
 // client's counters in this package's own types.
 //

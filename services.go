@@ -30,8 +30,9 @@ type serviceSet struct {
 	observe ListObserver // may be nil
 	causes  sync.Map     // service -> the events.ListChanged being applied, for its causes
 
-	watchMu  sync.Mutex // guards watchers
-	watchers map[string]map[*watcher]struct{}
+	watchMu          sync.Mutex // guards watchers and servicesWatchers
+	watchers         map[string]map[*watcher]struct{}
+	servicesWatchers map[*servicesWatcher]struct{}
 
 	mu sync.Mutex // serialises creations
 	m  atomic.Pointer[map[string]*service]
@@ -74,17 +75,19 @@ func (s *serviceSet) create(name string) (*service, error) {
 	next[name] = sv
 	s.m.Store(&next)
 	s.mu.Unlock()
-	// Outside the lock: AddListener calls the listener at once.
+	// Outside the lock: AddListener calls the listener at once, and the
+	// watchers of the names run their functions.
 	b.AddListener(sv.changed(s))
+	s.notifyServicesWatchers()
 	return sv, nil
 }
 
 // remove forgets the service's entry; the caller closes its balancer.
 func (s *serviceSet) remove(name string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	old := *s.m.Load()
 	if _, ok := old[name]; !ok {
+		s.mu.Unlock()
 		return
 	}
 	next := make(map[string]*service, len(old))
@@ -94,6 +97,8 @@ func (s *serviceSet) remove(name string) {
 		}
 	}
 	s.m.Store(&next)
+	s.mu.Unlock()
+	s.notifyServicesWatchers()
 }
 
 // changed returns the listener that counts the service's list changes and

@@ -92,3 +92,73 @@ func (s *serviceSet) notifyWatchers(service string) {
 		w.deliver()
 	}
 }
+
+// WatchServices calls f with the names of the services the client has a
+// balancer for, sorted as Services returns them, at once and again after
+// each time one is added (its first announcement, or a configured service
+// at Start) or removed (gone for Config.ServiceGrace), until stop is
+// called: the way an adapter that serves every service (the xds module's
+// control plane) learns of a new one without polling. Follow each
+// service's list with Watch.
+//
+// The call rules are Watch's: each call reads the names as they are when
+// it runs, so it is never older than the one before it, and the same
+// names may come twice; calls never overlap; f runs on the goroutine that
+// added or removed the service (or on WatchServices' caller for the first
+// call), so it must be quick and must not block, and it may call stop,
+// after which no call begins. The slice is f's own.
+func (c *Client) WatchServices(f func(services []string)) (stop func()) {
+	w := &servicesWatcher{f: f, c: c}
+	c.services.addServicesWatcher(w)
+	w.deliver()
+	return func() { c.services.removeServicesWatcher(w) }
+}
+
+// servicesWatcher is one WatchServices.
+type servicesWatcher struct {
+	f func([]string)
+	c *Client
+
+	mu      sync.Mutex // serialises the calls of f
+	stopped atomic.Bool
+}
+
+// deliver calls f with the current names, unless the watch was stopped.
+func (w *servicesWatcher) deliver() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped.Load() {
+		return
+	}
+	w.f(w.c.Services())
+}
+
+func (s *serviceSet) addServicesWatcher(w *servicesWatcher) {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	if s.servicesWatchers == nil {
+		s.servicesWatchers = map[*servicesWatcher]struct{}{}
+	}
+	s.servicesWatchers[w] = struct{}{}
+}
+
+func (s *serviceSet) removeServicesWatcher(w *servicesWatcher) {
+	w.stopped.Store(true)
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	delete(s.servicesWatchers, w)
+}
+
+// notifyServicesWatchers tells the WatchServices watchers that a service
+// was added or removed. Call it without holding mu.
+func (s *serviceSet) notifyServicesWatchers() {
+	s.watchMu.Lock()
+	ws := make([]*servicesWatcher, 0, len(s.servicesWatchers))
+	for w := range s.servicesWatchers {
+		ws = append(ws, w)
+	}
+	s.watchMu.Unlock()
+	for _, w := range ws {
+		w.deliver()
+	}
+}

@@ -1,0 +1,268 @@
+package pushlbxds
+
+import (
+	"cmp"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	clusterpb "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointpb "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	routerpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	upstreamhttppb "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/pushlb/pushlb/balancer"
+)
+
+// WeightKey is the metadata key of an instance's weight: a whole number
+// from 1 to MaxWeight ("announce -meta weight=3"). An instance without one
+// has no weight in its endpoint (every endpoint then counts as 1); any
+// other value is logged, counted (Stats.BadWeights) and ignored.
+const WeightKey = "weight"
+
+// MaxWeight is the greatest instance weight. It keeps the sum of a zone's
+// weights, which xDS bounds at 2^32-1, in range for 400,000 instances.
+const MaxWeight = 10000
+
+// MetadataKey is the filter-metadata namespace of each endpoint: it holds
+// the instance's pushlb ID ("instanceId"), for Envoy's access logs
+// (%UPSTREAM_METADATA(["pushlb", "instanceId"])%) and for debugging.
+const MetadataKey = "pushlb"
+
+// endpoint is one instance as the resources need it: read from the
+// balancer's server when its list arrives, so that building resources
+// later reads nothing shared.
+type endpoint struct {
+	id       string
+	host     string
+	port     uint32
+	zone     string // as announced
+	zoneKey  string // lower case: zones compare without regard to case
+	weight   uint32 // 0: none announced
+	badValue string // a weight that was ignored, for the log
+}
+
+// endpoints converts a balancer's list.
+func endpoints(servers []*balancer.Server) []endpoint {
+	eps := make([]endpoint, 0, len(servers))
+	for _, s := range servers {
+		e := endpoint{id: s.ID, host: s.Host, port: uint32(s.Port), zone: s.Zone, zoneKey: strings.ToLower(s.Zone)}
+		if v, ok := s.Metadata[WeightKey]; ok {
+			if w, err := strconv.ParseUint(v, 10, 32); err == nil && w >= 1 && w <= MaxWeight {
+				e.weight = uint32(w)
+			} else {
+				e.badValue = v
+			}
+		}
+		eps = append(eps, e)
+	}
+	return eps
+}
+
+// adsSource is the config source "the ADS stream these resources came on".
+func adsSource() *corepb.ConfigSource {
+	return &corepb.ConfigSource{
+		ResourceApiVersion:    corepb.ApiVersion_V3,
+		ConfigSourceSpecifier: &corepb.ConfigSource_Ads{Ads: &corepb.AggregatedConfigSource{}},
+	}
+}
+
+// validator is what protoc-gen-validate generates for every resource.
+type validator interface{ Validate() error }
+
+// typedAny validates m and wraps it in an Any. Validate does not look into
+// an Any, so every message that travels in one is validated here.
+func typedAny(m interface {
+	proto.Message
+	validator
+}) (*anypb.Any, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return anypb.New(m)
+}
+
+// listenerFor returns the service's Listener: an API listener (the kind
+// grpc-go's xDS client reads for "xds:///<service>") whose HTTP
+// connection manager takes its routes from the RouteConfiguration of the
+// same name over ADS.
+func listenerFor(service string) (*listenerpb.Listener, error) {
+	router, err := typedAny(&routerpb.Router{})
+	if err != nil {
+		return nil, fmt.Errorf("router filter: %w", err)
+	}
+	hcm, err := typedAny(&hcmpb.HttpConnectionManager{
+		StatPrefix: service,
+		RouteSpecifier: &hcmpb.HttpConnectionManager_Rds{Rds: &hcmpb.Rds{
+			ConfigSource:    adsSource(),
+			RouteConfigName: service,
+		}},
+		HttpFilters: []*hcmpb.HttpFilter{{
+			Name:       wellknown.Router,
+			ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: router},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("http connection manager: %w", err)
+	}
+	l := &listenerpb.Listener{Name: service, ApiListener: &listenerpb.ApiListener{ApiListener: hcm}}
+	return l, l.Validate()
+}
+
+// routeFor returns the service's RouteConfiguration: every path of every
+// authority to the cluster of the same name.
+func routeFor(service string) (*routepb.RouteConfiguration, error) {
+	r := &routepb.RouteConfiguration{
+		Name: service,
+		VirtualHosts: []*routepb.VirtualHost{{
+			Name:    service,
+			Domains: []string{"*"},
+			Routes: []*routepb.Route{{
+				Match: &routepb.RouteMatch{PathSpecifier: &routepb.RouteMatch_Prefix{Prefix: "/"}},
+				Action: &routepb.Route_Route{Route: &routepb.RouteAction{
+					ClusterSpecifier: &routepb.RouteAction_Cluster{Cluster: service},
+				}},
+			}},
+		}},
+	}
+	return r, r.Validate()
+}
+
+// clusterFor returns the service's Cluster: its endpoints from the
+// ClusterLoadAssignment of the same name over ADS, round robin. With
+// http2, the cluster says its instances speak HTTP/2 (what Envoy needs in
+// front of gRPC servers; grpc-go ignores it).
+func clusterFor(service string, http2 bool) (*clusterpb.Cluster, error) {
+	c := &clusterpb.Cluster{
+		Name:                 service,
+		ClusterDiscoveryType: &clusterpb.Cluster_Type{Type: clusterpb.Cluster_EDS},
+		EdsClusterConfig:     &clusterpb.Cluster_EdsClusterConfig{EdsConfig: adsSource()},
+		LbPolicy:             clusterpb.Cluster_ROUND_ROBIN,
+	}
+	if http2 {
+		opts, err := typedAny(&upstreamhttppb.HttpProtocolOptions{
+			UpstreamProtocolOptions: &upstreamhttppb.HttpProtocolOptions_ExplicitHttpConfig_{
+				ExplicitHttpConfig: &upstreamhttppb.HttpProtocolOptions_ExplicitHttpConfig{
+					ProtocolConfig: &upstreamhttppb.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{
+						Http2ProtocolOptions: &corepb.Http2ProtocolOptions{},
+					},
+				},
+			},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("http protocol options: %w", err)
+		}
+		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{
+			"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": opts,
+		}
+	}
+	return c, c.Validate()
+}
+
+// dropped is an instance left out of a ClusterLoadAssignment, with why.
+type dropped struct {
+	id, reason string
+}
+
+// loadAssignmentFor returns the service's ClusterLoadAssignment as a
+// client in clientZone sees it: one locality per zone (sorted by zone),
+// every endpoint HEALTHY (the list holds the live instances only), with
+// its weight when it announced one. The locality's weight is the sum of
+// its endpoints' (1 each without one), so that clients split the load
+// between zones by capacity.
+//
+// Priorities: when clientZone (compared without regard to case) is one of
+// the service's zones, that zone's locality has priority 0 and the others
+// priority 1, so a client stays in its zone and fails over to the others
+// when its zone has no instance left or none it can reach. Otherwise every
+// locality has priority 0.
+//
+// An instance whose address another instance already has (an ID re-used
+// by a restart with another ID while the old record lingers) is left out,
+// as is one with no host or port: both would make the whole resource
+// rejected by grpc-go. The dropped instances are returned.
+func loadAssignmentFor(service string, eps []endpoint, clientZone string) (*endpointpb.ClusterLoadAssignment, []dropped, error) {
+	clientZone = strings.ToLower(clientZone)
+	type locality struct {
+		zone, key string
+		weight    uint64
+		endpoints []*endpointpb.LbEndpoint
+	}
+	var (
+		byZone = map[string]*locality{}
+		addrs  = map[string]string{} // address -> instance ID
+		drops  []dropped
+	)
+	for _, e := range eps {
+		if e.host == "" || e.port == 0 || e.port > 65535 {
+			drops = append(drops, dropped{e.id, "no host or port"})
+			continue
+		}
+		addr := net.JoinHostPort(e.host, strconv.Itoa(int(e.port)))
+		if other, ok := addrs[addr]; ok {
+			drops = append(drops, dropped{e.id, "address " + addr + " is also instance " + other + "'s"})
+			continue
+		}
+		addrs[addr] = e.id
+		l := byZone[e.zoneKey]
+		if l == nil {
+			l = &locality{zone: e.zone, key: e.zoneKey}
+			byZone[e.zoneKey] = l
+		}
+		lb := &endpointpb.LbEndpoint{
+			HostIdentifier: &endpointpb.LbEndpoint_Endpoint{Endpoint: &endpointpb.Endpoint{
+				Address: &corepb.Address{Address: &corepb.Address_SocketAddress{SocketAddress: &corepb.SocketAddress{
+					Protocol:      corepb.SocketAddress_TCP,
+					Address:       e.host,
+					PortSpecifier: &corepb.SocketAddress_PortValue{PortValue: e.port},
+				}}},
+			}},
+			HealthStatus: corepb.HealthStatus_HEALTHY,
+			Metadata: &corepb.Metadata{FilterMetadata: map[string]*structpb.Struct{
+				MetadataKey: {Fields: map[string]*structpb.Value{"instanceId": structpb.NewStringValue(e.id)}},
+			}},
+		}
+		w := uint64(1)
+		if e.weight > 0 {
+			lb.LoadBalancingWeight = wrapperspb.UInt32(e.weight)
+			w = uint64(e.weight)
+		}
+		l.weight += w
+		l.endpoints = append(l.endpoints, lb)
+	}
+	localities := make([]*locality, 0, len(byZone))
+	for _, l := range byZone {
+		localities = append(localities, l)
+	}
+	slices.SortFunc(localities, func(a, b *locality) int { return cmp.Compare(a.key, b.key) })
+	_, preferred := byZone[clientZone]
+	preferred = preferred && clientZone != ""
+	cla := &endpointpb.ClusterLoadAssignment{ClusterName: service, Endpoints: make([]*endpointpb.LocalityLbEndpoints, 0, len(localities))}
+	for _, l := range localities {
+		if l.weight > 1<<32-1 {
+			return nil, drops, fmt.Errorf("zone %q: the sum of its weights, %d, exceeds 2^32-1", l.zone, l.weight)
+		}
+		var priority uint32
+		if preferred && l.key != clientZone {
+			priority = 1
+		}
+		cla.Endpoints = append(cla.Endpoints, &endpointpb.LocalityLbEndpoints{
+			Locality:            &corepb.Locality{Zone: l.zone},
+			LbEndpoints:         l.endpoints,
+			LoadBalancingWeight: wrapperspb.UInt32(uint32(l.weight)),
+			Priority:            priority,
+		})
+	}
+	return cla, drops, cla.Validate()
+}
