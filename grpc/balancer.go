@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc/attributes"
 	"google.golang.org/grpc/balancer"
@@ -145,8 +146,9 @@ type pushlbBalancer struct {
 	cfg      *Config
 	zone     string                   // the resolver's zone (State.Attributes), used when cfg has none
 	core     *lb.Balancer             // nil until the first configuration
-	lastDown []string                 // IDs skipped from the last list, for the log
-	known    map[string]knownEndpoint // by address: the last list's servers
+	lastDown []string                 // endpoints left out of the last list, for the log
+	entries  map[string]*endpoint     // by first address: the last list's endpoints
+	byServer map[*lb.Server]*endpoint // the core's servers' entries, shared by the pickers
 	noList   error                    // the resolver's error while it gives no endpoint
 }
 
@@ -200,7 +202,7 @@ func (b *pushlbBalancer) newCoreLocked(cfg *Config, zone string) error {
 		b.core.Close()
 	}
 	b.core, b.cfg, b.zone = core, cfg, zone
-	b.known = nil // the next UpdateState lists every endpoint in the new core
+	b.entries = nil // the next UpdateState lists every endpoint in the new core
 	return nil
 }
 
@@ -252,6 +254,12 @@ func (b *pushlbBalancer) Close() {
 // that its statistics and breaker outlive a reconnection. While some are
 // READY, the picker is pushlb's; otherwise the child's state and picker
 // (connecting, or failing with its error) pass through.
+//
+// It runs on every connectivity change of every endpoint, with the whole
+// list: a change that leaves the list as it is (the common case, one
+// endpoint connecting) updates that endpoint's entry in place, with no
+// allocation proportional to the list; only a list change rebuilds the
+// entries and the core's list.
 func (b *pushlbBalancer) UpdateState(s balancer.State) {
 	children := endpointsharding.ChildStatesFromPicker(s.Picker)
 	b.mu.Lock()
@@ -260,56 +268,35 @@ func (b *pushlbBalancer) UpdateState(s balancer.State) {
 		b.ClientConn.UpdateState(s)
 		return
 	}
-	// Connectivity changes come one endpoint at a time and leave the list
-	// as it is: the servers of known endpoints are reused, and the core's
-	// list is set only when an endpoint came, went or changed.
-	servers := make([]lb.Server, 0, len(children))
-	ready := make(map[string]balancer.Picker, len(children))
-	known := make(map[string]knownEndpoint, len(children))
-	changed := len(children) != len(b.known)
-	var skipped []string
+	if !b.sameEndpoints(children) {
+		b.rebuildLocked(children)
+	}
+	var marks map[string]bool
+	ready := 0
 	for _, c := range children {
-		if len(c.Endpoint.Addresses) == 0 {
-			skipped = append(skipped, "endpoint without address")
-			continue
+		e := b.entries[firstAddr(c.Endpoint)]
+		if e == nil {
+			continue // left out: not host:port
 		}
-		addr := c.Endpoint.Addresses[0].Addr
-		k, ok := b.known[addr]
-		if !ok || k.attrs != c.Endpoint.Attributes {
-			srv, err := serverOf(c.Endpoint)
-			if err != nil {
-				skipped = append(skipped, err.Error())
-				continue
+		up := c.State.ConnectivityState == connectivity.Ready
+		if up {
+			ready++
+			if cp := e.child.Load(); cp == nil || cp.Picker != c.State.Picker {
+				e.child.Store(&childPicker{c.State.Picker})
 			}
-			k, changed = knownEndpoint{attrs: c.Endpoint.Attributes, srv: srv}, true
 		}
-		known[addr] = k
-		servers = append(servers, k.srv)
-		if c.State.ConnectivityState == connectivity.Ready {
-			ready[k.srv.ID] = c.State.Picker
-		}
-	}
-	if !slices.Equal(skipped, b.lastDown) && len(skipped) > 0 {
-		logger.Errorf("pushlb: %s: endpoints left out: %s", b.target, strings.Join(skipped, "; "))
-	}
-	b.lastDown, b.known = skipped, known
-	if changed && len(servers) > 0 {
-		if err := b.core.SetServers(servers); err != nil {
-			logger.Warningf("pushlb: %s: %v", b.target, err)
+		if up != e.ready {
+			e.ready = up
+			if marks == nil {
+				marks = make(map[string]bool)
+			}
+			marks[e.srv.ID] = up
 		}
 	}
-	// A server new to the list starts alive: until it is marked, a pick
-	// may land on it, which the picker turns into a wait for the next one.
-	marks := map[string]bool{}
-	for _, srv := range b.core.AllServers() {
-		if _, up := ready[srv.ID]; up != srv.Alive() {
-			marks[srv.ID] = up
-		}
-	}
-	if len(marks) > 0 {
+	if marks != nil {
 		b.core.MarkServers(marks)
 	}
-	if len(ready) == 0 {
+	if ready == 0 {
 		if b.noList != nil && len(children) == 0 {
 			s = balancer.State{
 				ConnectivityState: connectivity.TransientFailure,
@@ -320,16 +307,106 @@ func (b *pushlbBalancer) UpdateState(s balancer.State) {
 		b.ClientConn.UpdateState(s)
 		return
 	}
-	p := newPicker(b.core, ready, b.cfg.HashKey)
+	p := &picker{core: b.core, byServer: b.byServer, hashKey: b.cfg.HashKey}
 	b.mu.Unlock()
 	b.ClientConn.UpdateState(balancer.State{ConnectivityState: connectivity.Ready, Picker: p})
 }
 
-// knownEndpoint is an endpoint of the last list and its server.
-type knownEndpoint struct {
-	attrs *attributes.Attributes // the endpoint's, compared by identity
-	srv   lb.Server
+// sameEndpoints reports whether children are the endpoints of the entries
+// (plus those left out), with the same attributes, compared by identity:
+// the resolver makes new ones for a new list. Called with b.mu held.
+func (b *pushlbBalancer) sameEndpoints(children []endpointsharding.ChildState) bool {
+	if b.entries == nil || len(children) != len(b.entries)+len(b.lastDown) {
+		return false
+	}
+	listed := 0
+	for _, c := range children {
+		if e := b.entries[firstAddr(c.Endpoint)]; e != nil {
+			if e.attrs != c.Endpoint.Attributes {
+				return false
+			}
+			listed++
+		}
+	}
+	return listed == len(b.entries)
 }
+
+// rebuildLocked makes the entries of a new list and sets the core's list.
+// An endpoint that stays keeps its entry (its picker and readiness).
+// Called with b.mu held.
+func (b *pushlbBalancer) rebuildLocked(children []endpointsharding.ChildState) {
+	entries := make(map[string]*endpoint, len(children))
+	servers := make([]lb.Server, 0, len(children))
+	var skipped []string
+	for _, c := range children {
+		addr := firstAddr(c.Endpoint)
+		e := b.entries[addr]
+		if e == nil || e.attrs != c.Endpoint.Attributes {
+			srv, err := serverOf(c.Endpoint)
+			if err != nil {
+				skipped = append(skipped, err.Error())
+				continue
+			}
+			ne := &endpoint{attrs: c.Endpoint.Attributes, srv: srv}
+			if e != nil && e.srv.ID == srv.ID {
+				ne.ready = e.ready
+				ne.child.Store(e.child.Load())
+			}
+			e = ne
+		}
+		entries[addr] = e
+		servers = append(servers, e.srv)
+	}
+	if !slices.Equal(skipped, b.lastDown) && len(skipped) > 0 {
+		logger.Errorf("pushlb: %s: endpoints left out: %s", b.target, strings.Join(skipped, "; "))
+	}
+	b.lastDown, b.entries = skipped, entries
+	if len(servers) > 0 {
+		if err := b.core.SetServers(servers); err != nil {
+			logger.Warningf("pushlb: %s: %v", b.target, err)
+		}
+	}
+	// The core's servers, by pointer, for the pickers. A server new to
+	// the core starts alive: the ones that are not READY are marked down
+	// (until then a pick may land on one, and waits for the next picker).
+	byID := make(map[string]*endpoint, len(entries))
+	for _, e := range entries {
+		byID[e.srv.ID] = e
+	}
+	byServer := make(map[*lb.Server]*endpoint, len(entries))
+	marks := map[string]bool{}
+	for _, srv := range b.core.AllServers() {
+		if e := byID[srv.ID]; e != nil {
+			byServer[srv] = e
+			if srv.Alive() != e.ready {
+				marks[srv.ID] = e.ready
+			}
+		}
+	}
+	if len(marks) > 0 {
+		b.core.MarkServers(marks)
+	}
+	b.byServer = byServer
+}
+
+func firstAddr(ep resolver.Endpoint) string {
+	if len(ep.Addresses) == 0 {
+		return ""
+	}
+	return ep.Addresses[0].Addr
+}
+
+// endpoint is the balancer's entry for one endpoint of the list. The
+// pickers share it: child is written by UpdateState and read by picks.
+type endpoint struct {
+	attrs *attributes.Attributes // the endpoint's, compared by identity
+	srv   lb.Server              // as given to the core
+	ready bool                   // under pushlbBalancer.mu
+	child atomic.Pointer[childPicker]
+}
+
+// childPicker holds the picker of an endpoint's pickfirst child.
+type childPicker struct{ balancer.Picker }
 
 // serverOf turns an endpoint into the core's server: its pushlb instance
 // ID, zone and metadata when the pushlb resolver made it, else its first

@@ -157,3 +157,21 @@ func BenchmarkPick(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkBuild measures building a balancer over N endpoints that all
+// connect: every connectivity change is one UpdateState.
+func BenchmarkBuild(b *testing.B) {
+	RegisterBalancer()
+	for _, n := range []int{1000, 2000} {
+		for _, c := range []struct{ name, policy, config string }{
+			{"grpc-round_robin", "round_robin", ""},
+			{"pushlb-RoundRobin", Name, `{"rule":"RoundRobin"}`},
+		} {
+			b.Run(fmt.Sprintf("N=%d/%s", n, c.name), func(b *testing.B) {
+				for b.Loop() {
+					builtPicker(b, c.policy, c.config, n, 3)
+				}
+			})
+		}
+	}
+}

@@ -21,30 +21,20 @@ func WithCallZone(ctx context.Context, zone string) context.Context {
 	return lb.WithZone(ctx, zone)
 }
 
-// picker picks with the core balancer among the READY endpoints it was
-// built for, then hands the RPC to that endpoint's pickfirst child.
+// picker picks with the core balancer among the READY endpoints, then
+// hands the RPC to that endpoint's pickfirst child.
 //
-// It is immutable: the balancer builds a new one on every list or
-// connectivity change. The core's list may be newer than the picker (the
-// next picker is on its way): an RPC that lands on a server this picker
-// does not know waits for it (ErrNoSubConnAvailable).
+// The balancer publishes a new one on every list or connectivity change.
+// The map it reads is rebuilt only on list changes; a connectivity change
+// updates an endpoint's child picker in place (atomically) and the core's
+// liveness. The core's list may be newer than the picker (the next picker
+// is on its way): an RPC that lands on a server this picker does not know,
+// or on one that never was READY, waits for the next picker
+// (ErrNoSubConnAvailable).
 type picker struct {
 	core     *lb.Balancer
-	children map[*lb.Server]balancer.Picker
+	byServer map[*lb.Server]*endpoint // shared with the balancer: read only
 	hashKey  string
-}
-
-// newPicker maps the core's current servers to the children that hold
-// their connections, by instance ID.
-func newPicker(core *lb.Balancer, byID map[string]balancer.Picker, hashKey string) *picker {
-	all := core.AllServers()
-	p := &picker{core: core, children: make(map[*lb.Server]balancer.Picker, len(all)), hashKey: hashKey}
-	for _, s := range all {
-		if c, ok := byID[s.ID]; ok {
-			p.children[s] = c
-		}
-	}
-	return p
 }
 
 // Pick implements balancer.Picker. Without a hash key it allocates
@@ -60,8 +50,11 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	if err != nil {
 		return balancer.PickResult{}, status.Errorf(codes.Unavailable, "pushlb: %s: %v", p.core.Name(), err)
 	}
-	child, ok := p.children[pk.Server]
-	if !ok {
+	var child *childPicker
+	if e := p.byServer[pk.Server]; e != nil {
+		child = e.child.Load()
+	}
+	if child == nil {
 		pk.End()
 		return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
 	}
