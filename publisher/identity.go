@@ -73,6 +73,20 @@ func (e *supersededError) Error() string {
 type leaseState struct {
 	serverlist.Claimed
 	sinceCheck int
+	// moved says the record names a connection this publisher no longer
+	// has (it reconnected): the next re-announcement rewrites it.
+	moved bool
+}
+
+// connectionOf returns nc's identity as its server reports it (the
+// server's ID and the client ID it gave the connection), or the zero
+// Connection while nc is not connected or the server reports no client ID.
+func connectionOf(nc *nats.Conn) serverlist.Connection {
+	id, err := nc.GetClientID()
+	if err != nil {
+		return serverlist.Connection{}
+	}
+	return serverlist.Connection{ServerID: nc.ConnectedServerId(), ClientID: id}
 }
 
 // recordCheckEvery is how many lease refreshes pass between two reads of
@@ -213,8 +227,23 @@ func (p *Publisher) lease(ctx context.Context, in serverlist.Instance, st leaseS
 			continue
 		case <-retry:
 		}
+		// After a reconnect the record names the old connection: the
+		// connection's advisory of a crash would name the new one, which
+		// no record would name. Rewrite it (reassert writes the record
+		// in place while it is this publisher's).
+		if c := connectionOf(p.nc); !c.IsZero() && c != in.Connection() {
+			in.NATSServerID, in.NATSClientID = c.ServerID, c.ClientID
+			st.moved = true
+		}
 		rctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseInterval)
-		err := p.assert(rctx, in, &st)
+		var err error
+		if st.moved {
+			if err = p.reassert(rctx, in, &st); err == nil {
+				st.moved = false
+			}
+		} else {
+			err = p.assert(rctx, in, &st)
+		}
 		if err == nil {
 			err = p.publish(rctx, in, events.Online, "")
 		}
