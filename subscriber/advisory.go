@@ -3,9 +3,7 @@ package subscriber
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -381,15 +379,4 @@ func (s *Subscriber) advisoryGone(e serverlist.Entry) bool {
 	}
 	s.markDirty(e.Service)
 	return true
-}
-
-// validateSubject checks a subject to subscribe to for advisories: tokens
-// separated by dots, none empty, no wildcard, no white space.
-func validateSubject(subject string) error {
-	for _, tok := range strings.Split(subject, ".") {
-		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n") {
-			return fmt.Errorf("%q is not a subject without wildcards", subject)
-		}
-	}
-	return nil
 }

@@ -147,7 +147,8 @@ func (c Config) withDefaults() (Config, error) {
 		c.AdvisoryCheck = DefaultAdvisoryCheck
 	}
 	if c.AdvisorySubject != "" {
-		if err := validateSubject(c.AdvisorySubject); err != nil {
+		// Literal tokens, as a prefix's: no wildcard, no '$'.
+		if err := events.ValidatePrefix(c.AdvisorySubject); err != nil {
 			return c, fmt.Errorf("%w: advisory subject: %w", ErrInvalidConfig, err)
 		}
 	}
