@@ -415,3 +415,110 @@ func TestAdvisoryBlipKeepsTheInstance(t *testing.T) {
 		t.Errorf("%d requests failed; first: %s", failed, l.first)
 	}
 }
+
+// TestAdvisoryOnACluster: three NATS nodes with the accounts of the
+// embedded server (natstest.WithAdvisories), the gateway on node 1, the
+// instances on node 3. Under a steady load:
+//
+//   - an instance on node 3 SIGKILLed with announce leaves the gateway's
+//     list within milliseconds: the advisory crosses the cluster;
+//   - node 3 shuts down and comes back: its instances reconnect to another
+//     node, none is removed, no request fails.
+func TestAdvisoryOnACluster(t *testing.T) {
+	c := natstest.StartCluster(t, 3, natstest.WithAdvisories(t, "lb"))
+	g := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t)}
+	g.Proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-nats", c.Nodes[0].URL())
+	g.waitAdvisoriesOn(t)
+	node3 := c.Nodes[2].URL()
+	for _, name := range []string{"s1", "s2"} {
+		start(t, bin.announce, "-nats", node3, "-service", "orders", "-addr", newTracked(t, name).addr(), "-id", name, "-drain", "0s")
+	}
+	testutil.Eventually(t, "two instances", func() bool { return g.servers(t) == 2 })
+	l := startSteady(g, loadWorkers)
+	defer l.stop()
+	l.waitAnswered(t, "s1", time.Now())
+
+	runs := crashRuns(t)
+	var took []time.Duration
+	for i := range runs {
+		name, addr := fmt.Sprintf("k%d", i), testutil.FreeAddr(t)
+		a := start(t, bin.announce, "-nats", node3, "-service", "orders", "-addr", addr, "-id", name, "-drain", "0s",
+			"--", bin.backend, "-addr", addr, "-name", name)
+		began := time.Now()
+		a.WaitFor(t, "announced online", lineTimeout)
+		l.waitAnswered(t, name, began)
+		child := childOf(t, a.Pid())
+		killed := time.Now()
+		syscall.Kill(a.Pid(), syscall.SIGKILL)
+		syscall.Kill(child, syscall.SIGKILL)
+		e := g.left(t, name, lineTimeout)
+		if e.Source != "advisory" {
+			t.Fatalf("round %d: %s left for %q, want advisory", i, name, e.Source)
+		}
+		took = append(took, e.At.Sub(killed))
+		a.Wait(t, exitTimeout)
+	}
+	distribution(t, "3-node cluster, instance on node 3, gateway on node 1: kill to removal", took)
+	l.waitMore(t, 50)
+	if _, failed := l.counts(); failed != 0 {
+		t.Fatalf("%d requests failed around the kills; first: %s", failed, l.first)
+	}
+
+	// Node 3 goes and comes back: its instances move, nothing is removed.
+	removed := g.removals("advisory") + g.removals("gossip") + g.removals("lease") + g.removals("graceful")
+	updates := g.metric(`pushlb_list_updates_total{service="orders"}`)
+	c.Nodes[2].Shutdown()
+	l.waitMore(t, 200)
+	c.Nodes[2].Restart(t)
+	c.WaitJetStream(t)
+	l.waitMore(t, 200)
+	if d := g.removals("advisory") + g.removals("gossip") + g.removals("lease") + g.removals("graceful") - removed; d != 0 {
+		t.Errorf("%v instances removed while their node restarted, want 0", d)
+	}
+	if d := g.metric(`pushlb_list_updates_total{service="orders"}`) - updates; d != 0 {
+		t.Errorf("the list changed %v times while the instances' node restarted, want 0", d)
+	}
+	sent, failed := l.counts()
+	t.Logf("node 3 restarted under load: %d requests, %d failed; %v probes found an instance alive", sent, failed,
+		g.metric(`pushlb_advisory_probes_total{outcome="alive"}`))
+	if failed != 0 {
+		t.Errorf("%d requests failed; first: %s", failed, l.first)
+	}
+}
+
+// TestFrozenInstanceRemovedByGossip: a frozen host (SIGSTOP of announce)
+// keeps its TCP connection to NATS open, so no advisory comes: gossip with
+// the fast profile still removes it, within a second. Each round measures
+// the time from the SIGSTOP to the change in the gateway's balancer.
+func TestFrozenInstanceRemovedByGossip(t *testing.T) {
+	g, gossipAddr := startEmbeddedGateway(t, true)
+	for _, name := range []string{"s1", "s2"} {
+		announceGossip(t, g, gossipAddr, newTracked(t, name).addr())
+	}
+	testutil.Eventually(t, "two instances", func() bool { return g.servers(t) == 2 })
+
+	runs := crashRuns(t)
+	var took []time.Duration
+	for i := range runs {
+		name := fmt.Sprintf("f%d", i)
+		a := announceGossip(t, g, gossipAddr, newTracked(t, name).addr(), "-id", name)
+		gossipMember(t, a)
+		// The gateway probes every member, the frozen one too.
+		testutil.Eventually(t, "four gossip members", func() bool {
+			return g.servers(t) == 3 && g.metric("pushlb_gossip_members") == 4
+		})
+		stopped := time.Now()
+		a.Signal(t, syscall.SIGSTOP)
+		e := g.left(t, name, lineTimeout)
+		if e.Source != "gossip" {
+			t.Fatalf("round %d: %s left for %q, want gossip", i, name, e.Source)
+		}
+		took = append(took, e.At.Sub(stopped))
+		a.Kill(t) // a stopped process dies of SIGKILL too
+		testutil.Eventually(t, "three gossip members", func() bool { return g.metric("pushlb_gossip_members") == 3 })
+	}
+	distribution(t, "SIGSTOP of announce (a frozen host, no advisory): stop to removal by gossip (fast profile)", took)
+	if n := g.removals("advisory"); n != 0 {
+		t.Errorf("%v removals by advisory: a frozen process's connection stays open", n)
+	}
+}
