@@ -130,6 +130,9 @@
 //	fast      5  0.30 s            0.60 s       0.55 s     1.00 s   0.54 s / 0.63 s
 //	fast     20  0.39 s            0.78 s       0.64 s     1.18 s   0.60 s / 0.77 s
 //	fast     50  0.51 s            1.02 s       0.76 s     1.42 s   (not measured: see below)
+//	lan       5  4.00 s           24.0 s        6.2 s     27.4 s    5.8 s / 7.6 s
+//	lan      20  5.20 s           31.2 s        7.4 s     34.6 s    7.3 s / 7.6 s
+//	lan      50  6.79 s           40.8 s        9.0 s     44.2 s    9.6 s / 11.0 s
 //
 // Until issue 21 the fast profile probed every 200 ms with a 100 ms timeout
 // and a suspicion of up to three times SuspicionTimeout (measured p50 / p99:
@@ -146,9 +149,6 @@
 // to 45 members of 50 with this one, 49 or 50 with the old one; 5 and 20
 // nodes, and one node per process (cmd/gateway's tests), declared no live
 // node dead in these runs.
-//	lan       5  4.00 s           24.0 s        6.2 s     27.4 s    5.8 s / 7.6 s
-//	lan      20  5.20 s           31.2 s        7.4 s     34.6 s    7.3 s / 7.6 s
-//	lan      50  6.79 s           40.8 s        9.0 s     44.2 s    9.6 s / 11.0 s
 //
 // For comparison, Eureka's defaults (lease renewal every 30 s, expiry after
 // 90 s without renewal, an eviction task every 60 s, then the server's
