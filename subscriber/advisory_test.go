@@ -214,3 +214,46 @@ func TestWithoutAdvisoriesTheCheckSaysSo(t *testing.T) {
 		t.Fatalf("no log of the fallback:\n%s", logs.String())
 	}
 }
+
+// TestAdvisoryRemovalIsUndoneByTheRecordsRewrite: a probe that finds
+// nothing at a live instance (here its listener is gone, while its
+// publisher lives) removes it; the removal holds for the record's revision
+// only, so the publisher's rewrite of its record after it reconnects brings
+// the instance back.
+func TestAdvisoryRemovalIsUndoneByTheRecordsRewrite(t *testing.T) {
+	r := newAdvisoryRig(t)
+	s := r.announce(t, 1)
+	old := r.connection(s.in)
+	s.srv.Close() // the probe will be refused
+	// An advisory of the record's connection (published here by a client,
+	// so that the connection itself stays up until the removal is seen).
+	forged, err := json.Marshal(map[string]any{
+		"type":   "io.nats.server.advisory.v1.client_disconnect",
+		"server": map[string]any{"id": old.ServerID},
+		"client": map[string]any{"id": old.ClientID},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.srv.Connect(t).Publish(events.DisconnectAdvisorySubject(events.DefaultPrefix), forged); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the removal", func() bool {
+		return r.g.sub.Stats().Advisories.Removals == 1 && !r.g.live("orders", s.in.InstanceID)
+	})
+	// The connection ends and comes back: the publisher rewrites its
+	// record, a registry write after the removal. (The real advisory of
+	// the connection's end finds the instance removed already.)
+	if err := r.srv.NATS().DisconnectClientByID(old.ClientID); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the instance back", func() bool {
+		return r.g.sub.Stats().RegistryRevivals == 1 && r.g.live("orders", s.in.InstanceID)
+	})
+	if c := r.connection(s.in); c == old || c.IsZero() {
+		t.Fatalf("the record names %+v, want the new connection", c)
+	}
+	if n := r.g.sub.Stats().Advisories.Removals; n != 1 {
+		t.Fatalf("%d advisory removals, want 1", n)
+	}
+}
