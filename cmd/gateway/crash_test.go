@@ -94,7 +94,8 @@ func TestCrashDetectedByGossip(t *testing.T) {
 		if took[i] > bound {
 			t.Errorf("round %d: detection took %v, bound %v", i, took[i], bound)
 		}
-		anns[0].Kill(t) // a stopped process dies of SIGKILL too
+		// A stopped process dies of SIGKILL too.
+		anns[0].Kill(t)
 		anns[0] = restartGossip(t, g, gossipAddr, addrs[0]) // a new incarnation
 		testutil.Eventually(t, "the instance back", func() bool { return g.servers(t) == 3 })
 	}
