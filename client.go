@@ -165,6 +165,7 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	}, subscriber.Config{
 		Prefix: o.Prefix, Services: o.Services, Coalesce: o.Coalesce, AntiEntropy: o.AntiEntropy,
 		Logger: o.log, OnEvent: o.onEvent,
+		AdvisorySubject: o.advisorySubject(), ProbeTimeout: o.Advisories.ProbeTimeout,
 		ConfirmWithin: o.Limits.ConfirmWithin, MaxUnconfirmed: o.Limits.UnconfirmedInstances,
 		MaxServices: o.Limits.Services, MaxInstancesPerService: o.Limits.InstancesPerService,
 	})
@@ -203,6 +204,14 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	}
 	p.stopScaling = reg.ScaleUpInBackground(registryScaleTimeout)
 	return p, nil
+}
+
+// advisorySubject is the subscriber's advisory subject: none when off.
+func (o options) advisorySubject() string {
+	if o.Advisories.Off {
+		return ""
+	}
+	return o.Advisories.Subject
 }
 
 // startGossip joins the gossip cluster as a gateway; the subscriber's

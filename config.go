@@ -76,6 +76,13 @@ type Config struct {
 	// The gateway binary turns it on; a deployment needs at least one
 	// reaper (docs/protocol.md, section 4; docs/security.md).
 	Reaper bool
+	// Advisories configures crash detection by the NATS server's
+	// client-disconnect advisories: a crashed instance leaves the balancers
+	// within milliseconds, where its server and account publish and import
+	// them (docs/protocol.md, "Crash detection"). On by default; without
+	// advisories the client logs once that it falls back to gossip and
+	// leases, and works as before.
+	Advisories Advisories
 	// Gossip, when set, makes the client a gossip (memberlist) member with
 	// the gateway role, so crashed instances that joined the same cluster
 	// (announce -gossip) leave the balancers within the profile's detection
@@ -102,6 +109,25 @@ type Limits struct {
 	ConfirmWithin time.Duration `yaml:"confirmWithin"`
 }
 
+// Advisories configure crash detection by client-disconnect advisories.
+// An advisory that names the NATS connection of an instance's record
+// starts a probe of the instance (a TCP connect to its gossip node, else to
+// its address): refused or unreachable, it is removed at once; answering,
+// it is kept (the connection blipped, and the instance re-announces on its
+// new one).
+type Advisories struct {
+	// Off turns the detection off: no subscription, no probe. Default
+	// false.
+	Off bool `yaml:"off"`
+	// Subject is where the deployment imports its account's advisories
+	// ($SYS.ACCOUNT.<account>.DISCONNECT). Default "<Prefix>.advisory.disconnect"
+	// (events.DisconnectAdvisorySubject).
+	Subject string `yaml:"subject"`
+	// ProbeTimeout bounds one connect of a probe; a probe that times out
+	// finds the instance unreachable. Default 250 ms.
+	ProbeTimeout time.Duration `yaml:"probeTimeout"`
+}
+
 // DefaultServiceGrace is Config.ServiceGrace's default.
 const DefaultServiceGrace = 5 * time.Minute
 
@@ -119,6 +145,10 @@ func DefaultConfig() Config {
 			Services:             subscriber.DefaultMaxServices,
 			InstancesPerService:  subscriber.DefaultMaxInstancesPerService,
 			ConfirmWithin:        subscriber.DefaultConfirmWithin,
+		},
+		Advisories: Advisories{
+			Subject:      events.DisconnectAdvisorySubject(events.DefaultPrefix),
+			ProbeTimeout: subscriber.DefaultProbeTimeout,
 		},
 	}
 }
@@ -168,6 +198,13 @@ func (c Config) resolve() (Config, error) {
 	orDefault("AntiEntropy", &c.AntiEntropy, def.AntiEntropy)
 	orDefault("ServiceGrace", &c.ServiceGrace, def.ServiceGrace)
 	orDefault("Limits.ConfirmWithin", &c.Limits.ConfirmWithin, def.Limits.ConfirmWithin)
+	orDefault("Advisories.ProbeTimeout", &c.Advisories.ProbeTimeout, def.Advisories.ProbeTimeout)
+	if c.Advisories.Subject == "" {
+		// The default follows the prefix.
+		c.Advisories.Subject = events.DisconnectAdvisorySubject(c.Prefix)
+	} else if err := events.ValidatePrefix(c.Advisories.Subject); err != nil {
+		bad("Advisories.Subject", "dot-separated tokens of [A-Za-z0-9_-]: %w", err)
+	}
 	for _, l := range []struct {
 		field string
 		v     *int

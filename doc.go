@@ -18,9 +18,10 @@
 // Start opens (or creates) the registry bucket on JetStream KV, subscribes
 // to the change subjects (<prefix>.svc.>), loads the registry's state, and
 // from then on rebuilds a service's balancer from instance-ID lookups each
-// time its live set changes: an instance that announces itself offline, whose
-// lease expires, or that gossip declares dead (Config.Gossip) stops receiving
-// requests at once. See the subscriber, serverlist, lbvisitor, balancer and
+// time its live set changes: an instance that announces itself offline,
+// whose process dies (the NATS server's client-disconnect advisory,
+// confirmed by a probe: Config.Advisories), whose lease expires, or that
+// gossip declares dead (Config.Gossip) stops receiving requests at once. See the subscriber, serverlist, lbvisitor, balancer and
 // lbhttp packages for each step, and docs/embedding.md for a walk-through.
 //
 // Every list change is told once, with its causes, to the ListObserver of

@@ -25,7 +25,9 @@ type ServerChange struct {
 	// Server is the balancer's server (read it, do not modify it).
 	Server *balancer.Server
 	// Cause is why it joined or left: events.CauseAnnounce or CauseOffline
-	// (an event), CauseGossip (a crash or a revival seen by gossip),
+	// (an event), CauseAdvisory (a crash: the NATS server's advisory that
+	// the instance's connection ended, confirmed by a probe),
+	// CauseGossip (a crash or a revival seen by gossip),
 	// CauseRegistry (a record written before its event, or removed without
 	// one: the reaper at a lease's end), CauseResync (the registry loaded
 	// at start or after a reconnect), CauseConfig (a static list).

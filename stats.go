@@ -23,6 +23,9 @@ type Stats struct {
 	Lookups LookupStats `json:"lookups"`
 	// Gossip describes the client's gossip node; zero with gossip off.
 	Gossip GossipStats `json:"gossip"`
+	// Advisories describes crash detection by client-disconnect
+	// advisories (Config.Advisories).
+	Advisories AdvisoryStats `json:"advisories"`
 	// Reaper describes this client's part in the registry's reaper
 	// election (Config.Reaper); zero without it.
 	Reaper ReaperStats `json:"reaper"`
@@ -63,6 +66,9 @@ type EventStats struct {
 	// an instance whose record stayed), LeaseProbeReads their reads.
 	LeaseProbes     uint64 `json:"leaseProbes"`
 	LeaseProbeReads uint64 `json:"leaseProbeReads"`
+	// OfflineRemovals counts instances an offline event took out: graceful
+	// withdrawals.
+	OfflineRemovals uint64 `json:"offlineRemovals"`
 	// GossipRemovals and GossipRevivals count instances gossip took out
 	// and brought back.
 	GossipRemovals uint64 `json:"gossipRemovals"`
@@ -125,6 +131,28 @@ type GossipStats struct {
 	Ignored uint64 `json:"ignored"`
 }
 
+// AdvisoryStats describe crash detection by client-disconnect advisories.
+type AdvisoryStats struct {
+	// State says whether advisories arrive: "off" (Config.Advisories.Off,
+	// or before Start), "checking" (Start's check runs), "on", "missing"
+	// (the check's advisory did not come: crashes are left to gossip and
+	// leases; an advisory arriving later turns it "on").
+	State string `json:"state"`
+	// Received counts the messages on the advisory subject; Malformed those
+	// that were not advisories; Matched the advisories that named an
+	// instance's connection; Skipped those not probed (a probe of the
+	// instance ran already, or too many ran).
+	Received  uint64 `json:"received"`
+	Malformed uint64 `json:"malformed"`
+	Matched   uint64 `json:"matched"`
+	Skipped   uint64 `json:"skipped"`
+	// Probes counts the probes that ended by outcome: "alive" (kept),
+	// "refused", "unreachable" (removed). Every outcome is present.
+	Probes map[string]uint64 `json:"probes"`
+	// Removals counts the instances removed after a probe found them dead.
+	Removals uint64 `json:"removals"`
+}
+
 // ReaperStats describe the client's part in the reaper election.
 type ReaperStats struct {
 	// Leader reports whether this client reaps now; Terms counts the
@@ -185,11 +213,12 @@ func (sv *service) stats() ServiceStats {
 // Stats returns the current counters and balancer states. It reads each
 // component's own counters, so it costs one pass over the services.
 func (c *Client) Stats() Stats {
-	st := Stats{Events: eventStats(subscriber.Stats{})}
+	st := Stats{Events: eventStats(subscriber.Stats{}), Advisories: advisoryStats(subscriber.AdvisoryStats{})}
 	if p := c.started(); p != nil {
 		st.Started = true
 		sub := p.sub.Stats()
 		st.Events = eventStats(sub)
+		st.Advisories = advisoryStats(sub.Advisories)
 		// Conversions between structs of the same fields: a subpackage
 		// that changes its type breaks the build here, so the root's types
 		// change on purpose or not at all.
@@ -223,6 +252,22 @@ func eventStats(s subscriber.Stats) EventStats {
 		Reconciles: s.Reconciles, RegistryRemovals: s.RegistryRemovals, RegistryRevivals: s.RegistryRevivals,
 		LeaseProbes: s.LeaseProbes, LeaseProbeReads: s.LeaseProbeReads,
 		GossipRemovals: s.GossipRemovals, GossipRevivals: s.GossipRevivals,
-		Unconfirmed: s.Unconfirmed,
+		Unconfirmed: s.Unconfirmed, OfflineRemovals: s.OfflineRemovals,
+	}
+}
+
+// advisoryStats converts the subscriber's advisory counters.
+func advisoryStats(a subscriber.AdvisoryStats) AdvisoryStats {
+	probes := make(map[string]uint64, len(subscriber.AllProbeOutcomes()))
+	for _, o := range subscriber.AllProbeOutcomes() {
+		probes[o.String()] = a.Probes[o.String()]
+	}
+	state := string(a.State)
+	if state == "" {
+		state = string(subscriber.AdvisoriesOff)
+	}
+	return AdvisoryStats{
+		State: state, Received: a.Received, Malformed: a.Malformed, Matched: a.Matched,
+		Skipped: a.Skipped, Probes: probes, Removals: a.Removals,
 	}
 }

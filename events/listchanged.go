@@ -51,6 +51,10 @@ const (
 	// CauseGossip is gossip declaring the instance's node dead or gone (a
 	// crash), or back.
 	CauseGossip Cause = "gossip"
+	// CauseAdvisory is the NATS server's advisory that the instance's
+	// connection ended (its process died), confirmed by a probe that found
+	// nothing answering at the instance.
+	CauseAdvisory Cause = "advisory"
 	// CauseRegistry is the registry: a record written before its event
 	// arrived, a write that brought an instance back, or a record removed
 	// without an offline event first (by the reaper when its lease ended,

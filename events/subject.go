@@ -62,3 +62,13 @@ func ParseSubject(prefix, subject string) (service string, k Kind, err error) {
 	}
 	return service, k, nil
 }
+
+// DisconnectAdvisorySubject returns "<prefix>.advisory.disconnect": the
+// subject to which a deployment imports the NATS server's client-disconnect
+// advisories of its account ($SYS.ACCOUNT.<account>.DISCONNECT, published
+// in the system account), and on which gateways follow them to detect
+// crashes (docs/protocol.md, "Crash detection"). No client publishes on
+// it: the deployment's permissions deny it to every user.
+func DisconnectAdvisorySubject(prefix string) string {
+	return prefix + ".advisory.disconnect"
+}

@@ -40,11 +40,15 @@ const (
 	// cheap; a crash is noticed in about 6 to 10 seconds. The default.
 	ProfileLAN Profile = "lan"
 
-	// ProfileFast notices a crash in about a second on a LAN or loopback,
-	// at five times LAN's probe traffic: a probe every 200 ms with a 100 ms
-	// timeout, suspicion for 3·log10(N) probe intervals (at least 600 ms),
-	// gossip every 50 ms. Use it where round trips are well under 100 ms
-	// and processes are not starved of CPU for hundreds of milliseconds.
+	// ProfileFast notices a crash in well under a second on a LAN or
+	// loopback (a frozen host: its process stopped, its connections open,
+	// so no NATS advisory tells of it), at ten times LAN's probe traffic: a
+	// probe every 100 ms with a 50 ms timeout, suspicion for 3·log10(N)
+	// probe intervals (at least 300 ms, twice that without a
+	// confirmation), gossip every 50 ms. Use it where round trips are well
+	// under 50 ms and processes are not starved of CPU for hundreds of
+	// milliseconds: a live node that cannot answer or refute for about
+	// 300 to 600 ms is declared dead (and comes back when it refutes).
 	ProfileFast Profile = "fast"
 )
 
@@ -292,18 +296,23 @@ func resolveHost(ctx context.Context, host string) (string, error) {
 func (p Profile) memberlistConfig() *memberlist.Config {
 	c := memberlist.DefaultLANConfig()
 	if p == ProfileFast {
-		// Failure detection: a probe every 200 ms; a direct ping gets
-		// 100 ms (loopback and LAN RTTs are well under 1 ms), the rest of
+		// Failure detection: a probe every 100 ms; a direct ping gets
+		// 50 ms (loopback and LAN RTTs are well under 1 ms), the rest of
 		// the interval goes to indirect and TCP pings through 3 peers.
-		c.ProbeInterval = 200 * time.Millisecond
-		c.ProbeTimeout = 100 * time.Millisecond
+		// Issue 21 halved both (from 200 and 100 ms) so that a frozen host
+		// leaves within a second at p99: a crashed process is reported by
+		// the NATS server's advisory in milliseconds, gossip is left with
+		// the hosts that freeze or vanish.
+		c.ProbeInterval = 100 * time.Millisecond
+		c.ProbeTimeout = 50 * time.Millisecond
 		c.IndirectChecks = 3
-		// Suspicion: 3·log10(N) probe intervals (≥ 600 ms) once one other
-		// node confirms (k = SuspicionMult-2 = 1), 3 times that without
+		// Suspicion: 3·log10(N) probe intervals (≥ 300 ms) once one other
+		// node confirms (k = SuspicionMult-2 = 1), twice that without
 		// confirmation, which leaves a live but slow node several gossip
-		// rounds to refute.
+		// rounds to refute (three times before issue 21: a bound of 2.5 s
+		// for a small cluster, 1 s now).
 		c.SuspicionMult = 3
-		c.SuspicionMaxTimeoutMult = 3
+		c.SuspicionMaxTimeoutMult = 2
 		// Dissemination: gossip every 50 ms to 4 nodes, so suspect, dead
 		// and refuting alive messages spread in a few tens of ms.
 		c.GossipInterval = 50 * time.Millisecond

@@ -157,10 +157,10 @@ func TestDetectionTimeMatchesDoc(t *testing.T) {
 		n               int
 		expected, bound time.Duration
 	}{
-		{ProfileFast, 3, 1050 * time.Millisecond, 2500 * time.Millisecond},
-		{ProfileFast, 5, 1050 * time.Millisecond, 2500 * time.Millisecond},
-		{ProfileFast, 20, 1230600 * time.Microsecond, 3041800 * time.Microsecond},
-		{ProfileFast, 50, 1468800 * time.Microsecond, 3756400 * time.Microsecond},
+		{ProfileFast, 3, 550 * time.Millisecond, 1000 * time.Millisecond},
+		{ProfileFast, 5, 550 * time.Millisecond, 1000 * time.Millisecond},
+		{ProfileFast, 20, 640300 * time.Microsecond, 1180600 * time.Microsecond},
+		{ProfileFast, 50, 759400 * time.Microsecond, 1418800 * time.Microsecond},
 		{ProfileLAN, 3, 6200 * time.Millisecond, 7400 * time.Millisecond},
 		{ProfileLAN, 5, 6200 * time.Millisecond, 27400 * time.Millisecond},
 		{ProfileLAN, 20, 7404 * time.Millisecond, 34624 * time.Millisecond},

@@ -73,6 +73,20 @@ func (e *supersededError) Error() string {
 type leaseState struct {
 	serverlist.Claimed
 	sinceCheck int
+	// moved says the record names a connection this publisher no longer
+	// has (it reconnected): the next re-announcement rewrites it.
+	moved bool
+}
+
+// connectionOf returns nc's identity as its server reports it (the
+// server's ID and the client ID it gave the connection), or the zero
+// Connection while nc is not connected or the server reports no client ID.
+func connectionOf(nc *nats.Conn) serverlist.Connection {
+	id, err := nc.GetClientID()
+	if err != nil {
+		return serverlist.Connection{}
+	}
+	return serverlist.Connection{ServerID: nc.ConnectedServerId(), ClientID: id}
 }
 
 // recordCheckEvery is how many lease refreshes pass between two reads of
@@ -160,6 +174,34 @@ func (p *Publisher) yield(in serverlist.Instance, by serverlist.Instance) {
 	})
 }
 
+// noteConnection records in in the connection the publisher has now, and
+// in st that the record must be rewritten when it names another: the
+// connection's advisory of a crash would name the new one, which no record
+// would name.
+func (p *Publisher) noteConnection(in *serverlist.Instance, st *leaseState) {
+	if c := connectionOf(p.nc); !c.IsZero() && c != in.Connection() {
+		in.NATSServerID, in.NATSClientID = c.ServerID, c.ClientID
+		st.moved = true
+	}
+}
+
+// rewriteConnection rewrites the record when it names a connection the
+// publisher no longer has (reassert writes it in place while it is this
+// publisher's), and reports whether it did. Failures are left to the
+// re-announcement, which tries again.
+func (p *Publisher) rewriteConnection(ctx context.Context, in *serverlist.Instance, st *leaseState) bool {
+	if p.noteConnection(in, st); !st.moved {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseInterval)
+	defer cancel()
+	if err := p.reassert(rctx, *in, st); err != nil {
+		return false
+	}
+	st.moved = false
+	return true
+}
+
 // reannounceDelay is the least wait between a reconnect and the
 // re-announcement; a random extra of up to as much again is added.
 const reannounceDelay = 100 * time.Millisecond
@@ -205,6 +247,13 @@ func (p *Publisher) lease(ctx context.Context, in serverlist.Instance, st leaseS
 				connected = nil // the connection is closed for good
 				continue
 			}
+			// The record names the old connection: rewrite it at once, so
+			// that the advisory of the new connection's end (a crash right
+			// after the reconnect) names it. A failure is retried with the
+			// re-announcement.
+			if p.rewriteConnection(ctx, &in, &st) {
+				p.log.Debug().Str("service", in.Service).Str("id", in.InstanceID).Uint64("nats_client_id", in.NATSClientID).Msg("record names the new connection")
+			}
 			// Re-announce shortly, not at once: after a server restart every
 			// client reconnects, and gateways must have resubscribed to hear
 			// the event; the jitter spreads the instances' re-announcements.
@@ -214,7 +263,14 @@ func (p *Publisher) lease(ctx context.Context, in serverlist.Instance, st leaseS
 		case <-retry:
 		}
 		rctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseInterval)
-		err := p.assert(rctx, in, &st)
+		var err error
+		if p.noteConnection(&in, &st); st.moved {
+			if err = p.reassert(rctx, in, &st); err == nil {
+				st.moved = false
+			}
+		} else {
+			err = p.assert(rctx, in, &st)
+		}
 		if err == nil {
 			err = p.publish(rctx, in, events.Online, "")
 		}

@@ -145,6 +145,10 @@ func (p *Publisher) Announce(ctx context.Context, in serverlist.Instance) error 
 		in.Incarnation = time.Now().UnixNano()
 	}
 	in.Owner = p.owner
+	// The record names the connection that holds it, so that the server's
+	// advisory of its end tells the gateways to probe the instance.
+	c := connectionOf(p.nc)
+	in.NATSServerID, in.NATSClientID = c.ServerID, c.ClientID
 	if err := in.Validate(); err != nil {
 		return fmt.Errorf("publisher: %w", err)
 	}

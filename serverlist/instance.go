@@ -47,6 +47,32 @@ type Instance struct {
 	// the record under its key with another owner knows it was overwritten;
 	// see [Registry.Claim]. Empty for publishers that do not claim.
 	Owner string `json:"owner,omitempty"`
+	// NATSServerID and NATSClientID name the NATS connection that holds the
+	// record, as the server reports it: the server's ID (its INFO's
+	// server_id) and the client ID it gave the connection (client_id).
+	// Optional: a gateway that receives the server's client-disconnect
+	// advisory for exactly this connection probes the instance at once
+	// (docs/protocol.md, "Crash detection"); an advisory about any other
+	// connection concerns no instance. A publisher rewrites them after it
+	// reconnects.
+	NATSServerID string `json:"natsServerId,omitempty"`
+	NATSClientID uint64 `json:"natsClientId,omitempty"`
+}
+
+// Connection is the NATS connection that holds a record: its server's ID
+// and the client ID that server gave it (Instance.NATSServerID,
+// NATSClientID). The zero value names none.
+type Connection struct {
+	ServerID string
+	ClientID uint64
+}
+
+// IsZero reports whether c names no connection.
+func (c Connection) IsZero() bool { return c.ServerID == "" || c.ClientID == 0 }
+
+// Connection returns the NATS connection the record names (zero for none).
+func (in Instance) Connection() Connection {
+	return Connection{ServerID: in.NATSServerID, ClientID: in.NATSClientID}
 }
 
 // Validate reports whether the instance may be stored. Every error wraps
@@ -66,6 +92,9 @@ func (in Instance) Validate() error {
 	}
 	if len(in.Host) > maxHostLen || len(in.Zone) > maxZoneLen {
 		return fmt.Errorf("%w: host or zone longer than %d / %d bytes", ErrInvalidInstance, maxHostLen, maxZoneLen)
+	}
+	if len(in.NATSServerID) > maxServerIDLen {
+		return fmt.Errorf("%w: NATS server ID longer than %d bytes", ErrInvalidInstance, maxServerIDLen)
 	}
 	if len(in.Metadata) > MaxMetadataEntries {
 		return fmt.Errorf("%w: %d metadata entries, limit %d", ErrInvalidInstance, len(in.Metadata), MaxMetadataEntries)
@@ -93,6 +122,9 @@ const (
 
 	maxHostLen = 255 // a DNS name
 	maxZoneLen = 128
+	// maxServerIDLen bounds a NATS server ID (56 characters: a public
+	// NKey).
+	maxServerIDLen = 128
 )
 
 // Addr is host:port, with IPv6 hosts bracketed.
@@ -119,6 +151,8 @@ func (in Instance) Equal(other Instance) bool {
 		in.Owner == other.Owner &&
 		in.GossipNode == other.GossipNode &&
 		in.GossipAddr == other.GossipAddr &&
+		in.NATSServerID == other.NATSServerID &&
+		in.NATSClientID == other.NATSClientID &&
 		maps.Equal(in.Metadata, other.Metadata)
 }
 

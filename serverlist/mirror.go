@@ -149,6 +149,8 @@ type Mirror struct {
 
 	seeds [2]maphash.Seed // of valueSum
 
+	conns connIndex // records by the NATS connection that holds them (mirror_conns.go)
+
 	// Only the mirror's goroutine touches these.
 	bucketCreated time.Time // creation time of the bucket's stream, to tell a new bucket
 	revBase       uint64    // added to the bucket's revisions (see MirrorStats.Revision)

@@ -57,6 +57,7 @@ func (m *Mirror) applyFresh(fresh map[string]map[string]*mirrorEntry, e jetstrea
 		fresh[service] = make(map[string]*mirrorEntry)
 	}
 	in.Service, in.InstanceID = sharedService(fresh[service], in.Service), id
+	in.NATSServerID = m.conns.intern(in.NATSServerID)
 	fresh[service][id] = newMirrorEntry(in, m.valueSum(e.Value()), rev)
 }
 
@@ -111,11 +112,17 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
 	if next == nil {
 		next = make(map[string]*mirrorEntry, 1)
 	}
+	var oldConn, curConn Connection
+	if had {
+		oldConn = old.in.Connection()
+	}
 	if remove {
 		delete(next, id)
 		m.instances.Add(-1)
 	} else {
 		in.Service, in.InstanceID = sharedService(next, in.Service), id
+		in.NATSServerID = m.conns.intern(in.NATSServerID)
+		curConn = in.Connection()
 		next[id] = newMirrorEntry(in, m.valueSum(e.Value()), rev)
 		if !had {
 			m.instances.Add(1)
@@ -139,6 +146,9 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
 		delete(services, service)
 		m.state.Store(&mirrorState{services: services})
 	}
+	// After the state: a reader that finds the instance through the index
+	// finds its record (ByConnection checks it).
+	m.conns.update(service, id, oldConn, curConn)
 	if m.cfg.OnChange != nil {
 		m.cfg.OnChange(service)
 	}
@@ -201,6 +211,7 @@ func (m *Mirror) swap(fresh map[string]map[string]*mirrorEntry, rev uint64) {
 		services[service] = newMirrorService(ids)
 	}
 	old := m.state.Swap(&mirrorState{services: services})
+	m.conns.rebuild(fresh)
 	m.instances.Store(int64(count))
 	m.syncs.Add(1)
 	m.syncOnce.Do(func() { close(m.synced) })

@@ -36,6 +36,23 @@
 // offline. A registry entry that expires (its lease ran out) or is deleted
 // is an offline for that instance.
 //
+// # Crash detection by advisories
+//
+// With Config.AdvisorySubject, the subscriber follows the NATS server's
+// client-disconnect advisories, which a deployment imports to that subject
+// (docs/protocol.md, section 7). An advisory that names the connection a
+// record names (serverlist.Instance.NATSServerID, NATSClientID; the
+// mirror's ByConnection) starts a probe of the instance in a goroutine the
+// subscriber owns: a TCP connect to its gossip node, or else to its
+// address. Refused or unreachable, the instance is taken offline at once
+// (events.CauseAdvisory) for that record's revision, so that any later
+// write of the record brings it back; answered (and answered again over
+// 200 ms), it is kept. An advisory never removes anything by itself, so a
+// forged one costs a probe. Start checks that advisories arrive (it opens a
+// second connection, closes it and waits for its advisory) and logs once
+// when they do not: crashes are then left to gossip and leases.
+// Stats.Advisories counts it all.
+//
 // # Delivery
 //
 // Changes are coalesced per service: the first change after a quiet period

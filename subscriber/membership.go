@@ -52,6 +52,7 @@ const (
 	offAnnounced           // an offline event: final for the incarnation, until the registry is written again
 	offRegistry            // the registry lost it (deregistered, lease expired)
 	offGossip              // gossip declared it dead: gossip may bring it back (a refuted suspicion)
+	offAdvisory            // its NATS connection ended and a probe found it dead: final for the record's revision
 )
 
 // source tells where an observation comes from.
@@ -340,6 +341,22 @@ func (m *membership) registered(service, id string, inc int64, rev uint64, now t
 		return unchanged
 	}
 	cur.incarnation, cur.off, cur.changed = inc, offNone, now
+	return applied
+}
+
+// crashed records that instance id of service, in incarnation inc, whose
+// record the mirror held at revision recRev, died: its NATS connection
+// ended and a probe found nothing there. The offline holds for that
+// record: a registry write after recRev (the instance re-asserting itself
+// after a reconnect) brings it back, as one after any offline does. An
+// instance not live, of another incarnation, or whose table entry already
+// reflects a later write, is left as it is.
+func (m *membership) crashed(service, id string, inc int64, recRev uint64, now time.Time) outcome {
+	cur := m.member(service, id)
+	if cur == nil || !cur.live() || cur.incarnation != inc || cur.rev > recRev {
+		return unchanged
+	}
+	cur.off, cur.offRev, cur.changed = offAdvisory, recRev, now
 	return applied
 }
 

@@ -126,6 +126,12 @@ type Stats struct {
 	// GossipHandler ignored because they came from a node other than the
 	// one the instance's registry record names, or the record names none.
 	GossipIgnored uint64 `json:"gossipIgnored"`
+	// OfflineRemovals counts instances an offline event took out of a live
+	// set: withdrawals (and forged offlines).
+	OfflineRemovals uint64 `json:"offlineRemovals"`
+	// Advisories counts the client-disconnect advisories, the probes they
+	// started and the instances removed (Config.AdvisorySubject).
+	Advisories AdvisoryStats `json:"advisories"`
 	// Unconfirmed counts instances known only from events (or gossip) that
 	// were forgotten because the registry did not show them within
 	// Config.ConfirmWithin: announcements of instances nobody registered.
@@ -138,7 +144,7 @@ type counters struct {
 	registryRevivals                            atomic.Uint64
 	leaseProbes, leaseProbeReads                atomic.Uint64
 	gossipRemovals, gossipRevivals              atomic.Uint64
-	unconfirmed                                 atomic.Uint64
+	unconfirmed, offlineRemovals                atomic.Uint64
 	dropped                                     [numDropReasons]atomic.Uint64
 }
 
@@ -158,6 +164,7 @@ func (c *counters) snapshot() Stats {
 		GossipRemovals:   c.gossipRemovals.Load(),
 		GossipRevivals:   c.gossipRevivals.Load(),
 		Unconfirmed:      c.unconfirmed.Load(),
+		OfflineRemovals:  c.offlineRemovals.Load(),
 	}
 	for i := range c.dropped {
 		s.Dropped[i] = c.dropped[i].Load()

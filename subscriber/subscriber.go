@@ -91,6 +91,21 @@ type Config struct {
 	Mirror serverlist.MirrorConfig
 	// Logger receives drops (rate-limited) and failures. Zero: no logs.
 	Logger zerolog.Logger
+	// AdvisorySubject is the subject on which the NATS server's
+	// client-disconnect advisories of this account arrive
+	// (events.DisconnectAdvisorySubject(Prefix) where the deployment
+	// imports them; docs/protocol.md, "Crash detection"). An advisory that
+	// names the connection of an instance's record starts a probe of the
+	// instance, which is removed at once if nothing answers. Start checks
+	// that advisories arrive and logs once if they do not. Empty: not
+	// followed; crashes are detected by gossip and leases.
+	AdvisorySubject string
+	// ProbeTimeout bounds one connect of a probe. Zero means
+	// DefaultProbeTimeout (250 ms).
+	ProbeTimeout time.Duration
+	// AdvisoryCheck is how long Start's check of the advisories waits for
+	// its connection's advisory. Zero means DefaultAdvisoryCheck (5 s).
+	AdvisoryCheck time.Duration
 	// OnEvent, if set, is called with every valid event of a followed
 	// service, before it is applied (for metrics such as the propagation
 	// lag, time.Since(e.At)). It runs on the NATS delivery goroutine: it must
@@ -125,6 +140,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ConfirmWithin == 0 {
 		c.ConfirmWithin = DefaultConfirmWithin
 	}
+	if c.ProbeTimeout == 0 {
+		c.ProbeTimeout = DefaultProbeTimeout
+	}
+	if c.AdvisoryCheck == 0 {
+		c.AdvisoryCheck = DefaultAdvisoryCheck
+	}
+	if c.AdvisorySubject != "" {
+		// Literal tokens, as a prefix's: no wildcard, no '$'.
+		if err := events.ValidatePrefix(c.AdvisorySubject); err != nil {
+			return c, fmt.Errorf("%w: advisory subject: %w", ErrInvalidConfig, err)
+		}
+	}
 	for _, l := range []struct {
 		v   *int
 		def int
@@ -136,7 +163,7 @@ func (c Config) withDefaults() (Config, error) {
 			*l.v = 0 // no limit
 		}
 	}
-	if c.AntiEntropy < 0 || c.TombstoneTTL < 0 || c.RegistryTimeout < 0 || c.ConfirmWithin < 0 {
+	if c.AntiEntropy < 0 || c.TombstoneTTL < 0 || c.RegistryTimeout < 0 || c.ConfirmWithin < 0 || c.ProbeTimeout < 0 || c.AdvisoryCheck < 0 {
 		return c, fmt.Errorf("%w: negative interval", ErrInvalidConfig)
 	}
 	return c, nil
@@ -156,6 +183,7 @@ type Subscriber struct {
 	dropLog zerolog.Logger
 	stats   counters
 	guard   gossipGuard // checks gossip reports (GossipHandler)
+	adv     advisories  // crash detection by client-disconnect advisories (advisory.go)
 	form2   sync.Map    // services whose records carry their own lease, logged once
 
 	ctx    context.Context // ends at Close
@@ -277,6 +305,16 @@ func (s *Subscriber) Start(ctx context.Context) error {
 		sub.SetPendingLimits(-1, -1)
 		subs = append(subs, sub)
 	}
+	if s.cfg.AdvisorySubject != "" {
+		sub, err := s.subscribeAdvisories()
+		if err != nil {
+			for _, sb := range subs {
+				sb.Unsubscribe()
+			}
+			return fmt.Errorf("subscriber: subscribe %s: %w", s.cfg.AdvisorySubject, err)
+		}
+		subs = append(subs, sub)
+	}
 	s.dmu.Lock()
 	s.subs = subs
 	s.dmu.Unlock()
@@ -308,6 +346,10 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	s.mu.Unlock()
 	s.sched.start(known)
 	s.wg.Add(1)
+	if s.cfg.AdvisorySubject != "" {
+		s.wg.Add(1)
+		go s.checkAdvisories()
+	}
 	s.dmu.Unlock()
 	go s.work()
 	s.log.Info().Int("services", len(known)).Msg("subscriber started")
@@ -347,6 +389,7 @@ func (s *Subscriber) Close() error {
 func (s *Subscriber) Stats() Stats {
 	st := s.stats.snapshot()
 	st.GossipIgnored = s.guard.ignored.Load()
+	st.Advisories = s.adv.stats()
 	return st
 }
 
@@ -460,6 +503,7 @@ func (s *Subscriber) onMsg(msg *nats.Msg) {
 		s.stats.applied.Add(1)
 		s.markDirty(ev.Service)
 		if ev.Kind == events.Offline {
+			s.stats.offlineRemovals.Add(1)
 			if _, ok := s.mirror.Entry(ev.Service, ev.InstanceID); ok {
 				s.probeLease(ev.Service, ev.InstanceID)
 			}

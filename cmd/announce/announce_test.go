@@ -47,8 +47,10 @@ func TestHoldMode(t *testing.T) {
 	in, ok := w.get(t, "orders", id)
 	want := serverlist.Instance{Service: "orders", InstanceID: id, Host: "127.0.0.1", Port: portOf(t, addr),
 		Secure: true, Zone: "z1", Metadata: map[string]string{"version": "1.2", "team": "core=x"}, Incarnation: on.Incarnation,
-		Owner: in.Owner} // a random token of the process, checked below
-	if !ok || !in.Equal(want) || len(in.Owner) < 16 {
+		Owner: in.Owner, // a random token of the process, checked below
+		// announce's NATS connection, as the server names it (checked below)
+		NATSServerID: in.NATSServerID, NATSClientID: in.NATSClientID}
+	if !ok || !in.Equal(want) || len(in.Owner) < 16 || in.Connection().IsZero() {
 		t.Fatalf("registry entry %+v (present %v), want %+v", in, ok, want)
 	}
 

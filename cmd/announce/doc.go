@@ -115,7 +115,7 @@
 //	                     in the registry entry, and gateways accept gossip about
 //	                     the instance only from that node)
 //	-gossip-profile P    lan (memberlist's LAN timings: a crash is noticed in
-//	                     ~6-10 s) or fast (~1-1.5 s); all nodes must agree
+//	                     ~6-10 s) or fast (~0.6-0.8 s); all nodes must agree
 //	-gossip-key K        base64 AES key (16, 24 or 32 bytes) encrypting and
 //	                     authenticating gossip, the same on every node
 //	                     (head -c32 /dev/urandom | base64); without it, on a

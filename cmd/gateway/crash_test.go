@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,10 +67,11 @@ func (g *gw) waitGone(t testing.TB, gossipAddr string, timeout time.Duration) te
 	return l
 }
 
-// TestCrashDetectedByGossip: a SIGKILLed announce (the instance's
-// supervisor crashed with it) leaves the gateway's list within the fast
-// profile's bound, long before its 30 s lease expires. Repeated to report
-// percentiles.
+// TestCrashDetectedByGossip: a frozen announce (SIGSTOP: a host that
+// hangs, whose NATS connection stays open, so no advisory tells of it)
+// leaves the gateway's list within the fast profile's bound, long before
+// its 30 s lease expires. (A SIGKILLed one leaves sooner, by its NATS
+// connection's advisory: advisory_test.go.) Repeated to report percentiles.
 func TestCrashDetectedByGossip(t *testing.T) {
 	g, gossipAddr := startGossipGateway(t)
 	addrs := []string{named(t, "c1").Listener.Addr().String(), named(t, "c2").Listener.Addr().String(), named(t, "c3").Listener.Addr().String()}
@@ -85,18 +87,23 @@ func TestCrashDetectedByGossip(t *testing.T) {
 		// probes (itself and three instances): a crash is then detected by
 		// gossip within the bound.
 		testutil.Eventually(t, "four gossip members", func() bool { return g.metric("pushlb_gossip_members") == 4 })
-		anns[0].Kill(t)
+		anns[0].Signal(t, syscall.SIGSTOP)
 		began := time.Now()
-		testutil.Eventually(t, "the crashed instance to leave", func() bool { return g.servers(t) == 2 })
+		testutil.Eventually(t, "the frozen instance to leave", func() bool { return g.servers(t) == 2 })
 		took = append(took, time.Since(began))
 		if took[i] > bound {
 			t.Errorf("round %d: detection took %v, bound %v", i, took[i], bound)
 		}
+		// A stopped process dies of SIGKILL too.
+		anns[0].Kill(t)
 		anns[0] = restartGossip(t, g, gossipAddr, addrs[0]) // a new incarnation
 		testutil.Eventually(t, "the instance back", func() bool { return g.servers(t) == 3 })
 	}
 	slices.Sort(took)
-	t.Logf("gossip (fast, 4 members): crash removed after p50 %v, max %v over %d crashes: %v", took[len(took)/2], took[len(took)-1], rounds, took)
+	t.Logf("gossip (fast, 4 members): frozen instance removed after p50 %v, max %v over %d freezes: %v", took[len(took)/2], took[len(took)-1], rounds, took)
+	if n := g.metric("pushlb_gossip_removals_total"); n != rounds {
+		t.Errorf("gossip removed %v instances, want %d", n, rounds)
+	}
 }
 
 // TestLateDeadOfOldIncarnation: the instance restarts (new incarnation)
@@ -121,11 +128,12 @@ func TestLateDeadOfOldIncarnation(t *testing.T) {
 	t.Logf("the old incarnation declared dead after %v (bound %v)", time.Since(began), bound)
 
 	// The gateway logs a gone node before it applies it, one node at a
-	// time. To know the late dead was applied or ignored, crash the
-	// sentinel now: gossip's removal of it comes after, and shows in the
+	// time. To know the late dead was applied or ignored, freeze the
+	// sentinel now (a SIGKILL would be reported by its advisory, not by
+	// gossip): gossip's removal of it comes after, and shows in the
 	// sentinel's list.
 	testutil.Eventually(t, "the new incarnation a gossip member", func() bool { return g.metric("pushlb_gossip_members") == 3 })
-	sentinel.Kill(t)
+	sentinel.Signal(t, syscall.SIGSTOP)
 	testutil.Eventually(t, "gossip to remove the sentinel", func() bool { return g.metric(`pushlb_servers{service="sentinel"}`) == 0 })
 	if n := g.metric("pushlb_gossip_removals_total"); n != 1 {
 		t.Fatalf("gossip removed %v instances, want only the sentinel; the late dead of the old incarnation removed the new one", n)
@@ -156,8 +164,9 @@ func TestCrashDetectedByLease(t *testing.T) {
 
 // TestInstancesShareAHostWithTheDefaultGossipBind: two announce -gossip
 // on one host, both with the default bind (a free port each, on the
-// address that reaches the gateway), both join, and each one's SIGKILL is
-// removed by gossip with the fast profile, not by the 30 s lease.
+// address that reaches the gateway), both join, and each one's freeze
+// (SIGSTOP: no advisory) is removed by gossip with the fast profile, not by
+// the 30 s lease.
 func TestInstancesShareAHostWithTheDefaultGossipBind(t *testing.T) {
 	g, gossipAddr := startGossipGateway(t)
 	var anns []*testutil.Proc
@@ -186,15 +195,15 @@ func TestInstancesShareAHostWithTheDefaultGossipBind(t *testing.T) {
 	// measures it).
 	var took []time.Duration
 	for i, a := range anns {
-		a.Kill(t)
+		a.Signal(t, syscall.SIGSTOP)
 		began := time.Now()
-		testutil.Eventually(t, "the crashed instance to leave", func() bool { return g.servers(t) == len(anns)-1-i })
+		testutil.Eventually(t, "the frozen instance to leave", func() bool { return g.servers(t) == len(anns)-1-i })
 		took = append(took, time.Since(began))
 	}
 	if n := g.metric("pushlb_gossip_removals_total"); n != 2 {
 		t.Fatalf("gossip removed %v instances, want both (the lease did the rest?)", n)
 	}
-	t.Logf("two instances on one host, default gossip bind (%v): crashes removed after %v", nodes, took)
+	t.Logf("two instances on one host, default gossip bind (%v): freezes removed after %v", nodes, took)
 }
 
 var (

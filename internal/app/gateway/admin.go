@@ -26,6 +26,9 @@ type State struct {
 	Subscriber *pushlb.EventStats    `json:"subscriber,omitempty"`
 	Lookups    *pushlb.LookupStats   `json:"lookups,omitempty"`
 	Mirror     *pushlb.RegistryStats `json:"mirror,omitempty"`
+	// Advisories is crash detection by client-disconnect advisories: its
+	// state and counters.
+	Advisories *pushlb.AdvisoryStats `json:"advisories,omitempty"`
 }
 
 // ServiceState is one service's balancer.
@@ -111,7 +114,7 @@ func (g *Gateway) header() State {
 	}
 	cs := g.client.Stats()
 	if cs.Started {
-		st.Subscriber, st.Mirror, st.Lookups = &cs.Events, &cs.Registry, &cs.Lookups
+		st.Subscriber, st.Mirror, st.Lookups, st.Advisories = &cs.Events, &cs.Registry, &cs.Lookups, &cs.Advisories
 	}
 	return st
 }

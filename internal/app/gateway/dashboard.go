@@ -52,6 +52,7 @@ const (
 // The sources of a list change, as the timeline names them.
 const (
 	SourceEvent    = "event"    // an online or offline event on the bus
+	SourceAdvisory = "advisory" // the NATS server's advisory that the instance's connection ended, confirmed by a probe (a crash)
 	SourceGossip   = "gossip"   // gossip declared the instance dead, gone or back
 	SourceRegistry = "registry" // the registry mirror: a new record, a deletion or an expired lease
 	SourceResync   = "resync"   // a full resynchronisation of the mirror (start, reconnect)
@@ -70,7 +71,8 @@ type ListChange struct {
 	Addr     string    `json:"addr"`
 	// Change is "online" or "offline".
 	Change string `json:"change"`
-	// Source is what caused it: event, gossip, registry (a record written,
+	// Source is what caused it: event, advisory (a crash the NATS server
+	// reported, confirmed by a probe), gossip, registry (a record written,
 	// deleted or expired), resync, config (pushlb.ServerChange.Cause).
 	Source string `json:"source"`
 	// LagMs is the time from the event's creation (its at field, the
@@ -123,7 +125,8 @@ func newDashboard(g *Gateway) *dashboard {
 // sources name the causes of list changes as the timeline does.
 var sources = map[events.Cause]string{
 	events.CauseAnnounce: SourceEvent, events.CauseOffline: SourceEvent,
-	events.CauseGossip: SourceGossip, events.CauseRegistry: SourceRegistry,
+	events.CauseAdvisory: SourceAdvisory,
+	events.CauseGossip:   SourceGossip, events.CauseRegistry: SourceRegistry,
 	events.CauseResync: SourceResync, events.CauseConfig: SourceConfig,
 }
 

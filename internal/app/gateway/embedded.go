@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb/internal/natsaccounts"
 )
 
 // embeddedStartTimeout bounds the wait for the embedded server to accept
@@ -29,7 +31,13 @@ type embeddedNATS struct {
 // starts the server and waits until it accepts connections or reports why
 // it cannot (its own fatal error, such as JetStream's). The caller checked
 // the address with checkListeners.
-func startEmbeddedNATS(addr, dataDir string, log zerolog.Logger) (*embeddedNATS, error) {
+//
+// The server runs the accounts of natsaccounts.Config: every client
+// (without credentials) lands in one application account with JetStream,
+// and a system account publishes the account's client-disconnect
+// advisories, imported to the prefix's advisory subject, so that crash
+// detection in milliseconds needs no set-up.
+func startEmbeddedNATS(addr, dataDir, prefix string, log zerolog.Logger) (*embeddedNATS, error) {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: embedded NATS address %q: %w", ErrConfig, addr, err)
@@ -50,15 +58,16 @@ func startEmbeddedNATS(addr, dataDir string, log zerolog.Logger) (*embeddedNATS,
 	} else if err := checkDataDir(dataDir); err != nil {
 		return nil, err
 	}
-	srv, err := server.NewServer(&server.Options{
-		ServerName: "pushlb-embedded",
-		Host:       host,
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   dataDir,
-		NoSigs:     true,
-		NoLog:      true,
-	})
+	opts, err := natsaccounts.Options(prefix)
+	if err != nil {
+		e.cleanup()
+		return nil, fmt.Errorf("gateway: embedded NATS: %w", err)
+	}
+	opts.ServerName = "pushlb-embedded"
+	opts.Host, opts.Port = host, port
+	opts.JetStream, opts.StoreDir = true, dataDir
+	opts.NoSigs, opts.NoLog = true, true
+	srv, err := server.NewServer(opts)
 	if err != nil {
 		e.cleanup()
 		return nil, fmt.Errorf("gateway: embedded NATS: %w", err)

@@ -84,7 +84,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		return err
 	}
 	if nccfg.URL == "" {
-		if g.embedded, err = startEmbeddedNATS(g.cfg.EmbeddedNATS, g.cfg.DataDir, g.log); err != nil {
+		if g.embedded, err = startEmbeddedNATS(g.cfg.EmbeddedNATS, g.cfg.DataDir, g.cfg.Prefix, g.log); err != nil {
 			return err
 		}
 		nccfg.URL = g.embedded.URL()

@@ -133,6 +133,13 @@ var (
 	descReaperLeader    = prometheus.NewDesc("pushlb_reaper_leader", "1 while this gateway leads the registry's reapers (it alone receives the lease renewals), else 0.", nil, nil)
 	descReaperReaped    = prometheus.NewDesc("pushlb_reaper_removed_total", "Records this gateway's reaper removed because their lease ended (crashes not reported by gossip first).", nil, nil)
 	descReaperUnled     = prometheus.NewDesc("pushlb_reaper_unled", "1 while this gateway, which may not reap, has seen no reaper lead for more than a lease: the records of crashed instances are not removed.", nil, nil)
+	descRemovalsBy      = prometheus.NewDesc("pushlb_instance_removals_total", "Instances taken out of a service's list, by cause: graceful (an offline event), advisory (the NATS server's client-disconnect advisory, confirmed by a probe), gossip (declared dead or gone), lease (the record removed without an event: a lease's end, an operator).", []string{"cause"}, nil)
+	descAdvState        = prometheus.NewDesc("pushlb_advisories_on", "1 while client-disconnect advisories arrive (crash detection in milliseconds), 0 when off, not checked yet or missing (crash detection falls back to gossip and leases).", nil, nil)
+	descAdvReceived     = prometheus.NewDesc("pushlb_advisories_received_total", "Messages on the advisory subject.", nil, nil)
+	descAdvMalformed    = prometheus.NewDesc("pushlb_advisories_malformed_total", "Messages on the advisory subject that were not client-disconnect advisories, dropped.", nil, nil)
+	descAdvMatched      = prometheus.NewDesc("pushlb_advisories_matched_total", "Advisories that named the NATS connection of an instance's record (one per record).", nil, nil)
+	descAdvSkipped      = prometheus.NewDesc("pushlb_advisory_probes_skipped_total", "Matched advisories not probed: a probe of the instance ran already, or too many ran.", nil, nil)
+	descAdvProbes       = prometheus.NewDesc("pushlb_advisory_probes_total", "Probes of instances whose NATS connection ended, by outcome: alive (kept), refused or unreachable (removed).", []string{"outcome"}, nil)
 	descReaperEnded     = prometheus.NewDesc("pushlb_reaper_leases_ended_total", "Lease removals and expiries this gateway's reaper saw while leading.", nil, nil)
 )
 
@@ -142,7 +149,8 @@ type stateCollector struct{ g *Gateway }
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReceived, descApplied, descDropped, descDelivered, descHandlerErr,
 		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descUnconfirmed, descMalformed, descResyncs, descLookupHit, descServers, descReachable, descTrips, descUpdates, descUnregistered, descServicesRemoved, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored,
-		descReaperLeader, descReaperReaped, descReaperEnded, descReaperUnled} {
+		descReaperLeader, descReaperReaped, descReaperEnded, descReaperUnled,
+		descRemovalsBy, descAdvState, descAdvReceived, descAdvMalformed, descAdvMatched, descAdvSkipped, descAdvProbes} {
 		ch <- d
 	}
 }
@@ -175,6 +183,23 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descMalformed, st.Registry.MalformedValues, "value")
 	counter(descUnconfirmed, ev.Unconfirmed)
 	counter(descResyncs, st.Registry.Syncs)
+	counter(descRemovalsBy, ev.OfflineRemovals, "graceful")
+	counter(descRemovalsBy, st.Advisories.Removals, "advisory")
+	counter(descRemovalsBy, ev.GossipRemovals, "gossip")
+	counter(descRemovalsBy, ev.RegistryRemovals, "lease")
+	adv := st.Advisories
+	on := 0
+	if adv.State == string(subscriber.AdvisoriesOn) {
+		on = 1
+	}
+	gauge(descAdvState, on)
+	counter(descAdvReceived, adv.Received)
+	counter(descAdvMalformed, adv.Malformed)
+	counter(descAdvMatched, adv.Matched)
+	counter(descAdvSkipped, adv.Skipped)
+	for _, o := range subscriber.AllProbeOutcomes() {
+		counter(descAdvProbes, adv.Probes[o.String()], o.String())
+	}
 	counter(descGossipGone, ev.GossipRemovals)
 	counter(descGossipBack, ev.GossipRevivals)
 	if c.g.cfg.Gossip.Enabled() {

@@ -46,7 +46,7 @@ const KeyEnv = "PUSHLB_GOSSIP_KEY"
 func (s *Settings) Register(fs *flag.FlagSet) {
 	fs.StringVar(&s.Join, "gossip", s.Join, "gossip (memberlist) peers `host:port[,...]` to join (the gateways' -gossip-bind addresses); gossip is on when this or -gossip-bind is set, off otherwise")
 	fs.StringVar(&s.Bind, "gossip-bind", s.Bind, "gossip bind `host:port`; setting it turns gossip on. Default when gossip is on: a gateway 0.0.0.0:7946, an instance (announce) a free port on the address it reaches its first -gossip peer from (127.0.0.1 for a gateway on loopback), recorded in its registry entry")
-	fs.StringVar(&s.Profile, "gossip-profile", s.Profile, "gossip timings: lan (memberlist's LAN defaults, crash noticed in ~6-10 s) or fast (~1-1.5 s); the same on every node. Checked always, used only with gossip on")
+	fs.StringVar(&s.Profile, "gossip-profile", s.Profile, "gossip timings: lan (memberlist's LAN defaults, crash noticed in ~6-10 s) or fast (~0.6-0.8 s); the same on every node. Checked always, used only with gossip on")
 	fs.StringVar(&s.Key, "gossip-key", s.Key, "gossip encryption and authentication `key`, base64 of 16, 24 or 32 random bytes (head -c32 /dev/urandom | base64), the same on every node; without it anything that reaches the gossip port can join. Checked always, used only with gossip on")
 	fs.StringVar(&s.KeyFile, "gossip-key-file", s.KeyFile, "`file` holding the gossip key (instead of -gossip-key; "+KeyEnv+" is read when neither is given)")
 	fs.StringVar(&s.Label, "gossip-label", s.Label, "gossip `label`; nodes with different labels ignore each other. Checked always, used only with gossip on")

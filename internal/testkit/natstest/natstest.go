@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/pushlb/pushlb/internal/natsaccounts"
 )
 
 // readyTimeout bounds how long Start and Restart wait for the server to
@@ -75,6 +77,31 @@ func WithConfigFile(tb testing.TB, path string) Option {
 		o.LeafNode = server.LeafNodeOpts{}
 		o.Websocket = server.WebsocketOpts{}
 		o.MQTT = server.MQTTOpts{}
+	}
+}
+
+// WithAdvisories runs the server with the accounts of the gateway's
+// embedded server (natsaccounts.Config): clients without credentials land
+// in the application account natsaccounts.Account, JetStream on, and the
+// account's client-disconnect advisories imported to
+// events.DisconnectAdvisorySubject(prefix). Every node of a cluster takes
+// the same. Give it before options that change what it sets.
+func WithAdvisories(tb testing.TB, prefix string) Option {
+	tb.Helper()
+	if _, err := natsaccounts.Options(prefix); err != nil {
+		tb.Fatalf("natstest: %v", err)
+	}
+	return func(o *server.Options) {
+		parsed, err := natsaccounts.Options(prefix)
+		if err != nil { // it parsed a moment ago
+			panic(fmt.Sprintf("natstest: %v", err))
+		}
+		keep := *o
+		*o = *parsed
+		o.ServerName, o.Host, o.Port = keep.ServerName, keep.Host, keep.Port
+		o.JetStream, o.StoreDir = keep.JetStream, keep.StoreDir
+		o.NoLog, o.NoSigs = keep.NoLog, keep.NoSigs
+		o.Cluster, o.Routes = keep.Cluster, keep.Routes
 	}
 }
 

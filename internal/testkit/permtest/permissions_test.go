@@ -425,6 +425,33 @@ func testPermissions(t *testing.T, st style) {
 		}
 	})
 
+	t.Run("advisories reach the gateway, and nobody may forge one", func(t *testing.T) {
+		// The read-only gateway receives the server's advisories (its
+		// start's check proved it) ...
+		testutil.Eventually(t, "the gateway's advisory check", func() bool { return lb.Stats().Advisories.State == "on" })
+		// ... no announcer may publish one ...
+		x := connect(t, srv, creds[orders])
+		x.refusedPublish(t, events.DisconnectAdvisorySubject(prefix), []byte(`{"type":"io.nats.server.advisory.v1.client_disconnect"}`))
+		// ... and a billing instance whose process dies (its listener and
+		// its connection close) leaves the gateway's list by one.
+		conn, err := natsconn.Connect(ctx, withURL(creds[billing].conn, srv.URL()), zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		crashed := testpub.Backend(t, "billing-3")
+		testpub.Announce(t, conn, "billing", "", crashed)
+		testutil.Eventually(t, "billing-3 routed", func() bool {
+			b, err := lb.Balancer("billing")
+			return err == nil && len(b.Servers()) == 2
+		})
+		crashed.Close()
+		conn.Close()
+		testutil.Eventually(t, "billing-3 removed by its advisory", func() bool {
+			b, err := lb.Balancer("billing")
+			return err == nil && len(b.Servers()) == 1 && lb.Stats().Advisories.Removals == 1
+		})
+	})
+
 	t.Run("a reaper removes the record of an ended lease", func(t *testing.T) {
 		// The gateway may not reap: it tried the lock once and stays out.
 		testutil.Eventually(t, "the gateway out of the reaper election", func() bool { return lb.Stats().Reaper.NotPermitted })

@@ -1,0 +1,382 @@
+package subscriber
+
+import (
+	"encoding/json"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+// Crash detection by client-disconnect advisories (docs/protocol.md,
+// "Crash detection"). When a process dies, its kernel closes its TCP
+// connection to NATS, and the server publishes a client-disconnect
+// advisory in its system account; a deployment imports its account's
+// advisories to Config.AdvisorySubject. A publisher's record names its
+// connection (serverlist.Instance.NATSServerID, NATSClientID): an advisory
+// concerns an instance only when it names exactly that connection.
+//
+// An advisory only starts a probe: a connection also ends when the network
+// between the instance and its NATS server blips, or the server restarts,
+// while the instance serves on; and any client allowed to publish on the
+// subject could forge one. The probe connects to the instance: to its
+// gossip node when the record names one (it lives in the process that held
+// the connection), else to its service address. Refused or unreachable:
+// the instance is taken offline at once (CauseAdvisory), for the record's
+// revision, so that any later write of the record (the instance
+// re-asserting itself after a reconnect) brings it back. Answered, and
+// answered again over probeConfirm: the instance is kept; its publisher
+// reconnects and rewrites its record with the new connection.
+
+// Advisory defaults.
+const (
+	// DefaultProbeTimeout bounds one connect of a probe.
+	DefaultProbeTimeout = 250 * time.Millisecond
+	// DefaultAdvisoryCheck is how long Start's check waits for the
+	// advisory of a connection it opens and closes.
+	DefaultAdvisoryCheck = 5 * time.Second
+)
+
+// probeConfirm are the delays, after a first connect that succeeded, of
+// the connects that confirm the instance alive. The address probed may
+// belong to another process than the one that held the connection (a
+// command that announce supervises, which the kernel signals when announce
+// dies): it may still accept for a few milliseconds.
+var probeConfirm = []time.Duration{20 * time.Millisecond, 80 * time.Millisecond, 200 * time.Millisecond}
+
+// maxAdvisoryProbes bounds the probes in flight: an advisory beyond it is
+// counted (AdvisoryStats.Skipped) and left to gossip and leases.
+const maxAdvisoryProbes = 1000
+
+// maxAdvisorySize bounds an advisory's payload; the server's are about
+// 1 KiB (a JWT makes them larger).
+const maxAdvisorySize = 64 << 10
+
+// disconnectAdvisoryType is the type of the server's client-disconnect
+// advisory (nats-server's DisconnectEventMsgType).
+const disconnectAdvisoryType = "io.nats.server.advisory.v1.client_disconnect"
+
+// disconnectAdvisory is what the subscriber reads of the server's
+// advisory (nats-server's DisconnectEventMsg).
+type disconnectAdvisory struct {
+	Type   string `json:"type"`
+	Server struct {
+		ID string `json:"id"`
+	} `json:"server"`
+	Client struct {
+		ID   uint64 `json:"id"`
+		Name string `json:"name"`
+	} `json:"client"`
+	Reason string `json:"reason"`
+}
+
+// ProbeOutcome is a probe's verdict. Its String is the metric label.
+type ProbeOutcome uint8
+
+// The outcomes of a probe.
+const (
+	ProbeAlive       ProbeOutcome = iota // every connect answered: kept
+	ProbeRefused                         // a connect was refused: removed
+	ProbeUnreachable                     // a connect timed out or found no route: removed
+
+	numProbeOutcomes
+)
+
+var probeOutcomeNames = [numProbeOutcomes]string{ProbeAlive: "alive", ProbeRefused: "refused", ProbeUnreachable: "unreachable"}
+
+// String returns "alive", "refused", "unreachable", or "unknown".
+func (o ProbeOutcome) String() string {
+	if o >= numProbeOutcomes {
+		return "unknown"
+	}
+	return probeOutcomeNames[o]
+}
+
+// AllProbeOutcomes returns every outcome, in order, for metrics.
+func AllProbeOutcomes() []ProbeOutcome {
+	return []ProbeOutcome{ProbeAlive, ProbeRefused, ProbeUnreachable}
+}
+
+// AdvisoryState says whether client-disconnect advisories reach the
+// subscriber.
+type AdvisoryState string
+
+// The advisory states.
+const (
+	// AdvisoriesOff: no Config.AdvisorySubject.
+	AdvisoriesOff AdvisoryState = "off"
+	// AdvisoriesChecking: Start's check has not ended.
+	AdvisoriesChecking AdvisoryState = "checking"
+	// AdvisoriesOn: an advisory arrived (the check's, or any other).
+	AdvisoriesOn AdvisoryState = "on"
+	// AdvisoriesMissing: the check's advisory did not arrive: crash
+	// detection falls back to gossip and leases. An advisory arriving
+	// later turns the state to AdvisoriesOn.
+	AdvisoriesMissing AdvisoryState = "missing"
+)
+
+// AdvisoryStats are the counters of crash detection by advisories.
+type AdvisoryStats struct {
+	// State says whether advisories arrive.
+	State AdvisoryState `json:"state"`
+	// Received counts the messages on the advisory subject, once handled;
+	// Malformed those dropped (not a disconnect advisory, too large);
+	// Matched the advisories that named the connection of a record (each
+	// record counted); Skipped those whose probe was not started (one
+	// already ran for the instance, or maxAdvisoryProbes were running).
+	Received  uint64 `json:"received"`
+	Malformed uint64 `json:"malformed"`
+	Matched   uint64 `json:"matched"`
+	Skipped   uint64 `json:"skipped"`
+	// Probes counts the probes that ended, by outcome (ProbeOutcome's
+	// labels).
+	Probes map[string]uint64 `json:"probes"`
+	// Removals counts the instances taken offline after a probe found them
+	// dead.
+	Removals uint64 `json:"removals"`
+}
+
+// advisories is the subscriber's part for advisories.
+type advisories struct {
+	state atomic.Value // AdvisoryState
+	// check is the connection Start's check opened and closed: its
+	// advisory proves they arrive. Zero when no check waits.
+	checkMu sync.Mutex
+	check   serverlist.Connection
+	seen    chan struct{} // closed when check's advisory arrived
+	logOnce sync.Once     // the state is logged once, then only a change to on
+
+	received, malformed, matched, skipped, removals atomic.Uint64
+	probes                                          [numProbeOutcomes]atomic.Uint64
+	inFlight                                        map[string]bool // guarded by Subscriber.dmu
+}
+
+func (a *advisories) stats() AdvisoryStats {
+	st := AdvisoryStats{
+		State: a.getState(), Received: a.received.Load(), Malformed: a.malformed.Load(),
+		Matched: a.matched.Load(), Skipped: a.skipped.Load(), Removals: a.removals.Load(),
+		Probes: make(map[string]uint64, numProbeOutcomes),
+	}
+	for o := range numProbeOutcomes {
+		st.Probes[o.String()] = a.probes[o].Load()
+	}
+	return st
+}
+
+func (a *advisories) getState() AdvisoryState {
+	if s, ok := a.state.Load().(AdvisoryState); ok {
+		return s
+	}
+	return AdvisoriesOff
+}
+
+// subscribeAdvisories subscribes to Config.AdvisorySubject.
+func (s *Subscriber) subscribeAdvisories() (*nats.Subscription, error) {
+	sub, err := s.nc.Subscribe(s.cfg.AdvisorySubject, s.onAdvisory)
+	if err != nil {
+		return nil, err
+	}
+	sub.SetPendingLimits(-1, -1)
+	s.adv.state.Store(AdvisoriesChecking)
+	return sub, nil
+}
+
+// onAdvisory runs on the NATS delivery goroutine: it decodes, finds the
+// records that name the connection and starts their probes.
+func (s *Subscriber) onAdvisory(msg *nats.Msg) {
+	defer s.adv.received.Add(1)
+	var a disconnectAdvisory
+	if len(msg.Data) > maxAdvisorySize || json.Unmarshal(msg.Data, &a) != nil || a.Type != disconnectAdvisoryType || a.Server.ID == "" || a.Client.ID == 0 {
+		s.adv.malformed.Add(1)
+		s.dropLog.Warn().Str("subject", msg.Subject).Int("bytes", len(msg.Data)).Msg("dropped a message on the advisory subject that is not a client-disconnect advisory")
+		return
+	}
+	conn := serverlist.Connection{ServerID: a.Server.ID, ClientID: a.Client.ID}
+	s.advisoryArrived(conn)
+	for _, e := range s.mirror.ByConnection(conn) {
+		if s.follow != nil && !s.follow[e.Service] {
+			continue
+		}
+		s.adv.matched.Add(1)
+		s.startProbe(e, a)
+	}
+}
+
+// advisoryArrived records that advisories arrive, and ends Start's check
+// when conn is its connection.
+func (s *Subscriber) advisoryArrived(conn serverlist.Connection) {
+	if s.adv.getState() != AdvisoriesOn {
+		prev := s.adv.getState()
+		s.adv.state.Store(AdvisoriesOn)
+		if prev == AdvisoriesMissing {
+			s.log.Info().Str("subject", s.cfg.AdvisorySubject).Msg("client-disconnect advisories arrive after all: crash detection in milliseconds is on")
+		}
+	}
+	s.adv.checkMu.Lock()
+	if !s.adv.check.IsZero() && conn == s.adv.check {
+		close(s.adv.seen)
+		s.adv.check = serverlist.Connection{}
+	}
+	s.adv.checkMu.Unlock()
+}
+
+// checkAdvisories opens a connection like the subscriber's own and closes
+// it, and waits for its advisory: the one way to know that the server
+// publishes advisories and the deployment imports them where the
+// subscriber listens. It logs the answer once.
+func (s *Subscriber) checkAdvisories() {
+	defer s.wg.Done()
+	opts := s.nc.Opts
+	opts.Name = "pushlb advisory check"
+	opts.AllowReconnect, opts.RetryOnFailedConnect = false, false
+	opts.ClosedCB, opts.DisconnectedCB, opts.DisconnectedErrCB, opts.ConnectedCB = nil, nil, nil, nil
+	opts.ReconnectedCB, opts.DiscoveredServersCB, opts.AsyncErrorCB, opts.ReconnectErrCB = nil, nil, nil, nil
+	opts.LameDuckModeHandler, opts.ReconnectToServerCB = nil, nil
+	nc, err := opts.Connect()
+	if err != nil {
+		s.log.Warn().Err(err).Str("subject", s.cfg.AdvisorySubject).Msg("cannot check whether client-disconnect advisories arrive; until one does, crash detection relies on gossip and leases")
+		return
+	}
+	id, err := nc.GetClientID()
+	if err != nil {
+		nc.Close()
+		s.log.Warn().Err(err).Msg("cannot check whether client-disconnect advisories arrive (the server reports no client ID); crash detection relies on gossip and leases")
+		return
+	}
+	seen := make(chan struct{})
+	s.adv.checkMu.Lock()
+	s.adv.check, s.adv.seen = serverlist.Connection{ServerID: nc.ConnectedServerId(), ClientID: id}, seen
+	s.adv.checkMu.Unlock()
+	nc.Close()
+	t := time.NewTimer(s.cfg.AdvisoryCheck)
+	defer t.Stop()
+	select {
+	case <-s.ctx.Done():
+		return
+	case <-seen:
+		s.log.Info().Str("subject", s.cfg.AdvisorySubject).Msg("client-disconnect advisories arrive: a crashed instance is probed and removed within milliseconds")
+	case <-t.C:
+		s.adv.checkMu.Lock()
+		s.adv.check = serverlist.Connection{}
+		s.adv.checkMu.Unlock()
+		if s.adv.getState() == AdvisoriesOn {
+			return // another advisory arrived: the check's may come late
+		}
+		s.adv.state.CompareAndSwap(AdvisoriesChecking, AdvisoriesMissing)
+		s.log.Warn().Str("subject", s.cfg.AdvisorySubject).Dur("waited", s.cfg.AdvisoryCheck).
+			Msg("no client-disconnect advisory arrived: the NATS server has no system account, or does not import this account's $SYS.ACCOUNT.<account>.DISCONNECT to this subject, or this user may not subscribe to it (docs/security.md); crash detection falls back to gossip and leases")
+	}
+}
+
+// startProbe probes the instance of e in a goroutine, unless a probe of it
+// runs already, the bound is reached or the subscriber is closed.
+func (s *Subscriber) startProbe(e serverlist.Entry, a disconnectAdvisory) {
+	key := e.Service + "\x00" + e.InstanceID
+	s.dmu.Lock()
+	if s.stopped || s.adv.inFlight[key] || len(s.adv.inFlight) >= maxAdvisoryProbes {
+		s.dmu.Unlock()
+		s.adv.skipped.Add(1)
+		return
+	}
+	if s.adv.inFlight == nil {
+		s.adv.inFlight = make(map[string]bool)
+	}
+	s.adv.inFlight[key] = true
+	s.wg.Add(1)
+	s.dmu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			s.dmu.Lock()
+			delete(s.adv.inFlight, key)
+			s.dmu.Unlock()
+		}()
+		s.probeAfterAdvisory(e, a)
+	}()
+}
+
+// probeTarget is the address a probe connects to: the instance's gossip
+// node when its record names one (it runs in the process that held the
+// NATS connection), else its service address.
+func probeTarget(in serverlist.Instance) (addr, kind string) {
+	if in.GossipAddr != "" {
+		return in.GossipAddr, "gossip"
+	}
+	return in.Addr(), "service"
+}
+
+func (s *Subscriber) probeAfterAdvisory(e serverlist.Entry, a disconnectAdvisory) {
+	addr, kind := probeTarget(e.Instance)
+	began := time.Now()
+	outcome, err := s.probe(addr)
+	s.adv.probes[outcome].Add(1)
+	log := func(ev *zerolog.Event) *zerolog.Event {
+		return ev.Str("service", e.Service).Str("id", e.InstanceID).Int64("incarnation", e.Incarnation).
+			Str("reason", a.Reason).Str("probe", kind).Str("addr", addr).Stringer("outcome", outcome).
+			Dur("probe_took", time.Since(began))
+	}
+	if outcome == ProbeAlive {
+		log(s.dropLog.Info()).Msg("advisory: the instance's NATS connection closed, but the instance answers: kept (it re-announces on its new connection)")
+		return
+	}
+	if s.advisoryGone(e) {
+		s.adv.removals.Add(1)
+		log(s.log.Info()).AnErr("probe_error", err).Msg("advisory: the instance's NATS connection closed and a probe found it dead: removed")
+	}
+}
+
+// probe connects to addr, then again after each of probeConfirm's delays
+// while it answers. The first failed connect decides.
+func (s *Subscriber) probe(addr string) (ProbeOutcome, error) {
+	d := net.Dialer{Timeout: s.cfg.ProbeTimeout}
+	var waited time.Duration
+	for i := 0; ; i++ {
+		c, err := d.DialContext(s.ctx, "tcp", addr)
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return ProbeAlive, err // closing: no verdict, nothing removed
+			}
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				return ProbeRefused, err
+			}
+			return ProbeUnreachable, err
+		}
+		c.Close()
+		if i == len(probeConfirm) {
+			return ProbeAlive, nil
+		}
+		t := time.NewTimer(probeConfirm[i] - waited)
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return ProbeAlive, s.ctx.Err()
+		case <-t.C:
+		}
+		waited = probeConfirm[i]
+	}
+}
+
+// advisoryGone takes the instance of e offline for e's incarnation and
+// record revision: a later write of its record brings it back. It reports
+// whether the live set changed.
+func (s *Subscriber) advisoryGone(e serverlist.Entry) bool {
+	s.mu.Lock()
+	out := s.table.crashed(e.Service, e.InstanceID, e.Incarnation, e.Revision, time.Now())
+	if out == applied {
+		s.noteLocked(e.Service, e.InstanceID, events.CauseAdvisory, time.Time{})
+	}
+	s.mu.Unlock()
+	if out != applied {
+		return false
+	}
+	s.markDirty(e.Service)
+	return true
+}
