@@ -81,14 +81,7 @@ func BenchmarkRPCs(b *testing.B) {
 // graceful path of a deploy, end to end.
 func BenchmarkWithdrawalToLastRPC(b *testing.B) {
 	srv := natstest.Start(b)
-	c, err := pushlb.New(srv.Connect(b), pushlb.Config{Coalesce: time.Nanosecond})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := c.Start(b.Context()); err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c := startClientWith(b, srv, pushlb.Config{Coalesce: time.Nanosecond})
 	nc := srv.Connect(b)
 	for i := range 2 {
 		testpub.AnnounceAddr(b, nc, "orders", "z1", fmt.Sprint("stays-", i), newTestServer(b).addr)
@@ -109,7 +102,8 @@ func BenchmarkWithdrawalToLastRPC(b *testing.B) {
 	defer func() { stop(); wg.Wait() }()
 	var view pushlb.Balancer
 	testutil.Eventually(b, "the service's balancer", func() bool {
-		view, err = c.Balancer("orders")
+		v, err := c.Balancer("orders")
+		view = v
 		return err == nil
 	})
 	var lat []time.Duration

@@ -40,14 +40,7 @@ func startInstance(t *testing.T, natsURL, gossipAddr, id string) instance {
 // gossip removes the instance from the pushed list (fast profile: about 1 s).
 func TestSIGKILLedServerProcess(t *testing.T) {
 	srv := natstest.Start(t)
-	c, err := pushlb.New(srv.Connect(t), pushlb.Config{Gossip: &gossip.Config{BindAddr: "127.0.0.1:0", Profile: gossip.ProfileFast}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := startClientWith(t, srv, pushlb.Config{Gossip: &gossip.Config{BindAddr: "127.0.0.1:0", Profile: gossip.ProfileFast}})
 	natsURL := srv.URL()
 	insts := []instance{
 		startInstance(t, natsURL, c.GossipAddr(), "i0"),

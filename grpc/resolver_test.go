@@ -3,7 +3,6 @@ package pushlbgrpc_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -15,9 +14,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/serviceconfig"
 	"google.golang.org/grpc/status"
@@ -39,23 +35,18 @@ func TestMain(m *testing.M) {
 
 // grpcServer serves the standard health service on 127.0.0.1 until the
 // test ends, and returns its address.
-func grpcServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	healthpb.RegisterHealthServer(s, health.NewServer())
-	go s.Serve(ln)
-	t.Cleanup(s.Stop)
-	return ln.Addr().String()
-}
+func grpcServer(t *testing.T) string { return newTestServer(t).addr }
 
 // startClient starts a pushlb client on srv, closed at cleanup.
 func startClient(t testing.TB, srv *natstest.Server) *pushlb.Client {
 	t.Helper()
-	c, err := pushlb.New(srv.Connect(t), pushlb.Config{})
+	return startClientWith(t, srv, pushlb.Config{})
+}
+
+// startClientWith starts a pushlb client with cfg on srv, closed at cleanup.
+func startClientWith(t testing.TB, srv *natstest.Server, cfg pushlb.Config) *pushlb.Client {
+	t.Helper()
+	c, err := pushlb.New(srv.Connect(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,15 +79,7 @@ func dial(t *testing.T, c *pushlb.Client, target, serviceConfig string) *grpc.Cl
 
 // check makes one health RPC and returns the address of the server that
 // answered.
-func check(conn *grpc.ClientConn) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var p peer.Peer
-	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p)); err != nil {
-		return "", err
-	}
-	return p.Addr.String(), nil
-}
+func check(conn *grpc.ClientConn) (string, error) { return checkCtx(context.Background(), conn) }
 
 // TestResolverFollowsTheService: a grpc-go ClientConn on "pushlb:///orders"
 // reaches every announced instance, stops reaching a withdrawn one from
@@ -258,14 +241,7 @@ func (s *signalConn) ReportError(error)                   {}
 // a quiet period (applied at once with the default too).
 func BenchmarkWithdrawalToResolverState(b *testing.B) {
 	srv := natstest.Start(b)
-	c, err := pushlb.New(srv.Connect(b), pushlb.Config{Coalesce: time.Nanosecond})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := c.Start(b.Context()); err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c := startClientWith(b, srv, pushlb.Config{Coalesce: time.Nanosecond})
 	nc := srv.Connect(b)
 	testpub.AnnounceAddr(b, nc, "orders", "", "orders-stays", "127.0.0.1:1")
 	sc := &signalConn{states: make(chan int, 64)}
