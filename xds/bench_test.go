@@ -11,6 +11,7 @@ import (
 
 	endpointpb "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pushlb/pushlb"
@@ -41,19 +42,7 @@ func BenchmarkOfflineToLastRPC(b *testing.B) {
 	x, addr := startXDS(b, c)
 	conn := xdsConn(b, addr, "", "xds:///orders")
 
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	reg, err := serverlist.Open(b.Context(), js, serverlist.RegistryConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	pub, err := publisher.New(nc, reg, publisher.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pub.Close()
+	pub := newPublisher(b, nc)
 	host, port, _ := net.SplitHostPort(goes.addr)
 	portNum, _ := strconv.Atoi(port)
 
@@ -136,19 +125,7 @@ func BenchmarkOfflineToEDSResponse(b *testing.B) {
 	}
 	for endpointsOf("the first assignment") != 1 {
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	reg, err := serverlist.Open(b.Context(), js, serverlist.RegistryConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	pub, err := publisher.New(nc, reg, publisher.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pub.Close()
+	pub := newPublisher(b, nc)
 	var lat []time.Duration
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
@@ -174,4 +151,24 @@ func BenchmarkOfflineToEDSResponse(b *testing.B) {
 	}
 	b.ReportMetric(float64(testutil.Percentile(lat, 0.50).Microseconds()), "p50-µs")
 	b.ReportMetric(float64(testutil.Percentile(lat, 0.99).Microseconds()), "p99-µs")
+}
+
+// newPublisher opens the registry over nc and returns a publisher on it,
+// closed at cleanup.
+func newPublisher(b *testing.B, nc *nats.Conn) *publisher.Publisher {
+	b.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg, err := serverlist.Open(b.Context(), js, serverlist.RegistryConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pub, err := publisher.New(nc, reg, publisher.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { pub.Close() })
+	return pub
 }
