@@ -1,0 +1,2 @@
+// Package pushlbcaddy makes pushlb a Caddy module.
+package pushlbcaddy
