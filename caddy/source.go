@@ -52,7 +52,7 @@ type Upstreams struct {
 	shared   *shared        // nil until provisioned
 	client   *pushlb.Client // shared.client, kept after Cleanup for requests in flight
 	key      string
-	dynamic  bool     // Service holds placeholders
+	dynamic  bool // Service holds placeholders
 	zoneCtx  context.Context
 	services sync.Map // service name → *serviceList
 	mu       sync.Mutex
