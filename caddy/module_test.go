@@ -64,7 +64,7 @@ func TestCaddyfileSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, _ := json.Marshal(u)
+	got, _ := json.Marshal(&u)
 	want := `{"service":"orders","zone":"us-east-1a","nats":["nats://a:4222","nats://b:4222","tls://c:4222"],"creds_file":"/etc/creds",` +
 		`"tls_ca":"/etc/ca.pem","connect_timeout":3000000000,"prefix":"lb2","lease":10000000000,"reaper":true,"balancers_file":"/etc/pushlb.yaml",` +
 		`"rule":"BestAvailable","gossip":{"bind":"127.0.0.1:7946","join":["10.0.0.1:7946","10.0.0.2:7946"],"profile":"fast","label":"prod"}}`
@@ -97,7 +97,7 @@ func TestCaddyfilePolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s.Rule != "Maglev" || s.HashHeader != "X-User" {
-		t.Fatalf("%+v", s)
+		t.Fatalf("%+v", &s)
 	}
 	for _, tc := range []struct{ input, want string }{
 		{"pushlb extra", "wrong argument count"},
@@ -116,18 +116,18 @@ func TestCaddyfilePolicy(t *testing.T) {
 func TestValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		u    pushlbcaddy.Upstreams
+		u    *pushlbcaddy.Upstreams
 		want string
 	}{
-		{"no service", pushlbcaddy.Upstreams{}, "no service"},
-		{"bad service", pushlbcaddy.Upstreams{Service: "a.b"}, `service "a.b"`},
-		{"two ways to authenticate", pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{CredsFile: "/x", Token: "t"}}, "cannot be used together"},
-		{"bad URL", pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{NATS: []string{"http://x:4222"}}}, "unknown scheme"},
-		{"unknown rule", pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{Rule: "Fastest"}}, "Fastest"},
-		{"bad prefix", pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{Prefix: "a b"}}, "Config.Prefix"},
-		{"short lease", pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{Lease: caddy.Duration(time.Millisecond)}}, "Config.Lease"},
-		{"missing balancers file", pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{BalancersFile: "/nonexistent/pushlb.yaml"}}, "balancers_file"},
-		{"bad gossip profile", pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{Gossip: &pushlbcaddy.Gossip{Bind: "127.0.0.1:0", Profile: "slow"}}}, "gossip"},
+		{"no service", &pushlbcaddy.Upstreams{}, "no service"},
+		{"bad service", &pushlbcaddy.Upstreams{Service: "a.b"}, `service "a.b"`},
+		{"two ways to authenticate", &pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{CredsFile: "/x", Token: "t"}}, "cannot be used together"},
+		{"bad URL", &pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{NATS: []string{"http://x:4222"}}}, "unknown scheme"},
+		{"unknown rule", &pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{Rule: "Fastest"}}, "Fastest"},
+		{"bad prefix", &pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{Prefix: "a b"}}, "Config.Prefix"},
+		{"short lease", &pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{Lease: caddy.Duration(time.Millisecond)}}, "Config.Lease"},
+		{"missing balancers file", &pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{BalancersFile: "/nonexistent/pushlb.yaml"}}, "balancers_file"},
+		{"bad gossip profile", &pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{Gossip: &pushlbcaddy.Gossip{Bind: "127.0.0.1:0", Profile: "slow"}}}, "gossip"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.u.Validate()
