@@ -9,3 +9,13 @@ func RuleOf(u *Upstreams, service string) string {
 	}
 	return b.Config().Rule
 }
+
+// Reachable counts the reachable servers of service's balancer in u's
+// client (alive, breaker closed).
+func Reachable(u *Upstreams, service string) int {
+	b, err := u.client.Balancer(service)
+	if err != nil {
+		return 0
+	}
+	return len(b.Reachable())
+}

@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 		// admin's idle closer) start with its init.
 		goleak.IgnoreTopFunction("github.com/caddyserver/caddy/v2.trapSignalsPosix.func1"),
 		goleak.IgnoreAnyFunction("github.com/caddyserver/caddy/v2.init.0.func1"),
+		// reverse_proxy's cleaner of dynamic upstreams' health state runs
+		// for the process's life once a dynamic upstream was used.
+		goleak.IgnoreAnyFunction("github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy.(*Upstream).fillDynamicHost.func1.1"),
 	)
 }
 
@@ -190,7 +193,8 @@ func dials(ups []*reverseproxy.Upstream) []string {
 }
 
 // TestSourceFollowsTheService: GetUpstreams follows announcements and
-// withdrawals as they are pushed, without allocating.
+// withdrawals as they are pushed; a call costs two allocations (the
+// upstreams Caddy may write into), whatever the list's size.
 func TestSourceFollowsTheService(t *testing.T) {
 	srv := natstest.Start(t)
 	nc := srv.Connect(t)
@@ -213,8 +217,8 @@ func TestSourceFollowsTheService(t *testing.T) {
 		ups, _ := u.GetUpstreams(r)
 		return len(ups) == 1 && ups[0].Dial == b.Listener.Addr().String()
 	})
-	if n := testing.AllocsPerRun(100, func() { u.GetUpstreams(r) }); n != 0 {
-		t.Fatalf("GetUpstreams allocates %v times per call", n)
+	if n := testing.AllocsPerRun(100, func() { u.GetUpstreams(r) }); n > 2 {
+		t.Fatalf("GetUpstreams allocates %v times per call, want 2", n)
 	}
 }
 

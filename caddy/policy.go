@@ -114,9 +114,10 @@ func (s *Selection) Cleanup() error {
 	return nil
 }
 
-// maxPicks bounds the picks of one Select that Caddy's health or the
-// previous attempt refuse, before the policy falls back to any available
-// upstream.
+// maxPicks bounds the instances pushlb picks for one attempt: the first
+// one Caddy holds available is used. It also bounds the picks of one
+// Select that Caddy's health refuses, before the policy falls back to any
+// available upstream.
 const maxPicks = 3
 
 // Select chooses an upstream of pool for r.
@@ -124,35 +125,39 @@ func (s *Selection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _ ht
 	if len(pool) == 0 {
 		return nil
 	}
+	ctx := r.Context()
+	a, _ := caddyhttp.GetVar(ctx, attemptVar).(*attempt)
+	if pk, ok := caddyhttp.GetVar(ctx, pickedVar).(*picked); ok && pk.is(pool) {
+		return pk.choose(r, a)
+	}
 	var (
 		b    picker
-		ctx  context.Context
+		pctx context.Context
 		byID map[string]int
 	)
-	if snap, ok := caddyhttp.GetVar(r.Context(), poolVar).(*poolSnapshot); ok && snap.hasBalancer && samePool(snap.upstreams, pool) {
-		b, ctx, byID = snap.balancer, snap.source.zoneCtx, snap.byID
+	if snap, ok := caddyhttp.GetVar(ctx, poolVar).(*poolSnapshot); ok && snap.hasBalancer && snap.is(pool) {
+		// The pushlb source's whole list: pick from it, and have the
+		// source hand over picked instances from now on.
+		snap.source.pickedBy.CompareAndSwap(nil, s)
+		b, pctx, byID = snap.balancer, snap.source.zoneCtx, snap.byID
 	} else {
 		f := s.foreignFor(pool)
 		if f == nil {
-			return anyAvailable(pool, nil)
+			return anyAvailable(pool, a.lastDial())
 		}
-		b, ctx, byID = f.b, context.Background(), f.byID
+		b, pctx, byID = f.b, context.Background(), f.byID
 	}
 	if key, ok := s.key(r); ok {
-		ctx = balancer.WithKey(ctx, key)
+		pctx = balancer.WithKey(pctx, key)
 	}
-	a, _ := caddyhttp.GetVar(r.Context(), attemptVar).(*attempt)
-	var previous *reverseproxy.Upstream
-	if a != nil {
-		previous = a.upstream
-	}
+	previous := a.lastDial()
 	for range maxPicks {
-		p, err := b.Pick(ctx)
+		p, err := b.Pick(pctx)
 		if err != nil {
 			break
 		}
 		i, ok := byID[p.Server.ID]
-		if !ok || i >= len(pool) || !pool[i].Available() || (pool[i] == previous && len(pool) > 1) {
+		if !ok || i >= len(pool) || !pool[i].Available() || (pool[i].Dial == previous && len(pool) > 1) {
 			p.End() // never sent
 			continue
 		}
@@ -166,6 +171,121 @@ func (s *Selection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _ ht
 		track(r, a, balancer.Pick{}, u)
 	}
 	return u
+}
+
+// picked is what the pushlb source hands Caddy under the pushlb policy
+// for one attempt: first the instance the service's balancer picked
+// (already started in pushlb's statistics), then up to maxPicks-1 others
+// from the list, for Caddy's health to fall back on when it holds the
+// pick unavailable. One allocation.
+type picked struct {
+	ups  [maxPicks]reverseproxy.Upstream
+	pool [maxPicks]*reverseproxy.Upstream
+	pick balancer.Pick // of ups[0]
+	n    int
+}
+
+// pickedVar is the request variable through which GetUpstreams hands its
+// picks to the policy.
+const pickedVar = "pushlb.picked"
+
+// candidates picks the instance of s for r's next attempt with the
+// balancer (one pick: the rule's state moves once per attempt) and
+// returns it, followed by the next instances of the list, as upstreams.
+// The instance of the attempt Caddy is retrying is avoided: when the
+// source's zone offers no other, the pick leaves the zone, and the
+// instance is used again only when there is no other.
+func (s *poolSnapshot) candidates(r *http.Request, sel *Selection) []*reverseproxy.Upstream {
+	a, _ := caddyhttp.GetVar(r.Context(), attemptVar).(*attempt)
+	a.finish() // Caddy retries: the previous attempt's outcome first
+	avoid := a.lastDial()
+	key, keyed := sel.key(r)
+	pickIn := func(ctx context.Context) (balancer.Pick, bool) {
+		if keyed {
+			ctx = balancer.WithKey(ctx, key)
+		}
+		p, err := s.balancer.Pick(ctx)
+		if err != nil {
+			return p, false
+		}
+		if p.Server.Addr() == avoid && len(s.dials) > 1 {
+			p.End() // never sent
+			return p, false
+		}
+		return p, true
+	}
+	p, ok := pickIn(s.source.zoneCtx)
+	if !ok && avoid != "" && s.source.Zone != "" {
+		p, ok = pickIn(context.Background())
+	}
+	pk := &picked{}
+	first := 0
+	if ok {
+		pk.pick = p
+		pk.add(p.Server.Addr())
+		first = s.byID[p.Server.ID] + 1
+	}
+	for i := range len(s.dials) {
+		if pk.n == maxPicks {
+			break
+		}
+		if d := s.dials[(first+i)%len(s.dials)]; d != avoid && !pk.has(d) {
+			pk.add(d)
+		}
+	}
+	if pk.n == 0 && avoid != "" {
+		pk.add(avoid) // the only instance
+	}
+	if pk.n == 0 {
+		return nil
+	}
+	caddyhttp.SetVar(r.Context(), pickedVar, pk)
+	return pk.pool[:pk.n]
+}
+
+func (pk *picked) add(addr string) {
+	pk.ups[pk.n].Dial = addr
+	pk.pool[pk.n] = &pk.ups[pk.n]
+	pk.n++
+}
+
+func (pk *picked) has(addr string) bool {
+	for i := range pk.n {
+		if pk.ups[i].Dial == addr {
+			return true
+		}
+	}
+	return false
+}
+
+// is reports whether pool is pk's.
+func (pk *picked) is(pool []*reverseproxy.Upstream) bool {
+	return len(pool) == pk.n && pool[0] == pk.pool[0]
+}
+
+// choose returns the first upstream of pk Caddy holds available: the
+// pick, or else one of the others (outside pushlb's statistics).
+func (pk *picked) choose(r *http.Request, a *attempt) *reverseproxy.Upstream {
+	p := pk.pick
+	pk.pick = balancer.Pick{} // a second Select of this pool starts nothing
+	for i := range pk.n {
+		if !pk.pool[i].Available() {
+			continue
+		}
+		if i > 0 || p.Server == nil || p.Server.Addr() != pk.ups[0].Dial {
+			p.End() // the pick was not sent
+			p = balancer.Pick{}
+		}
+		track(r, a, p, pk.pool[i])
+		return pk.pool[i]
+	}
+	p.End()
+	return nil
+}
+
+// is reports whether pool is a copy of s (as copyUpstreams makes).
+func (s *poolSnapshot) is(pool []*reverseproxy.Upstream) bool {
+	return len(pool) == len(s.dials) && pool[0].Dial == s.dials[0] && pool[len(pool)-1].Dial == s.dials[len(pool)-1]
 }
 
 // picker is the balancer a Select picks with: the service's view
@@ -194,19 +314,18 @@ func (s *Selection) key(r *http.Request) (string, bool) {
 	return "", false
 }
 
-// samePool reports whether pool is the snapshot's own slice.
-func samePool(a, b []*reverseproxy.Upstream) bool {
-	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
-}
-
-// anyAvailable returns an available upstream of pool other than avoid
-// when there is one (avoid itself otherwise), by reservoir sampling as
-// Caddy's random policy does; nil when none is available.
-func anyAvailable(pool []*reverseproxy.Upstream, avoid *reverseproxy.Upstream) *reverseproxy.Upstream {
-	var chosen *reverseproxy.Upstream
+// anyAvailable returns an available upstream of pool not dialled at
+// avoid when there is one (one dialled at avoid otherwise), by reservoir
+// sampling as Caddy's random policy does; nil when none is available.
+func anyAvailable(pool []*reverseproxy.Upstream, avoid string) *reverseproxy.Upstream {
+	var chosen, avoided *reverseproxy.Upstream
 	n := 0
 	for _, u := range pool {
-		if u == avoid || !u.Available() {
+		if !u.Available() {
+			continue
+		}
+		if u.Dial == avoid {
+			avoided = u
 			continue
 		}
 		n++
@@ -214,8 +333,8 @@ func anyAvailable(pool []*reverseproxy.Upstream, avoid *reverseproxy.Upstream) *
 			chosen = u
 		}
 	}
-	if chosen == nil && avoid != nil && avoid.Available() {
-		return avoid
+	if chosen == nil {
+		return avoided
 	}
 	return chosen
 }
@@ -307,11 +426,22 @@ func sameDials(dials []string, pool []*reverseproxy.Upstream) bool {
 // request's variables until the next attempt or the request's end reports
 // its outcome.
 type attempt struct {
-	mu       sync.Mutex
-	pick     balancer.Pick
-	upstream *reverseproxy.Upstream
-	repl     *caddy.Replacer
-	over     bool // the request's context ended: later picks end at once
+	mu   sync.Mutex
+	pick balancer.Pick
+	dial string // the upstream of the last attempt
+	repl *caddy.Replacer
+	over bool // the request's context ended: later picks end at once
+}
+
+// lastDial returns the address of the request's last attempt, "" for
+// none. a may be nil. Only the request's goroutine calls it.
+func (a *attempt) lastDial() string {
+	if a == nil {
+		return ""
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.dial
 }
 
 // attemptVar is the request variable holding the *attempt.
@@ -347,7 +477,18 @@ func track(r *http.Request, a *attempt, p balancer.Pick, u *reverseproxy.Upstrea
 	// The placeholders now tell whether this attempt got an answer.
 	repl.Delete(statusPlaceholder)
 	repl.Delete(latencyPlaceholder)
-	a.pick, a.upstream = p, u
+	a.pick, a.dial = p, u.Dial
+}
+
+// finish reports the outcome of the current attempt, if not yet done.
+// a may be nil.
+func (a *attempt) finish() {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.report()
 }
 
 // end reports the last attempt when the request is over.

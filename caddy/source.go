@@ -29,9 +29,11 @@ func init() {
 // per request.
 //
 // For each service it follows (the one named, or each one a placeholder
-// resolves to), it keeps a list of upstreams rebuilt whenever the
-// service's instances change; GetUpstreams returns that list as it is,
-// without copying it: O(1) and no allocation, whatever the fleet's size.
+// resolves to), it keeps a snapshot of the instances, rebuilt whenever
+// they change (Client.Watch): a request reads it with one atomic load.
+// With the pushlb policy, a request gets the few instances pushlb's
+// balancer picked for it, so its cost does not grow with the fleet; with
+// Caddy's own policies it gets a copy of the list (see GetUpstreams).
 type Upstreams struct {
 	// Service is the service whose instances are the upstreams. It may
 	// hold placeholders ("{http.request.host.labels.2}",
@@ -55,6 +57,10 @@ type Upstreams struct {
 	dynamic  bool // Service holds placeholders
 	zoneCtx  context.Context
 	services sync.Map // service name → *serviceList
+	// pickedBy is the pushlb policy of this source's handler, once its
+	// first Select saw this source's pool: GetUpstreams then hands Caddy
+	// the instances that policy's balancer picks instead of the list.
+	pickedBy atomic.Pointer[Selection]
 	mu       sync.Mutex
 	closed   bool
 	logger   *zap.Logger
@@ -137,9 +143,17 @@ func (u *Upstreams) Cleanup() error {
 	return release(u.key)
 }
 
-// GetUpstreams returns the current upstreams of the request's service:
-// the instances the registry holds, as last pushed. An unknown service
+// GetUpstreams returns the upstreams of the request's service, from the
+// list as last pushed: no network call, no lock. An unknown service
 // (nothing announced it) has none.
+//
+// Caddy writes into the upstreams it is given (their health state, on
+// every request), so they cannot be shared between requests: each call
+// returns upstreams of its own. Under the pushlb policy they are the few
+// instances pushlb's balancer picked for this request (O(1), whatever the
+// fleet's size); under another policy, which must see every instance,
+// they are a copy of the list (one allocation of the list's size, as
+// Caddy's own dynamic sources make).
 func (u *Upstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error) {
 	name := u.Service
 	if u.dynamic {
@@ -154,10 +168,19 @@ func (u *Upstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, err
 		return nil, nil
 	}
 	snap := l.snap.Load()
-	// The selection policy finds the list's instances and the service's
-	// balancer here (the pool it is handed is this very slice).
+	if len(snap.dials) == 0 {
+		return nil, nil
+	}
+	if sel := u.pickedBy.Load(); sel != nil && snap.hasBalancer {
+		return snap.candidates(r, sel), nil
+	}
+	// The pushlb policy finds the snapshot here, and maps its pick onto
+	// the copy by index.
+	if a, ok := caddyhttp.GetVar(r.Context(), attemptVar).(*attempt); ok {
+		a.finish() // Caddy retries: the previous attempt's outcome first
+	}
 	caddyhttp.SetVar(r.Context(), poolVar, snap)
-	return snap.upstreams, nil
+	return snap.copyUpstreams(), nil
 }
 
 // list returns the followed list of service, following it first when it is
@@ -204,15 +227,13 @@ type serviceList struct {
 	stop func()
 }
 
-// poolSnapshot is the upstreams of one service at one moment: immutable
-// once published. The upstreams belong to this source (one
-// reverse_proxy handler), which provisions them the same way on every
-// request.
+// poolSnapshot is the instances of one service at one moment, immutable
+// once published.
 type poolSnapshot struct {
-	service   string
-	source    *Upstreams
-	upstreams []*reverseproxy.Upstream
-	byID      map[string]int // instance ID → index in upstreams
+	service string
+	source  *Upstreams
+	dials   []string       // the alive instances' addresses, in list order
+	byID    map[string]int // instance ID → index in dials
 	// balancer is the service's balancer in the shared client, which
 	// the pushlb selection policy picks with; hasBalancer is false while
 	// the client has none.
@@ -220,20 +241,32 @@ type poolSnapshot struct {
 	hasBalancer bool
 }
 
-// newPoolSnapshot builds the snapshot of servers: one upstream per alive
-// server, dialled at its address.
+// newPoolSnapshot builds the snapshot of servers: their alive ones, each
+// dialled at its address.
 func newPoolSnapshot(u *Upstreams, service string, servers []*balancer.Server) *poolSnapshot {
 	s := &poolSnapshot{service: service, source: u, byID: make(map[string]int, len(servers))}
 	for _, srv := range servers {
 		if !srv.Alive() {
 			continue
 		}
-		s.byID[srv.ID] = len(s.upstreams)
-		s.upstreams = append(s.upstreams, &reverseproxy.Upstream{Dial: srv.Addr()})
+		s.byID[srv.ID] = len(s.dials)
+		s.dials = append(s.dials, srv.Addr())
 	}
 	b, err := u.client.Balancer(service)
 	s.balancer, s.hasBalancer = b, err == nil
 	return s
+}
+
+// copyUpstreams returns one upstream per instance, in list order: two
+// allocations.
+func (s *poolSnapshot) copyUpstreams() []*reverseproxy.Upstream {
+	block := make([]reverseproxy.Upstream, len(s.dials))
+	out := make([]*reverseproxy.Upstream, len(s.dials))
+	for i := range block {
+		block[i].Dial = s.dials[i]
+		out[i] = &block[i]
+	}
+	return out
 }
 
 // poolVar is the request variable through which GetUpstreams hands its
