@@ -19,3 +19,17 @@ func Reachable(u *Upstreams, service string) int {
 	}
 	return len(b.Reachable())
 }
+
+// Active sums the active requests of service's servers in u's client:
+// 0 once every pick made was reported.
+func Active(u *Upstreams, service string) int64 {
+	b, err := u.client.Balancer(service)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, s := range b.Servers() {
+		n += s.Stats().ActiveRequests()
+	}
+	return n
+}

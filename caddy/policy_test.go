@@ -82,6 +82,10 @@ func TestPolicyPrefersTheZoneAndHonoursTheBreaker(t *testing.T) {
 		}
 		a.answered()
 	}
+	// The outcomes are reported when each request's context ends, on
+	// goroutines of their own: a success reported after a failure would
+	// reset its count. Wait for them all.
+	testutil.Eventually(t, "the answers reported", func() bool { return pushlbcaddy.Active(u, "orders") == 0 })
 	// Three attempts without an answer: the breaker opens.
 	for range 3 {
 		a := try(t, u, s, nil)
