@@ -7,6 +7,7 @@ replace github.com/pushlb/pushlb => ../
 require (
 	github.com/caddyserver/caddy/v2 v2.11.9
 	github.com/nats-io/nats.go v1.55.0
+	github.com/prometheus/client_golang v1.25.0
 	github.com/pushlb/pushlb v0.0.0-00010101000000-000000000000
 	github.com/rs/zerolog v1.35.1
 	go.uber.org/goleak v1.3.0
@@ -108,7 +109,6 @@ require (
 	github.com/pbnjay/memory v0.0.0-20210728143218-7b4eea64cf58 // indirect
 	github.com/pires/go-proxyproto v0.15.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
-	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/otlptranslator v1.0.0 // indirect

@@ -152,9 +152,11 @@ func TestValidate(t *testing.T) {
 
 // caddyContext returns a Caddy context for provisioning modules, cancelled
 // at cleanup.
-func caddyContext(t *testing.T) caddy.Context {
+func caddyContext(t *testing.T) caddy.Context { return caddyContextB(t) }
+
+func caddyContextB(tb testing.TB) caddy.Context {
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
-	t.Cleanup(cancel)
+	tb.Cleanup(cancel)
 	return ctx
 }
 

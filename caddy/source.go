@@ -118,6 +118,11 @@ func (u *Upstreams) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("pushlb: registry %s: %w", p.name, err)
 	}
 	u.shared, u.client, u.key = s, s.client, p.key
+	if reg := ctx.GetMetricsRegistry(); reg != nil {
+		if err := register(reg, s); err != nil {
+			u.logger.Warn("pushlb metrics not registered", zap.Error(err))
+		}
+	}
 	if !u.dynamic {
 		u.follow(u.Service)
 	}

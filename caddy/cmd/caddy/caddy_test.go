@@ -45,6 +45,11 @@ func TestExampleCaddyfile(t *testing.T) {
 	if code, body, err := testutil.Fetch(cl, "http://"+c.listen+"/nobody/x"); err != nil || code != http.StatusServiceUnavailable {
 		t.Fatalf("a service nobody announced: %d %q %v, want 503", code, body, err)
 	}
+	// pushlb's state is in Caddy's metrics.
+	if code, body, err := testutil.Fetch(cl, "http://"+c.admin+"/metrics"); err != nil || code != 200 ||
+		!regexp.MustCompile(`pushlb_servers\{registry="nats://[^"]+ prefix lb",service="orders"\} 1`).MatchString(body) {
+		t.Fatalf("caddy's metrics: %d %v, no pushlb_servers for orders:\n%s", code, err, grepLines(body, "pushlb_"))
+	}
 	// pushlb's lines are Caddy's JSON log entries, named pushlb.
 	l := c.WaitFor(t, "server list changed", lineTimeout)
 	if !strings.Contains(l.Text, `"logger":"pushlb"`) || !strings.Contains(l.Text, `"service":"orders"`) && !strings.Contains(l.Text, `"service":"billing"`) {
@@ -415,6 +420,17 @@ func TestBadConfig(t *testing.T) {
 		}
 		t.Logf("caddy run failed after %v: %s", time.Since(began).Round(time.Millisecond), lastLine(out))
 	})
+}
+
+// grepLines returns the lines of s that contain substr.
+func grepLines(s, substr string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func lastLine(s string) string {
