@@ -31,6 +31,17 @@ func fleet(b *testing.B, nc *nats.Conn, service string, n int) {
 // and under another policy (the source hands over a copy of the list;
 // Caddy's least_conn then scans it).
 func BenchmarkRequestPath(b *testing.B) {
+	// What every iteration below spends outside the modules: a request
+	// with Caddy's context (replacer, variables), cancelled.
+	b.Run("baseline", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			r := request(nil)
+			ctx, cancel := context.WithCancel(r.Context())
+			answered(r.WithContext(ctx))
+			cancel()
+		}
+	})
 	srv := natstest.Start(b)
 	nc := srv.Connect(b)
 	for _, n := range []int{4, 1000} {
