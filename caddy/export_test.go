@@ -1,5 +1,10 @@
 package pushlbcaddy
 
+import (
+	"github.com/rs/zerolog"
+	"go.uber.org/zap"
+)
+
 // RuleOf returns the rule of service's balancer in u's client, or "" when
 // it has none.
 func RuleOf(u *Upstreams, service string) string {
@@ -32,4 +37,10 @@ func Active(u *Upstreams, service string) int64 {
 		n += s.Stats().ActiveRequests()
 	}
 	return n
+}
+
+// ZerologTo returns a zerolog logger whose events go to l, as the shared
+// clients' logs go to Caddy's.
+func ZerologTo(l *zap.Logger) zerolog.Logger {
+	return zerolog.New(zapWriter{logger: func() *zap.Logger { return l }})
 }
