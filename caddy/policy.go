@@ -157,7 +157,9 @@ func (s *Selection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _ ht
 			break
 		}
 		i, ok := byID[p.Server.ID]
-		if !ok || i >= len(pool) || !pool[i].Available() || (pool[i].Dial == previous && len(pool) > 1) {
+		// The index is checked against the address: the list may have
+		// changed between the pool's making and the pick.
+		if !ok || i >= len(pool) || pool[i].Dial != p.Server.Addr() || !pool[i].Available() || (pool[i].Dial == previous && len(pool) > 1) {
 			p.End() // never sent
 			continue
 		}
