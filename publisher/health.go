@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/serverlist"
@@ -50,9 +52,7 @@ func (p *Publisher) MarkDown(ctx context.Context, reason string) error {
 	if reason == "" {
 		reason = DownReasonPrefix
 	}
-	if len(reason) > events.MaxReasonLength {
-		reason = reason[:events.MaxReasonLength]
-	}
+	reason = fitReason(reason)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.usableLocked(); err != nil {
@@ -116,6 +116,21 @@ func (p *Publisher) MarkUp(ctx context.Context) error {
 		return fmt.Errorf("publisher: mark %s/%s up: %w", in.Service, in.InstanceID, err)
 	}
 	return nil
+}
+
+// fitReason makes reason a valid offline reason: UTF-8, at most
+// events.MaxReasonLength bytes, cut at a character boundary. A check's
+// error may be anything.
+func fitReason(reason string) string {
+	reason = strings.ToValidUTF8(reason, "?")
+	if len(reason) <= events.MaxReasonLength {
+		return reason
+	}
+	cut := events.MaxReasonLength
+	for cut > 0 && !utf8.RuneStart(reason[cut]) {
+		cut--
+	}
+	return reason[:cut]
 }
 
 // usableLocked returns the error that MarkDown and MarkUp return when the
@@ -214,14 +229,15 @@ func (p *Publisher) WatchHealth(ctx context.Context, h HealthConfig) error {
 		switch {
 		case cerr != nil && !down && failures >= h.Failures:
 			err = p.MarkDown(ctx, DownReasonPrefix+": "+cerr.Error())
-			p.logChange(false, cerr, err)
+			p.logChange(false, cerr, err, false)
 			if h.OnChange != nil {
 				h.OnChange(false, cerr, err)
 			}
 		case cerr == nil && down:
 			err = p.MarkUp(ctx)
-			p.logChange(true, nil, err)
-			if h.OnChange != nil && !p.Down() {
+			up := !p.Down()
+			p.logChange(true, nil, err, up)
+			if h.OnChange != nil && up {
 				h.OnChange(true, nil, err)
 			}
 		}
@@ -232,13 +248,16 @@ func (p *Publisher) WatchHealth(ctx context.Context, h HealthConfig) error {
 	}
 }
 
-// logChange logs a change WatchHealth made, or tried to.
-func (p *Publisher) logChange(up bool, cause, err error) {
+// logChange logs a change WatchHealth made, or tried to (up: MarkUp;
+// registered: MarkUp wrote the record, even if it returned an error).
+func (p *Publisher) logChange(up bool, cause, err error, registered bool) {
 	in := p.Instance()
 	if errors.Is(err, ErrNotAnnounced) || errors.Is(err, ErrReplaced) || errors.Is(err, ErrClosed) {
 		return
 	}
 	switch {
+	case up && err != nil && registered:
+		p.log.Warn().Err(err).Str("service", in.Service).Str("id", in.InstanceID).Msg("health check passes again: registered, but the online event failed; gateways route the instance from its record")
 	case up && err != nil:
 		p.log.Warn().Err(err).Str("service", in.Service).Str("id", in.InstanceID).Msg("health check passes again, but announcing the instance online failed; retrying at the next check")
 	case up:

@@ -289,3 +289,25 @@ func TestWatchHealthConfig(t *testing.T) {
 		t.Fatalf("WatchHealth before Announce: %v", err)
 	}
 }
+
+// TestMarkDownReasonFits: a check's error of any bytes and length becomes
+// a valid offline reason (UTF-8, within events.MaxReasonLength).
+func TestMarkDownReasonFits(t *testing.T) {
+	r := newRig(t, 3*time.Second)
+	p, err := publisher.New(r.nc, r.reg, publisher.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Announce(t.Context(), orders); err != nil {
+		t.Fatal(err)
+	}
+	r.next(t)
+	if err := p.MarkDown(t.Context(), "x\xff"+strings.Repeat("é", 200)); err != nil {
+		t.Fatal(err)
+	}
+	e := r.next(t)
+	if e.Kind != events.Offline || len(e.Reason) > events.MaxReasonLength || len(e.Reason) < events.MaxReasonLength-1 || !strings.HasPrefix(e.Reason, "x?é") {
+		t.Fatalf("reason %q (%d bytes)", e.Reason, len(e.Reason))
+	}
+}
