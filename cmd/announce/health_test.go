@@ -96,6 +96,7 @@ func TestHealthGatedAnnouncement(t *testing.T) {
 	expectKind(t, on, events.Online, id)
 	untilListed(t, lists, id, true, "the instance listed")
 
+	failing := time.Now()
 	healthy.Store(false)
 	off := w.next(t)
 	expectKind(t, off, events.Offline, id)
@@ -103,6 +104,8 @@ func TestHealthGatedAnnouncement(t *testing.T) {
 		t.Fatalf("offline event %+v", off.Event)
 	}
 	untilListed(t, lists, id, false, "the instance dropped")
+	t.Logf("dropped by the gateway %v after the health URL began failing (3 checks at 50 ms), %v after the offline event reached the test",
+		time.Since(failing).Round(time.Millisecond), time.Since(off.at).Round(time.Microsecond))
 	// Exactly three failures came before the offline: the log (one stream,
 	// in order) says so, each line written before the next step.
 	a.WaitFor(t, "announced offline (down)", lineTimeout)
@@ -127,6 +130,7 @@ func TestHealthGatedAnnouncement(t *testing.T) {
 	default:
 	}
 
+	passing := time.Now()
 	healthy.Store(true)
 	back := w.next(t)
 	expectKind(t, back, events.Online, id)
@@ -134,6 +138,7 @@ func TestHealthGatedAnnouncement(t *testing.T) {
 		t.Fatalf("incarnation %d after recovery, want the same life's %d", back.Incarnation, on.Incarnation)
 	}
 	untilListed(t, lists, id, true, "the instance listed again")
+	t.Logf("listed again %v after the health URL passed again", time.Since(passing).Round(time.Millisecond))
 	if in, ok := w.get(t, "orders", id); !ok || in.Incarnation != on.Incarnation {
 		t.Fatalf("registry after recovery: %+v (present %v)", in, ok)
 	}
