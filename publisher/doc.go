@@ -45,6 +45,20 @@
 // ErrReplaced without touching the registry or the events. Withdraw only
 // ever removes this publisher's own record.
 //
+// # Health
+//
+// A live process whose instance cannot serve takes itself out of the lists
+// and back in, as Eureka's DOWN status or a failing Consul check: MarkDown
+// publishes the offline event (reason "unhealthy...") and removes the
+// record and its lease, so that every gateway drops the instance at once
+// and no resync or lease probe brings it back; MarkUp writes the record
+// again and publishes the online event, with the same incarnation (the
+// same life). WatchHealth runs a caller's check on an interval and calls
+// them: down after HealthConfig.Failures consecutive failures, up after a
+// pass (cmd/announce's -health-interval and -health-failures). While down
+// the process stays a gossip member and keeps its owner token; a newer
+// process that took the ID over meanwhile keeps it (MarkUp yields).
+//
 // The incarnation orders events about one instance ID: it grows with every
 // start of the instance. Announce uses the instance's Incarnation when set,
 // else the current time in nanoseconds. Re-announcements (lease, reconnect)

@@ -56,3 +56,47 @@ func TestRecordNamesTheGossipNode(t *testing.T) {
 		}
 	}
 }
+
+// TestDownKeepsTheGossipNode: while down the instance stays the same
+// gossip member (no leave and rejoin), and the record MarkUp writes names
+// that node.
+func TestDownKeepsTheGossipNode(t *testing.T) {
+	r := newRig(t, 5*time.Second)
+	gw, err := gossip.New(gossip.Config{BindAddr: "127.0.0.1:0", Profile: gossip.ProfileFast, Meta: gossip.Meta{Role: gossip.RoleGateway}}, gossip.HandlerFuncs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	if err := gw.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	p, err := publisher.New(r.nc, r.reg, publisher.Config{Gossip: &gossip.Config{Join: []string{gw.LocalAddr()}, Profile: gossip.ProfileFast}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	in := serverlist.Instance{Service: "orders", InstanceID: "h:orders:9001", Host: "127.0.0.1", Port: 9001, Incarnation: 7}
+	if err := p.Announce(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	before, err := r.reg.Get(t.Context(), "orders", in.InstanceID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.MarkDown(t.Context(), ""); err != nil {
+		t.Fatal(err)
+	}
+	if p.GossipAddr() != before.GossipAddr {
+		t.Fatalf("gossip node %q while down, want %q kept", p.GossipAddr(), before.GossipAddr)
+	}
+	if err := p.MarkUp(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	after, err := r.reg.Get(t.Context(), "orders", in.InstanceID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.GossipNode != before.GossipNode || after.GossipAddr != before.GossipAddr || after.Incarnation != 7 {
+		t.Fatalf("record after MarkUp %+v, want node %q at %q and incarnation 7", after, before.GossipNode, before.GossipAddr)
+	}
+}

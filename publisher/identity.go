@@ -48,8 +48,8 @@ func (p *Publisher) ReplacedBy() (serverlist.Instance, bool) {
 // claim claims the instance's ID (serverlist.Registry.Claim). A bucket that
 // is gone is recreated first, when this process may create it; otherwise the
 // claim fails until a gateway recreates it.
-func (p *Publisher) claim(ctx context.Context, in serverlist.Instance) (serverlist.Claimed, error) {
-	opts := serverlist.ClaimOptions{Replace: p.cfg.Replace, Probe: p.cfg.ClaimProbe, OnProbe: p.cfg.OnClaimWait}
+func (p *Publisher) claim(ctx context.Context, in serverlist.Instance, replace bool) (serverlist.Claimed, error) {
+	opts := serverlist.ClaimOptions{Replace: replace, Probe: p.cfg.ClaimProbe, OnProbe: p.cfg.OnClaimWait}
 	c, err := p.reg.Claim(ctx, in, opts)
 	if err == nil || c.Record != 0 || errors.Is(err, serverlist.ErrInUse) || errors.Is(err, serverlist.ErrInvalidInstance) {
 		return c, err

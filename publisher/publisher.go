@@ -83,12 +83,15 @@ type Publisher struct {
 	mu        sync.Mutex
 	inst      serverlist.Instance
 	announced bool
-	closed    bool
-	cancel    context.CancelFunc
-	done      chan struct{}
-	node      *gossip.Node // the gossip member of the current incarnation, or nil
-	nodeMeta  gossip.Meta
-	attempt   serverlist.Instance // the last instance Announce tried to claim
+	// down says a MarkDown took the announced instance out (offline event,
+	// record removed) until MarkUp; the lease loop does not run meanwhile.
+	down     bool
+	closed   bool
+	cancel   context.CancelFunc
+	done     chan struct{}
+	node     *gossip.Node // the gossip member of the current incarnation, or nil
+	nodeMeta gossip.Meta
+	attempt  serverlist.Instance // the last instance Announce tried to claim
 
 	// owner names this process in its record (serverlist.Instance.Owner).
 	owner string
@@ -140,6 +143,7 @@ func (p *Publisher) Instance() serverlist.Instance {
 // process is refused with an error wrapping serverlist.ErrInUse, after
 // watching it for Config.ClaimProbe, unless Config.Replace is set (see
 // serverlist.Registry.Claim). in.Owner is set to this publisher's token.
+// A successful Announce ends a MarkDown.
 func (p *Publisher) Announce(ctx context.Context, in serverlist.Instance) error {
 	if in.Incarnation == 0 {
 		in.Incarnation = time.Now().UnixNano()
@@ -162,13 +166,13 @@ func (p *Publisher) Announce(ctx context.Context, in serverlist.Instance) error 
 	// accept gossip about the instance only from that node.
 	in = p.joinGossipLocked(ctx, in)
 	p.attempt = in
-	claimed, registered, err := p.announce(ctx, in)
+	claimed, registered, err := p.announce(ctx, in, p.cfg.Replace)
 	if registered {
 		// From the registry put on, gateways may route to the instance
 		// (the registry is the truth), even if the online event failed or
 		// ctx ended while flushing it: Withdraw must clean up, and the
 		// lease must be kept.
-		p.inst, p.announced = in.Clone(), true
+		p.inst, p.announced, p.down = in.Clone(), true, false
 		p.startLeaseLocked(claimed)
 	} else if errors.Is(err, serverlist.ErrInUse) {
 		// Refused: this process holds nothing, not even a gossip node
@@ -247,8 +251,9 @@ func (p *Publisher) GossipAddr() string {
 // announce puts the registry entry, then publishes online and flushes, so
 // when it returns the event has reached the NATS server. registered
 // reports whether the registry put succeeded.
-func (p *Publisher) announce(ctx context.Context, in serverlist.Instance) (c serverlist.Claimed, registered bool, err error) {
-	c, err = p.claim(ctx, in)
+// replace takes the ID over from a live holder (Config.Replace).
+func (p *Publisher) announce(ctx context.Context, in serverlist.Instance, replace bool) (c serverlist.Claimed, registered bool, err error) {
+	c, err = p.claim(ctx, in, replace)
 	if err != nil && c.Record == 0 {
 		return c, false, fmt.Errorf("publisher: announce %s/%s: %w", in.Service, in.InstanceID, err)
 	}
@@ -295,7 +300,9 @@ func (p *Publisher) publish(ctx context.Context, in serverlist.Instance, k event
 // a record a half-done announcement may have left (only if this publisher's
 // own). Once the instance was replaced by a newer process it returns
 // ErrReplaced and touches neither the registry nor the events: the ID is
-// the newer process's now.
+// the newer process's now. While the instance is down (MarkDown), the
+// offline event went out already: Withdraw removes what is left (the
+// record if MarkDown failed to, the gossip membership).
 func (p *Publisher) Withdraw(ctx context.Context, reason string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -317,7 +324,14 @@ func (p *Publisher) Withdraw(ctx context.Context, reason string) error {
 	p.stopLeaseLocked()
 	in := p.inst
 	p.announced = false
-	perr := p.publish(ctx, in, events.Offline, reason)
+	var perr error
+	if p.down {
+		// MarkDown already published the offline event and removed the
+		// record; the removal is repeated in case it failed then.
+		p.down = false
+	} else {
+		perr = p.publish(ctx, in, events.Offline, reason)
+	}
 	derr := p.reg.DeregisterOwned(ctx, in.Service, in.InstanceID, p.owner)
 	p.leaveGossipLocked()
 	if perr != nil || derr != nil {

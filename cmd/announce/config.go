@@ -19,6 +19,7 @@ import (
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/cli/gossipflag"
 	"github.com/pushlb/pushlb/internal/cli/natsconn"
+	"github.com/pushlb/pushlb/publisher"
 	"github.com/pushlb/pushlb/serverlist"
 )
 
@@ -48,6 +49,10 @@ const (
 	defaultReadyTimeout = 30 * time.Second
 	defaultDrain        = time.Second
 	defaultReason       = "manual"
+	// defaultHealthInterval and defaultHealthFailures: publisher's, so the
+	// binary and the library behave alike.
+	defaultHealthInterval = publisher.DefaultHealthInterval
+	defaultHealthFailures = publisher.DefaultHealthFailures
 )
 
 // config is the parsed and checked command line.
@@ -59,16 +64,21 @@ type config struct {
 	logLevel zerolog.Level
 
 	// Hold and supervise modes.
-	instance     serverlist.Instance // without Incarnation
-	dialAddr     string              // where readiness is checked
-	health       string
-	readyTimeout time.Duration
-	drain        time.Duration
-	lease        time.Duration
-	replicas     int
-	replace      bool
-	command      []string
-	gossip       gossipflag.Settings
+	instance serverlist.Instance // without Incarnation
+	dialAddr string              // where readiness is checked
+	health   string
+	// healthInterval is the pause between two health checks once the
+	// instance is announced (0: no checks after the readiness wait);
+	// healthFailures consecutive failures take it down.
+	healthInterval time.Duration
+	healthFailures int
+	readyTimeout   time.Duration
+	drain          time.Duration
+	lease          time.Duration
+	replicas       int
+	replace        bool
+	command        []string
+	gossip         gossipflag.Settings
 
 	// Offline mode.
 	reason      string
@@ -98,6 +108,8 @@ type flagValues struct {
 	meta                    metaFlag
 	secure                  bool
 	health                  string
+	healthInterval          time.Duration
+	healthFailures          int
 	readyTimeout, drain     time.Duration
 	lease                   time.Duration
 	replicas                int
@@ -110,7 +122,7 @@ type flagValues struct {
 
 // flag groups, in the order the help lists them.
 var (
-	instanceFlags = []string{"service", "addr", "id", "zone", "meta", "secure", "health", "ready-timeout", "drain", "lease", "registry-replicas", "replace", "gossip", "gossip-bind", "gossip-profile", "gossip-key", "gossip-key-file", "gossip-label"}
+	instanceFlags = []string{"service", "addr", "id", "zone", "meta", "secure", "health", "health-interval", "health-failures", "ready-timeout", "drain", "lease", "registry-replicas", "replace", "gossip", "gossip-bind", "gossip-profile", "gossip-key", "gossip-key-file", "gossip-label"}
 	offlineFlags  = []string{"service", "id", "reason", "incarnation"}
 	commonFlags   = []string{"nats", "nats-timeout", "creds", "nkey", "user", "password", "password-file", "token", "token-file", "tls-ca", "tls-cert", "tls-key", "prefix", "log-level"}
 )
@@ -131,7 +143,9 @@ func newFlagSet(m mode, v *flagValues, nc *natsconn.Config) *flag.FlagSet {
 		fs.StringVar(&v.zone, "zone", "", "availability `zone`")
 		fs.Var(&v.meta, "meta", "metadata label `k=v`, repeatable")
 		fs.BoolVar(&v.secure, "secure", false, "the instance speaks TLS")
-		fs.StringVar(&v.health, "health", "", "readiness check `URL`: wait for a 2xx answer instead of a TCP connect to -addr")
+		fs.StringVar(&v.health, "health", "", "readiness and health check `URL`: wait for a 2xx answer instead of a TCP connect to -addr")
+		fs.DurationVar(&v.healthInterval, "health-interval", defaultHealthInterval, "once announced, check health (-health, else a TCP connect to -addr) every `D`; 0: check only before announcing")
+		fs.IntVar(&v.healthFailures, "health-failures", defaultHealthFailures, "`N` consecutive failed health checks announce the instance offline (its record removed) until a check passes")
 		fs.DurationVar(&v.readyTimeout, "ready-timeout", defaultReadyTimeout, "how long to wait for readiness (0: forever)")
 		fs.DurationVar(&v.drain, "drain", defaultDrain, "supervise mode: wait between the offline event and forwarding the signal to the command")
 		fs.DurationVar(&v.lease, "lease", 0, "registry lease (TTL, at least 1s) used if announce creates the bucket (0: 30s); an existing bucket's TTL wins (a warning says when they differ), refreshed every third of it")
@@ -266,6 +280,12 @@ func (v *flagValues) checkInstance(cfg *config) error {
 			return usagef("-health %q: want an http:// or https:// URL", v.health)
 		}
 	}
+	if v.healthInterval < 0 {
+		return usagef("-health-interval %v is negative (0 turns the checks after the announcement off)", v.healthInterval)
+	}
+	if v.healthFailures < 1 {
+		return usagef("-health-failures %d: at least 1", v.healthFailures)
+	}
 	if v.readyTimeout < 0 {
 		return usagef("-ready-timeout %v is negative", v.readyTimeout)
 	}
@@ -291,6 +311,7 @@ func (v *flagValues) checkInstance(cfg *config) error {
 	cfg.dialAddr = net.JoinHostPort(dialHost, strconv.Itoa(port))
 	cfg.health, cfg.readyTimeout, cfg.drain, cfg.lease = v.health, v.readyTimeout, v.drain, v.lease
 	cfg.replace = v.replace
+	cfg.healthInterval, cfg.healthFailures = v.healthInterval, v.healthFailures
 	return nil
 }
 

@@ -41,6 +41,24 @@
 // In hold mode a stop signal before the announcement ends announce with
 // status 0: there is nothing to undo.
 //
+// # Health
+//
+// Once announced, announce keeps checking the instance every
+// -health-interval (default 5s) with the readiness check: a GET of -health
+// answering 2xx, else a TCP connect to -addr. After -health-failures
+// (default 3) consecutive failures it announces the instance offline: the
+// offline event, with the reason "unhealthy: <error>", then the removal of
+// its registry record and lease, so that every gateway stops routing to it
+// at once and no resync or lease probe brings it back. announce, its gossip
+// node and COMMAND keep running. The first passing check announces it
+// online again (record, lease, online event) with the same incarnation: the
+// same life of the instance. A process that took the ID over meanwhile
+// (-replace, or a restart) keeps it: this announce exits 1 as a replaced
+// one does. -health-interval 0 turns the checks after the announcement
+// off (announce checks only before announcing). publisher.WatchHealth is
+// the same for programs that announce themselves; docs/protocol.md,
+// "Down and up", gives the rules.
+//
 // # One live process per instance ID
 //
 // announce claims the instance ID in the registry (docs/protocol.md,
@@ -94,8 +112,12 @@
 //	-zone Z              availability zone
 //	-meta k=v            metadata label, repeatable
 //	-secure              the instance speaks TLS
-//	-health URL          readiness check: GET URL until it answers 2xx, instead
-//	                     of a TCP connect to -addr
+//	-health URL          readiness and health check: GET URL until it answers
+//	                     2xx, instead of a TCP connect to -addr
+//	-health-interval D   once announced, check health every D (default 5s; 0:
+//	                     only before announcing)
+//	-health-failures N   consecutive failed checks that announce the instance
+//	                     offline until a check passes (default 3)
 //	-ready-timeout D     how long to wait for readiness (default 30s; 0 waits forever)
 //	-drain D             supervise mode: wait between the offline event and
 //	                     forwarding the signal (default 1s)

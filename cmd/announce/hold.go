@@ -38,6 +38,7 @@ func (a *app) hold() int {
 		return exitFailure
 	}
 	if sig == nil { // announced: hold until told to stop, or replaced
+		stopHealth := a.watchHealth(s)
 	hold:
 		for {
 			select {
@@ -47,10 +48,12 @@ func (a *app) hold() int {
 					break hold
 				}
 			case <-s.pub.Replaced():
+				stopHealth()
 				a.replaced(s)
 				return exitFailure
 			}
 		}
+		stopHealth() // so that no check marks the instance up again after the withdrawal
 	}
 	if err := a.withdraw(s, "shutdown"); err != nil {
 		a.log.Error().Err(err).Msg("withdraw failed; the registry entry expires with its lease")

@@ -105,16 +105,21 @@ func (a *app) supervise() int {
 	actx, acancel := context.WithCancel(context.Background())
 	announced := make(chan error, 1)
 	go func() { announced <- a.announce(actx, s) }()
+	stopHealth := func() {}
 	stopAnnouncing := func() {
 		acancel()
 		if announced != nil {
 			<-announced
 		}
+		stopHealth()
 	}
 	for {
 		select {
 		case err := <-announced:
 			announced = nil // done; it fails when cancelled, or refused
+			if err == nil {
+				stopHealth = a.watchHealth(s)
+			}
 			if err != nil && errors.Is(err, serverlist.ErrInUse) {
 				a.log.Error().Err(err).Msg("refusing to take over the instance ID; stopping the command (stop the other process first, or pass -replace)")
 				a.stopChild(c)

@@ -39,6 +39,15 @@ status (128+N if signal N killed it, 127 if it was not found, 126 if it could
 not run). If COMMAND is not ready within -ready-timeout it is stopped and
 announce exits 1.
 
+Health (hold and supervise modes): once announced, the instance is checked
+every -health-interval (default 5s) with the readiness check (-health, else
+a TCP connect to -addr). After -health-failures (default 3) failures in a
+row, announce announces it offline (offline event with the reason
+"unhealthy: ...", registry entry removed, so every gateway stops routing to
+it and no resync brings it back) while announce and COMMAND keep running;
+the first passing check announces it online again, with the same
+incarnation. -health-interval 0 checks only before the announcement.
+
 Offline mode: publish the offline event of an instance and remove its
 registry entry, on its behalf. The event carries the incarnation stored in
 the registry, since gateways ignore an offline event older than what they
