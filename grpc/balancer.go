@@ -278,15 +278,20 @@ func (b *pushlbBalancer) UpdateState(s balancer.State) {
 		if e == nil {
 			continue // left out: not host:port
 		}
-		up := c.State.ConnectivityState == connectivity.Ready
-		if up {
+		st := c.State.ConnectivityState
+		if st == connectivity.Ready {
 			ready++
 			if cp := e.child.Load(); cp == nil || cp.Picker != c.State.Picker {
 				e.child.Store(&childPicker{c.State.Picker})
 			}
+		} else if e.child.Load() != nil {
+			e.child.Store(nil)
 		}
-		if up != e.ready {
-			e.ready = up
+		if st == connectivity.Ready || st == connectivity.TransientFailure {
+			e.tried = true
+		}
+		if up := e.usable(st); up != e.alive {
+			e.alive = up
 			if marks == nil {
 				marks = make(map[string]bool)
 			}
@@ -347,9 +352,9 @@ func (b *pushlbBalancer) rebuildLocked(children []endpointsharding.ChildState) {
 				skipped = append(skipped, err.Error())
 				continue
 			}
-			ne := &endpoint{attrs: c.Endpoint.Attributes, srv: srv}
+			ne := &endpoint{attrs: c.Endpoint.Attributes, srv: srv, alive: true}
 			if e != nil && e.srv.ID == srv.ID {
-				ne.ready = e.ready
+				ne.alive, ne.tried = e.alive, e.tried
 				ne.child.Store(e.child.Load())
 			}
 			e = ne
@@ -367,8 +372,7 @@ func (b *pushlbBalancer) rebuildLocked(children []endpointsharding.ChildState) {
 		}
 	}
 	// The core's servers, by pointer, for the pickers. A server new to
-	// the core starts alive: the ones that are not READY are marked down
-	// (until then a pick may land on one, and waits for the next picker).
+	// the core starts alive, as a new endpoint does (see endpoint.usable).
 	byID := make(map[string]*endpoint, len(entries))
 	for _, e := range entries {
 		byID[e.srv.ID] = e
@@ -378,8 +382,8 @@ func (b *pushlbBalancer) rebuildLocked(children []endpointsharding.ChildState) {
 	for _, srv := range b.core.AllServers() {
 		if e := byID[srv.ID]; e != nil {
 			byServer[srv] = e
-			if srv.Alive() != e.ready {
-				marks[srv.ID] = e.ready
+			if srv.Alive() != e.alive {
+				marks[srv.ID] = e.alive
 			}
 		}
 	}
@@ -399,10 +403,23 @@ func firstAddr(ep resolver.Endpoint) string {
 // endpoint is the balancer's entry for one endpoint of the list. The
 // pickers share it: child is written by UpdateState and read by picks.
 type endpoint struct {
-	attrs *attributes.Attributes // the endpoint's, compared by identity
-	srv   lb.Server              // as given to the core
-	ready bool                   // under pushlbBalancer.mu
-	child atomic.Pointer[childPicker]
+	attrs *attributes.Attributes      // the endpoint's, compared by identity
+	srv   lb.Server                   // as given to the core
+	alive bool                        // as the core has it; under pushlbBalancer.mu
+	tried bool                        // was READY or failed once; under pushlbBalancer.mu
+	child atomic.Pointer[childPicker] // its picker while READY, else nil
+}
+
+// usable reports whether the core may pick the endpoint in state st: when
+// READY, and while its first connection is under way (IDLE or
+// CONNECTING, never READY nor failed), so that a new client's zone
+// preference waits the few milliseconds its zone takes to connect rather
+// than sending the first RPCs to another zone: a pick that lands on it
+// waits for the next picker (ErrNoSubConnAvailable). A failed first
+// connection, or a connection lost after READY, makes it unusable until
+// it is READY again.
+func (e *endpoint) usable(st connectivity.State) bool {
+	return st == connectivity.Ready || (!e.tried && (st == connectivity.Idle || st == connectivity.Connecting))
 }
 
 // childPicker holds the picker of an endpoint's pickfirst child.

@@ -255,10 +255,15 @@ func TestBalancerZones(t *testing.T) {
 	pa := testpub.AnnounceAddr(t, nc, "orders", "a", "a1", a1.addr)
 	testpub.AnnounceAddr(t, nc, "orders", "b", "b1", b1.addr)
 	testpub.AnnounceAddr(t, nc, "orders", "b", "b2", b2.addr)
+	testutil.Eventually(t, "the three instances", func() bool {
+		b, err := c.Balancer("orders")
+		return err == nil && len(b.Servers()) == 3
+	})
 	for _, rule := range []string{"ZoneAvoidance", "RoundRobin", "BestAvailable"} {
 		t.Run(rule, func(t *testing.T) {
+			// From the first RPC on: a new ClientConn waits for its zone's
+			// connection rather than use another zone's, READY sooner.
 			conn := dialPushlb(t, c, "pushlb:///orders", "a", pushlbConfig(`{"rule":"`+rule+`"}`, false))
-			waitReady(t, conn, a1.addr)
 			if seen := spread(t, t.Context(), conn, 50); seen[a1.addr] != 50 {
 				t.Fatalf("zone a preferred: %v", seen)
 			}

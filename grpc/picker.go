@@ -27,10 +27,9 @@ func WithCallZone(ctx context.Context, zone string) context.Context {
 // The balancer publishes a new one on every list or connectivity change.
 // The map it reads is rebuilt only on list changes; a connectivity change
 // updates an endpoint's child picker in place (atomically) and the core's
-// liveness. The core's list may be newer than the picker (the next picker
-// is on its way): an RPC that lands on a server this picker does not know,
-// or on one that never was READY, waits for the next picker
-// (ErrNoSubConnAvailable).
+// liveness. An RPC that lands on a server whose connection is not READY
+// (its first connection under way, or a core list newer than the picker)
+// waits for the next picker (ErrNoSubConnAvailable).
 type picker struct {
 	core     *lb.Balancer
 	byServer map[*lb.Server]*endpoint // shared with the balancer: read only
