@@ -1,0 +1,107 @@
+package balancer
+
+// Instance weights (Server.Weight), as Envoy's and grpc-go's weighted round
+// robin and Nacos's weights: a server gets traffic in proportion to its
+// weight. A view whose servers all weigh the same has no weight table and
+// its rules take the unweighted paths unchanged, so equal weights cost
+// nothing; a view of mixed weights gets a table built with its snapshot.
+
+// weightTable is the cumulative weights of a view's servers, divided by
+// their greatest common divisor: server i owns the points
+// [cum[i-1], cum[i]) of [0, total). A pick maps a point to its server by a
+// binary search: O(log N), no allocation.
+//
+// Round robin walks the points in the order k * stride mod total, k the
+// round-robin counter: stride is coprime to total, so every total
+// consecutive picks visit each point once, and each server gets exactly
+// its weight's share; stride near total x 0.618 (the golden ratio) spreads
+// a server's points over the cycle, so a heavy server's picks are
+// interleaved with the others' (smooth, as smooth weighted round robin and
+// EDF are) rather than consecutive.
+type weightTable struct {
+	cum    []uint32 // cumulative weights; at most 10,000 x 1,000 per 10,000 servers
+	total  uint64
+	stride uint64
+}
+
+// newWeightTable returns the table of servers, or nil when they all weigh
+// the same (or there are fewer than two).
+func newWeightTable(servers []*Server) *weightTable {
+	if len(servers) < 2 {
+		return nil
+	}
+	first := servers[0].EffectiveWeight()
+	g := 0
+	mixed := false
+	for _, s := range servers {
+		w := s.EffectiveWeight()
+		mixed = mixed || w != first
+		g = gcd(g, w)
+	}
+	if !mixed {
+		return nil
+	}
+	t := &weightTable{cum: make([]uint32, len(servers))}
+	acc := uint64(0)
+	for i, s := range servers {
+		acc += uint64(s.EffectiveWeight() / g)
+		t.cum[i] = uint32(acc)
+	}
+	t.total = acc
+	t.stride = coprimeNear(acc, acc*618/1000)
+	return t
+}
+
+// at returns the index of the server owning point x (< total): the first
+// i with cum[i] > x.
+func (t *weightTable) at(x uint64) int {
+	lo, hi := 0, len(t.cum)-1
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if uint64(t.cum[mid]) > x {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+// roundRobin returns the index of round-robin position k.
+func (t *weightTable) roundRobin(k uint64) int {
+	return t.at(k % t.total * t.stride % t.total)
+}
+
+// random returns the index of a server drawn in proportion to the weights.
+func (t *weightTable) random(r Rand) int {
+	return t.at(uint64(r.IntN(int(t.total))))
+}
+
+// weightOf returns the sum of the servers' weights.
+func weightOf(servers []*Server) int {
+	sum := 0
+	for _, s := range servers {
+		sum += s.EffectiveWeight()
+	}
+	return sum
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// coprimeNear returns the first number from near up that is coprime to n
+// (1 for n <= 2).
+func coprimeNear(n, near uint64) uint64 {
+	if n <= 2 {
+		return 1
+	}
+	for s := max(near, 1); ; s++ {
+		if gcd(int(s), int(n)) == 1 {
+			return s % n
+		}
+	}
+}
