@@ -1,5 +1,7 @@
 package balancer
 
+import "math/bits"
+
 // Instance weights (Server.Weight), as Envoy's and grpc-go's weighted round
 // robin and Nacos's weights: a server gets traffic in proportion to its
 // weight. A view whose servers all weigh the same has no weight table and
@@ -8,8 +10,14 @@ package balancer
 
 // weightTable is the cumulative weights of a view's servers, divided by
 // their greatest common divisor: server i owns the points
-// [cum[i-1], cum[i]) of [0, total). A pick maps a point to its server by a
-// binary search: O(log N), no allocation.
+// [cum[i-1], cum[i]) of [0, total). A pick maps a point to its server
+// through a guide table, as the guide-table method of sampling does:
+// [0, total) is cut into buckets of 2^shift points, about one per server,
+// and guide[b] is the server owning bucket b's first point, so the server
+// owning a point of bucket b is between guide[b] and guide[b+1]: usually
+// one or two candidates, searched in halves (O(log N) at worst, when many
+// light servers share one bucket). A pick allocates nothing and divides
+// nothing: remainders are computed with a precomputed reciprocal.
 //
 // Round robin walks the points in the order k * stride mod total, k the
 // round-robin counter: stride is coprime to total, so every total
@@ -20,7 +28,10 @@ package balancer
 // EDF are) rather than consecutive.
 type weightTable struct {
 	cum    []uint32 // cumulative weights; at most 10,000 x 1,000 per 10,000 servers
+	guide  []uint32 // one per bucket, then len(cum)-1
+	shift  uint
 	total  uint64
+	inv    uint64 // floor((2^64 - 1) / total), for mod
 	stride uint64
 }
 
@@ -48,14 +59,31 @@ func newWeightTable(servers []*Server) *weightTable {
 		t.cum[i] = uint32(acc)
 	}
 	t.total = acc
+	t.inv = ^uint64(0) / acc
 	t.stride = coprimeNear(acc, acc*618/1000)
+	// Buckets of 2^shift points, the largest power of two at most the
+	// mean weight: at most 2 x len(cum) buckets.
+	for acc>>(t.shift+1) >= uint64(len(t.cum)) {
+		t.shift++
+	}
+	buckets := (acc + 1<<t.shift - 1) >> t.shift
+	t.guide = make([]uint32, buckets+1)
+	for b := range buckets {
+		t.guide[b] = uint32(t.search(b<<t.shift, 0, len(t.cum)-1))
+	}
+	t.guide[buckets] = uint32(len(t.cum) - 1)
 	return t
 }
 
 // at returns the index of the server owning point x (< total): the first
 // i with cum[i] > x.
 func (t *weightTable) at(x uint64) int {
-	lo, hi := 0, len(t.cum)-1
+	b := x >> t.shift
+	return t.search(x, int(t.guide[b]), int(t.guide[b+1]))
+}
+
+// search returns the first i in [lo, hi] with cum[i] > x; there is one.
+func (t *weightTable) search(x uint64, lo, hi int) int {
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
 		if uint64(t.cum[mid]) > x {
@@ -67,9 +95,20 @@ func (t *weightTable) at(x uint64) int {
 	return lo
 }
 
+// mod returns y mod total. The quotient estimated with the reciprocal is
+// at most 2 short, so at most two corrections follow.
+func (t *weightTable) mod(y uint64) uint64 {
+	q, _ := bits.Mul64(y, t.inv)
+	r := y - q*t.total
+	for r >= t.total {
+		r -= t.total
+	}
+	return r
+}
+
 // roundRobin returns the index of round-robin position k.
 func (t *weightTable) roundRobin(k uint64) int {
-	return t.at(k % t.total * t.stride % t.total)
+	return t.at(t.mod(t.mod(k) * t.stride)) // < total^2 <= 10^14: no overflow
 }
 
 // random returns the index of a server drawn in proportion to the weights.
@@ -101,7 +140,7 @@ func coprimeNear(n, near uint64) uint64 {
 	}
 	for s := max(near, 1); ; s++ {
 		if gcd(int(s), int(n)) == 1 {
-			return s % n
+			return s
 		}
 	}
 }

@@ -235,3 +235,25 @@ func TestWeightTable(t *testing.T) {
 		t.Fatalf("stride %d not coprime to %d", wt.stride, wt.total)
 	}
 }
+
+// The table's division-free arithmetic agrees with plain division.
+func TestWeightTableArithmetic(t *testing.T) {
+	t.Parallel()
+	for _, ws := range [][]int{{1, 2}, {1, 1000}, {3, 5, 7, 11, 13}, {1000, 1, 1, 1, 1, 1, 1, 999}} {
+		var list []*Server
+		for _, w := range ws {
+			list = append(list, &Server{Weight: w})
+		}
+		wt := newWeightTable(list)
+		for _, y := range []uint64{0, 1, wt.total - 1, wt.total, wt.total + 1, 1 << 40, 1<<63 + 12345, ^uint64(0), ^uint64(0) - wt.total} {
+			if got, want := wt.mod(y), y%wt.total; got != want {
+				t.Errorf("weights %v: mod(%d) = %d, want %d", ws, y, got, want)
+			}
+		}
+		for x := range wt.total {
+			if got, want := wt.at(x), wt.search(x, 0, len(wt.cum)-1); got != want {
+				t.Errorf("weights %v: at(%d) = %d, want %d", ws, x, got, want)
+			}
+		}
+	}
+}
