@@ -183,7 +183,8 @@ func (Random) Choose(p PickInfo) (*Server, error) {
 }
 
 // BestAvailable picks the server with the fewest active requests among
-// those whose breaker is closed, at random among equals, falling back to
+// those whose breaker is closed (when weights differ: the fewest active
+// requests per weight), at random among equals, falling back to
 // round robin when every breaker is open (Ribbon's BestAvailableRule, whose
 // ties go to the first server: an idle list would send every request to
 // one). It is exact: the least-loaded server as of the pick.

@@ -257,3 +257,28 @@ func TestWeightTableArithmetic(t *testing.T) {
 		}
 	}
 }
+
+// BestAvailable divides active requests by weight: with every request
+// held, servers of weights 100 and 300 end with in-flight counts of 1:3.
+func TestWeightedBestAvailable(t *testing.T) {
+	t.Parallel()
+	for _, filter := range []string{FilterNone, FilterZonePreference} {
+		list := append(weighted("a", 0, 100, 300), weighted("b", 2, 100, 300)...)
+		tb := newTest(t, func(c *Config) { c.Rule = RuleBestAvailable; c.Filter = filter }, list)
+		var held []Pick
+		for range 800 {
+			p, err := tb.Pick(WithZone(t.Context(), "a"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, p)
+		}
+		a0, a1 := tb.ServerStats("s0").ActiveRequests(), tb.ServerStats("s1").ActiveRequests()
+		if a0+a1 != 800 || a0 < 195 || a0 > 205 {
+			t.Errorf("filter %s: in flight %d and %d, want 200 and 600", filter, a0, a1)
+		}
+		for _, p := range held {
+			p.End()
+		}
+	}
+}
