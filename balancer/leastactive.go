@@ -38,7 +38,7 @@ type activeTree struct {
 	// weights are the servers' weights when the view's differ (nil when
 	// equal: the keys are the counts).
 	weights []uint16
-	full    bool   // the snapshot's full view (else a zone's)
+	full    bool // the snapshot's full view (else a zone's)
 
 	due    atomic.Int64 // nanotime of the next resync
 	syncMu sync.Mutex   // one resync at a time
