@@ -12,7 +12,7 @@ import (
 // mixed pick costs at most 1.5x the equal one.
 func BenchmarkWeighted(b *testing.B) {
 	const n = 10000
-	for _, rule := range []string{RuleRoundRobin, RuleRandom, RuleZoneAvoidance, RuleLeastRequest} {
+	for _, rule := range []string{RuleRoundRobin, RuleRandom, RuleZoneAvoidance, RuleLeastRequest, RuleBestAvailable} {
 		for _, mixed := range []bool{false, true} {
 			bal := benchBalancer(b, rule, n)
 			if mixed {
