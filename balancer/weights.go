@@ -26,6 +26,8 @@ import "math/bits"
 // a server's points over the cycle, so a heavy server's picks are
 // interleaved with the others' (smooth, as smooth weighted round robin and
 // EDF are) rather than consecutive.
+//
+// Random draws use the alias table instead (random): O(1), one slot read.
 type weightTable struct {
 	cum    []uint32 // cumulative weights; at most 10,000 x 1,000 per 10,000 servers
 	guide  []uint32 // one per bucket, then len(cum)-1
@@ -33,6 +35,7 @@ type weightTable struct {
 	total  uint64
 	inv    uint64 // floor((2^64 - 1) / total), for mod
 	stride uint64
+	alias  []aliasSlot // for weighted random draws
 }
 
 // newWeightTable returns the table of servers, or nil when they all weigh
@@ -72,6 +75,7 @@ func newWeightTable(servers []*Server) *weightTable {
 		t.guide[b] = uint32(t.search(b<<t.shift, 0, len(t.cum)-1))
 	}
 	t.guide[buckets] = uint32(len(t.cum) - 1)
+	t.buildAlias()
 	return t
 }
 
@@ -111,9 +115,66 @@ func (t *weightTable) roundRobin(k uint64) int {
 	return t.at(t.mod(t.mod(k) * t.stride)) // < total^2 <= 10^14: no overflow
 }
 
-// random returns the index of a server drawn in proportion to the weights.
+// random returns the index of a server drawn in proportion to the weights,
+// with Walker's alias method: one random number gives a slot and a
+// fraction; the slot's server when the fraction is below its share, else
+// the slot's alias. O(1), one table entry read.
 func (t *weightTable) random(r Rand) int {
-	return t.at(uint64(r.IntN(int(t.total))))
+	x := uint64(r.IntN(len(t.alias) << aliasBits))
+	e := t.alias[x>>aliasBits]
+	if uint32(x&(1<<aliasBits-1)) < e.share {
+		return int(x >> aliasBits)
+	}
+	return int(e.alias)
+}
+
+// aliasBits is the precision of an alias slot's share: 2^-20, so a
+// server's probability is exact to about one part in a million.
+const aliasBits = 20
+
+// aliasSlot is one slot of the alias table: its own server is drawn with
+// probability share / 2^aliasBits, alias otherwise.
+type aliasSlot struct {
+	share uint32
+	alias uint32
+}
+
+// buildAlias makes the alias table of the weights (Vose's method: O(N)).
+func (t *weightTable) buildAlias() {
+	n := len(t.cum)
+	t.alias = make([]aliasSlot, n)
+	// Each slot holds n x weight / total of its server, in units of
+	// 2^-aliasBits, as integers so that the table is exact in them.
+	const one = 1 << aliasBits
+	scaled := make([]uint64, n)
+	prev := uint64(0)
+	for i, c := range t.cum {
+		w := uint64(c) - prev
+		prev = uint64(c)
+		scaled[i] = w * uint64(n) * one / t.total
+	}
+	var small, large []int
+	for i, v := range scaled {
+		if v < one {
+			small = append(small, i)
+		} else {
+			large = append(large, i)
+		}
+	}
+	for len(small) > 0 && len(large) > 0 {
+		l, g := small[len(small)-1], large[len(large)-1]
+		small = small[:len(small)-1]
+		t.alias[l] = aliasSlot{share: uint32(scaled[l]), alias: uint32(g)}
+		scaled[g] -= one - scaled[l]
+		if scaled[g] < one {
+			large = large[:len(large)-1]
+			small = append(small, g)
+		}
+	}
+	// What is left holds (up to rounding) a whole slot: its own server.
+	for _, i := range append(small, large...) {
+		t.alias[i] = aliasSlot{share: one, alias: uint32(i)}
+	}
 }
 
 // weightOf returns the sum of the servers' weights.

@@ -282,3 +282,32 @@ func TestWeightedBestAvailable(t *testing.T) {
 		}
 	}
 }
+
+// The alias table gives each server its weight's probability, to the
+// table's precision.
+func TestWeightTableAlias(t *testing.T) {
+	t.Parallel()
+	for _, ws := range [][]int{{1, 3}, {1, 1000}, {3, 5, 7, 11, 13}, {1000, 1, 1, 1, 1, 1, 1, 999}} {
+		var list []*Server
+		for _, w := range ws {
+			list = append(list, &Server{Weight: w})
+		}
+		wt := newWeightTable(list)
+		n := float64(len(ws))
+		got := make([]float64, len(ws))
+		for i, e := range wt.alias {
+			share := float64(e.share) / (1 << aliasBits)
+			got[i] += share / n
+			got[e.alias] += (1 - share) / n
+		}
+		sum := 0
+		for _, w := range ws {
+			sum += w
+		}
+		for i, w := range ws {
+			if want := float64(w) / float64(sum); math.Abs(got[i]-want) > 1e-5 {
+				t.Errorf("weights %v: server %d drawn with probability %.7f, want %.7f", ws, i, got[i], want)
+			}
+		}
+	}
+}
