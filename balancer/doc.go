@@ -88,6 +88,17 @@
 // for a server chosen otherwise (a same-server retry). [Balancer.Choose]
 // only looks: it records nothing.
 //
+// # Weights
+//
+// A server may carry a weight (Server.Weight, 1 to MaxWeight, 0 meaning
+// DefaultWeight): RoundRobin is then weighted round robin (exact per cycle
+// of the weights' sum, interleaved), Random, LeastRequest and the
+// round-robin tries of ZoneAvoidance and AvailabilityFiltering follow the
+// weights, zone draws weigh a zone by the sum of its alive servers'
+// weights, and BestAvailable and LeastRequest compare active requests per
+// weight. The tables are built with each snapshot; a view whose servers all
+// weigh the same has none and takes the unweighted paths unchanged.
+//
 // # Lifecycle
 //
 // [New] builds a balancer and starts nothing; [Balancer.Start] starts its

@@ -35,7 +35,10 @@ type activeTree struct {
 	levels  [][]atomic.Uint64
 	shared  *statsShared
 	version uint64 // the snapshot's, so watches never go back to an older tree
-	full    bool   // the snapshot's full view (else a zone's)
+	// weights are the servers' weights when the view's differ (nil when
+	// equal: the keys are the counts).
+	weights []uint16
+	full    bool // the snapshot's full view (else a zone's)
 
 	due    atomic.Int64 // nanotime of the next resync
 	syncMu sync.Mutex   // one resync at a time
@@ -104,6 +107,22 @@ func leafWord(st *ServerStats, now int64, decay bool) (w uint64, expiry int64) {
 	return word(uint64(min(max(a, 0), maxActive)), 1), 0
 }
 
+// leafWord is the package's leafWord for leaf i: when the view's weights
+// differ, the key of a server's count is the count divided by its weight,
+// scaled by MaxWeight (a server of weight 1,000 keys its count, one of
+// weight 100 ten times it), so the least key is the least load per weight.
+func (t *activeTree) leafWord(i int, st *ServerStats, now int64, decay bool) (uint64, int64) {
+	w, expiry := leafWord(st, now, decay)
+	if t.weights == nil {
+		return w, expiry
+	}
+	key := w >> keyBits
+	if key >= trippedKey {
+		return w, expiry
+	}
+	return word(min(key*MaxWeight/uint64(t.weights[i]), maxActive), 1), expiry
+}
+
 // combine returns the node over kids: their smallest key and how many
 // leaves below have it.
 func combine(kids []atomic.Uint64) uint64 {
@@ -124,7 +143,7 @@ func combine(kids []atomic.Uint64) uint64 {
 func (t *activeTree) update(i int, st *ServerStats) {
 	leaf := &t.levels[0][i]
 	for {
-		w, expiry := leafWord(st, -1, false)
+		w, expiry := t.leafWord(i, st, -1, false)
 		if leaf.Load() == w {
 			break // someone stored it, and goes up
 		}
@@ -132,7 +151,7 @@ func (t *activeTree) update(i int, st *ServerStats) {
 		if expiry != 0 {
 			t.dueBy(expiry)
 		}
-		if again, _ := leafWord(st, -1, false); again == w {
+		if again, _ := t.leafWord(i, st, -1, false); again == w {
 			t.up(i)
 			return
 		}
@@ -184,7 +203,7 @@ func (t *activeTree) resync(now int64) {
 	for i, s := range t.servers {
 		st := &s.inst.stats
 		for {
-			w, expiry := leafWord(st, now, true)
+			w, expiry := t.leafWord(i, st, now, true)
 			if expiry != 0 {
 				t.dueBy(expiry)
 			}
@@ -194,7 +213,7 @@ func (t *activeTree) resync(now int64) {
 			leaves[i].Store(w)
 			// Checked as the hooks check theirs: a request that started or
 			// ended meanwhile is not overwritten by the value read before.
-			if again, _ := leafWord(st, now, true); again == w {
+			if again, _ := t.leafWord(i, st, now, true); again == w {
 				break
 			}
 		}
@@ -225,6 +244,12 @@ func (t *activeTree) rebuildNodes() {
 // and only then reads them, so that no change is missed in between.
 func newActiveTree(v *View, shared *statsShared, now int64) *activeTree {
 	t := &activeTree{servers: v.servers, shared: shared}
+	if v.wt != nil {
+		t.weights = make([]uint16, len(v.servers))
+		for i, s := range v.servers {
+			t.weights[i] = uint16(s.EffectiveWeight())
+		}
+	}
 	if v.snap != nil {
 		t.version = v.snap.version
 		t.full = v == &v.snap.full

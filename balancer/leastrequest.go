@@ -16,6 +16,12 @@ package balancer
 // leastRequestDraws draws; when they all find open breakers, the view is
 // scanned round robin for a server whose breaker is closed, and when every
 // breaker is open, round robin (as BestAvailable falls back).
+//
+// When weights differ, servers are drawn in proportion to their weights
+// and compared by active requests divided by weight (as Envoy's
+// least_request over weighted hosts): idle, the traffic follows the
+// weights; loaded, a server of weight 300 takes three times the requests
+// in flight of one of weight 100.
 type LeastRequest struct{ c *counter }
 
 // NewLeastRequest returns a LeastRequest rule.
@@ -33,6 +39,9 @@ func (r *LeastRequest) Choose(p PickInfo) (*Server, error) {
 		return nil, nil
 	case 1:
 		return list[0], nil
+	}
+	if p.View.wt != nil {
+		return r.chooseWeighted(&p)
 	}
 	rnd := p.Rand()
 	var first *Server
@@ -62,6 +71,40 @@ func (r *LeastRequest) Choose(p PickInfo) (*Server, error) {
 		return s, nil
 	}
 	return r.c.roundRobin(list), nil
+}
+
+// chooseWeighted is Choose over a view whose weights differ: weighted
+// draws, and a < b compared as a / weight(a) < b / weight(b).
+func (r *LeastRequest) chooseWeighted(p *PickInfo) (*Server, error) {
+	v := p.View
+	rnd := p.Rand()
+	var first *Server
+	var firstActive int64
+	for range leastRequestDraws {
+		s := v.servers[v.wt.random(rnd)]
+		if mayBeTripped(s) && p.Tripped(s) {
+			continue
+		}
+		a := s.inst.stats.active.Load()
+		if a > 0 {
+			a = p.ActiveRequests(s)
+		}
+		if first == nil {
+			first, firstActive = s, a
+			continue
+		}
+		if a*int64(first.EffectiveWeight()) < firstActive*int64(s.EffectiveWeight()) {
+			return s, nil
+		}
+		return first, nil
+	}
+	if first != nil {
+		return first, nil
+	}
+	if s := r.c.roundRobinWhere(v.servers, availability{}, p.nanotime()); s != nil {
+		return s, nil
+	}
+	return r.c.roundRobinView(v), nil
 }
 
 var _ Rule = (*LeastRequest)(nil)

@@ -78,6 +78,15 @@ func (c *counter) roundRobin(list []*Server) *Server {
 	return list[c.next(len(list))]
 }
 
+// roundRobinView returns the next server of v, in proportion to the
+// weights when they differ (weights.go), or nil when v is empty.
+func (c *counter) roundRobinView(v *View) *Server {
+	if v.wt == nil {
+		return c.roundRobin(v.servers)
+	}
+	return v.servers[v.wt.roundRobin(c.n.Add(1))]
+}
+
 // roundRobinTries is how many round-robin positions a predicate rule tries
 // before scanning the whole list (Ribbon's AvailabilityFilteringRule: 10).
 const roundRobinTries = 10
@@ -87,18 +96,25 @@ const roundRobinTries = 10
 // all the servers that pass. It returns nil when none does.
 func (c *counter) roundRobinWhere(list []*Server, p availability, now int64) *Server {
 	pi := PickInfo{now: now, hasNow: true}
-	return c.roundRobinAvailable(list, p, &pi)
+	return c.roundRobinAvailable(list, nil, p, &pi)
 }
 
 // roundRobinAvailable is roundRobinWhere at the pick's time, read only if a
-// server's state needs it.
-func (c *counter) roundRobinAvailable(list []*Server, p availability, pi *PickInfo) *Server {
+// server's state needs it. The tries follow the weights of wt, the table
+// of list (nil: unweighted); the scan after them does not.
+func (c *counter) roundRobinAvailable(list []*Server, wt *weightTable, p availability, pi *PickInfo) *Server {
 	n := len(list)
 	if n == 0 {
 		return nil
 	}
 	for range min(n, roundRobinTries) {
-		if s := list[c.next(n)]; p.ok(s, pi) {
+		var s *Server
+		if wt == nil {
+			s = list[c.next(n)]
+		} else {
+			s = list[wt.roundRobin(c.n.Add(1))]
+		}
+		if p.ok(s, pi) {
 			return s
 		}
 	}
@@ -137,7 +153,9 @@ func (p availability) ok(s *Server, pi *PickInfo) bool {
 }
 
 // RoundRobin cycles through the alive servers (Ribbon's RoundRobinRule). It
-// ignores the circuit breaker.
+// ignores the circuit breaker. When weights differ it is weighted round
+// robin: every cycle of the weights' sum (divided by their greatest common
+// divisor) gives each server exactly its share, interleaved (weights.go).
 type RoundRobin struct{ c *counter }
 
 // NewRoundRobin returns a RoundRobin rule.
@@ -145,10 +163,11 @@ func NewRoundRobin() *RoundRobin { return &RoundRobin{c: newCounter()} }
 
 // Choose implements Rule.
 func (r *RoundRobin) Choose(p PickInfo) (*Server, error) {
-	return r.c.roundRobin(p.View.servers), nil
+	return r.c.roundRobinView(p.View), nil
 }
 
-// Random picks an alive server uniformly (Ribbon's RandomRule).
+// Random picks an alive server at random (Ribbon's RandomRule): uniformly,
+// or in proportion to the weights when they differ.
 type Random struct{}
 
 // Choose implements Rule.
@@ -157,11 +176,15 @@ func (Random) Choose(p PickInfo) (*Server, error) {
 	if len(list) == 0 {
 		return nil, nil
 	}
+	if wt := p.View.wt; wt != nil {
+		return list[wt.random(p.Rand())], nil
+	}
 	return list[p.Rand().IntN(len(list))], nil
 }
 
 // BestAvailable picks the server with the fewest active requests among
-// those whose breaker is closed, at random among equals, falling back to
+// those whose breaker is closed (when weights differ: the fewest active
+// requests per weight), at random among equals, falling back to
 // round robin when every breaker is open (Ribbon's BestAvailableRule, whose
 // ties go to the first server: an idle list would send every request to
 // one). It is exact: the least-loaded server as of the pick.
@@ -243,10 +266,10 @@ func NewAvailabilityFiltering(limit int) *AvailabilityFiltering {
 
 // Choose implements Rule.
 func (r *AvailabilityFiltering) Choose(p PickInfo) (*Server, error) {
-	if s := r.c.roundRobinAvailable(p.View.servers, r.pred, &p); s != nil {
+	if s := r.c.roundRobinAvailable(p.View.servers, p.View.wt, r.pred, &p); s != nil {
 		return s, nil
 	}
-	return r.c.roundRobin(p.View.servers), nil
+	return r.c.roundRobinView(p.View), nil
 }
 
 // ZoneAvoidance is Spring Cloud's default rule (Ribbon's ZoneAvoidanceRule):
@@ -271,15 +294,15 @@ func (r *ZoneAvoidance) Choose(p PickInfo) (*Server, error) {
 	if len(p.View.servers) == 0 {
 		return nil, nil
 	}
-	if s := r.c.roundRobinAvailable(p.View.servers, r.pred, &p); s != nil {
+	if s := r.c.roundRobinAvailable(p.View.servers, p.View.wt, r.pred, &p); s != nil {
 		return s, nil
 	}
 	if p.Candidates != p.View {
-		if s := r.c.roundRobinAvailable(p.Candidates.servers, r.pred, &p); s != nil {
+		if s := r.c.roundRobinAvailable(p.Candidates.servers, p.Candidates.wt, r.pred, &p); s != nil {
 			return s, nil
 		}
 	}
-	return r.c.roundRobin(p.View.servers), nil
+	return r.c.roundRobinView(p.View), nil
 }
 
 func (*ZoneAvoidance) wantsZonePerPick() bool { return true }

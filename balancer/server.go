@@ -32,10 +32,29 @@ type Server struct {
 	Zone string
 	// Metadata holds free-form key/value pairs from the registry.
 	Metadata map[string]string
+	// Weight is the instance's share of traffic relative to the other
+	// servers, 1 to MaxWeight; 0 means DefaultWeight (100). Weighted rules
+	// send a server traffic in proportion to it (see the package doc,
+	// "Weights").
+	Weight int
 
 	inst *instance // set on the balancer's copies
 	zone string    // lower-case Zone, set on the balancer's copies
 	addr string    // "host:port", set on the balancer's copies
+}
+
+// Server weights (Server.Weight), as the registry's: relative shares.
+const (
+	DefaultWeight = 100
+	MaxWeight     = 1000
+)
+
+// EffectiveWeight returns Weight, or DefaultWeight when it is 0.
+func (s *Server) EffectiveWeight() int {
+	if s.Weight == 0 {
+		return DefaultWeight
+	}
+	return s.Weight
 }
 
 // instance is the state of one server ID inside a balancer that outlives
@@ -96,6 +115,9 @@ func (s *Server) normalize() error {
 	if s.Port < 1 || s.Port > 65535 {
 		return fmt.Errorf("balancer: server %q: port %d out of range 1-65535", s.ID, s.Port)
 	}
+	if s.Weight < 0 || s.Weight > MaxWeight {
+		return fmt.Errorf("balancer: server %q: weight %d out of range 1-%d (0: %d)", s.ID, s.Weight, MaxWeight, DefaultWeight)
+	}
 	switch s.Scheme {
 	case "", "http", "https":
 	default:
@@ -110,7 +132,8 @@ func (s *Server) normalize() error {
 // sameAs reports whether two servers describe the same instance identically.
 func (s *Server) sameAs(o *Server) bool {
 	return s.ID == o.ID && s.Host == o.Host && s.Port == o.Port &&
-		s.URLScheme() == o.URLScheme() && s.Zone == o.Zone && maps.Equal(s.Metadata, o.Metadata)
+		s.URLScheme() == o.URLScheme() && s.Zone == o.Zone &&
+		s.EffectiveWeight() == o.EffectiveWeight() && maps.Equal(s.Metadata, o.Metadata)
 }
 
 // ParseServer parses "host:port", "http://host:port" or "https://host:port"

@@ -33,6 +33,9 @@ type View struct {
 	servers []*Server
 	zones   []*zoneGroup // the zones present in servers
 	snap    *Snapshot
+	// wt is the view's weight table (weights.go), nil when its servers
+	// all weigh the same: then the rules take their unweighted paths.
+	wt *weightTable
 	// weights caches WeightedResponseTime's cumulative weights for this view.
 	weights atomic.Pointer[responseWeights]
 	// least is BestAvailable's index of the view's servers by active
@@ -46,6 +49,10 @@ type zoneGroup struct {
 	name string // lower case
 	idx  int    // its index in the snapshot's zones
 	view View
+	// weight is the sum of its servers' weights when the snapshot's
+	// weights differ, 0 when they are all equal: zone draws weigh zones by
+	// it, or by their instance counts when 0.
+	weight int
 }
 
 // Servers returns the view's servers. Do not modify the slice.
@@ -113,6 +120,12 @@ func buildSnapshot(version uint64, all []*Server) *Snapshot {
 		g.view.servers = append(g.view.servers, srv)
 	}
 	s.full = View{servers: up, zones: s.zones, snap: s}
+	if s.full.wt = newWeightTable(up); s.full.wt != nil {
+		for _, g := range s.zones {
+			g.view.wt = newWeightTable(g.view.servers)
+			g.weight = weightOf(g.view.servers)
+		}
+	}
 	return s
 }
 

@@ -154,8 +154,12 @@ func (b *Balancer) decideZones(snap *Snapshot, now int64) *zoneDecision {
 //  3. otherwise one of the worst zones (highest load per server, ties
 //     within 1e-6) is dropped, chosen at random weighted by instance
 //     count, and a zone is drawn from the others weighted by instance
-//     count. Both choices are random per pick in Ribbon; here they are one
-//     draw over their combined probabilities, which are the same.
+//     count.
+//
+// "Weighted by instance count" is by live weight (drawWeight) when the
+// servers' weights differ. Both choices are random per pick in Ribbon; here they are one
+//
+//	draw over their combined probabilities, which are the same.
 //
 // Unlike Ribbon, step 3 never drops the last remaining zone.
 func (b *Balancer) avoidZonesOf(d *zoneDecision, zones []*zoneGroup, stats []ZoneSnapshot) {
@@ -199,7 +203,7 @@ func (b *Balancer) avoidZonesOf(d *zoneDecision, zones []*zoneGroup, stats []Zon
 	// sum over worst d != z of P(drop d) x n_z / (n_avail - n_d).
 	nAvail, nWorst := 0.0, 0.0
 	for i, g := range zones {
-		n := float64(len(g.view.servers))
+		n := float64(g.drawWeight())
 		if avail&(1<<i) != 0 {
 			nAvail += n
 		}
@@ -212,14 +216,24 @@ func (b *Balancer) avoidZonesOf(d *zoneDecision, zones []*zoneGroup, stats []Zon
 		if worst&(1<<j) == 0 {
 			continue
 		}
-		nd := float64(len(dropped.view.servers))
+		nd := float64(dropped.drawWeight())
 		for i, g := range zones {
 			if i != j && avail&(1<<i) != 0 {
-				p[i] += nd / nWorst * float64(len(g.view.servers)) / (nAvail - nd)
+				p[i] += nd / nWorst * float64(g.drawWeight()) / (nAvail - nd)
 			}
 		}
 	}
 	d.setDraw(zones, avail, p)
+}
+
+// drawWeight is what a zone weighs in zone draws: its live weight (the sum
+// of its alive servers' weights) when the snapshot's weights differ, its
+// instance count when they are equal (the same ratios, Ribbon's numbers).
+func (g *zoneGroup) drawWeight() int {
+	if g.weight > 0 {
+		return g.weight
+	}
+	return len(g.view.servers)
 }
 
 // setDraw makes the draw over the zones of set: weighted by instance count,
@@ -234,7 +248,7 @@ func (d *zoneDecision) setDraw(zones []*zoneGroup, set uint64, p []float64) {
 		if set&(1<<i) == 0 {
 			continue
 		}
-		w := len(g.view.servers)
+		w := g.drawWeight()
 		if p != nil {
 			w = int(math.Round(p[i] * drawScale))
 		}

@@ -137,7 +137,9 @@ func (p *Publisher) Instance() serverlist.Instance {
 
 // Announce claims the instance's ID in the registry, publishes it online,
 // then keeps its lease alive until Withdraw or Close. Announcing again
-// replaces the instance (a new incarnation if the caller sets one).
+// replaces the instance (a new incarnation if the caller sets one): to
+// change a live instance's weight (Instance.Weight) or metadata, announce it
+// again with the new values; gateways apply the record update as any other.
 //
 // The ID must be free, or held by this publisher: a record of another live
 // process is refused with an error wrapping serverlist.ErrInUse, after

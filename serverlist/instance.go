@@ -32,6 +32,11 @@ type Instance struct {
 	// at most MaxMetadataKeyLen bytes, values of at most
 	// MaxMetadataValueLen bytes.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Weight is the instance's share of its service's traffic relative to
+	// the others, MinWeight to MaxWeight; 0 (absent from the JSON, as in
+	// records written before weights existed) means DefaultWeight. See
+	// [Instance.EffectiveWeight].
+	Weight int `json:"weight,omitempty"`
 	// Incarnation grows with every start of the instance (for example its
 	// start time in nanoseconds); it orders events about the same ID.
 	Incarnation int64 `json:"incarnation"`
@@ -96,6 +101,9 @@ func (in Instance) Validate() error {
 	if len(in.NATSServerID) > maxServerIDLen {
 		return fmt.Errorf("%w: NATS server ID longer than %d bytes", ErrInvalidInstance, maxServerIDLen)
 	}
+	if in.Weight != 0 && (in.Weight < MinWeight || in.Weight > MaxWeight) {
+		return fmt.Errorf("%w: weight %d out of range %d..%d", ErrInvalidInstance, in.Weight, MinWeight, MaxWeight)
+	}
 	if len(in.Metadata) > MaxMetadataEntries {
 		return fmt.Errorf("%w: %d metadata entries, limit %d", ErrInvalidInstance, len(in.Metadata), MaxMetadataEntries)
 	}
@@ -127,6 +135,23 @@ const (
 	maxServerIDLen = 128
 )
 
+// Instance weights (Instance.Weight), as Nacos's and Envoy's: relative
+// shares of a service's traffic.
+const (
+	MinWeight     = 1
+	MaxWeight     = 1000
+	DefaultWeight = 100
+)
+
+// EffectiveWeight returns the instance's weight: Weight, or DefaultWeight
+// when it is 0 (not set).
+func (in Instance) EffectiveWeight() int {
+	if in.Weight == 0 {
+		return DefaultWeight
+	}
+	return in.Weight
+}
+
 // Addr is host:port, with IPv6 hosts bracketed.
 func (in Instance) Addr() string {
 	return net.JoinHostPort(in.Host, strconv.Itoa(in.Port))
@@ -147,6 +172,7 @@ func (in Instance) Equal(other Instance) bool {
 		in.Port == other.Port &&
 		in.Secure == other.Secure &&
 		in.Zone == other.Zone &&
+		in.EffectiveWeight() == other.EffectiveWeight() &&
 		in.Incarnation == other.Incarnation &&
 		in.Owner == other.Owner &&
 		in.GossipNode == other.GossipNode &&

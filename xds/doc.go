@@ -32,8 +32,9 @@
 //   - a Cluster of type EDS (its endpoints from the ClusterLoadAssignment S
 //     over ADS), ROUND_ROBIN; WithHTTP2Upstreams marks it HTTP/2 for Envoy;
 //   - a ClusterLoadAssignment: one locality per zone, each instance an
-//     endpoint (host:port) with health HEALTHY, its weight when its
-//     metadata has one (WeightKey, "weight"), and its instance ID in the
+//     endpoint (host:port) with health HEALTHY, its weight (the record's
+//     when set, else its metadata's WeightKey, "weight"; see endpoints),
+//     and its instance ID in the
 //     endpoint's metadata (MetadataKey). A locality's weight is the sum of
 //     its endpoints' weights (1 each without one).
 //

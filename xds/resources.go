@@ -26,7 +26,9 @@ import (
 )
 
 // WeightKey is the metadata key of an instance's weight: a whole number
-// from 1 to MaxWeight ("announce -meta weight=3"). An instance without one
+// from 1 to MaxWeight ("announce -meta weight=3"). The record's weight
+// ("announce -weight N", balancer.Server.Weight) wins over it; see
+// endpoints. An instance without either
 // has no weight in its endpoint (every endpoint then counts as 1); any
 // other value is logged, counted (Stats.BadWeights) and ignored.
 const WeightKey = "weight"
@@ -53,17 +55,34 @@ type endpoint struct {
 	badValue string // a weight that was ignored, for the log
 }
 
-// endpoints converts a balancer's list.
+// endpoints converts a balancer's list. An endpoint's weight is its
+// record's (balancer.Server.Weight, 1 to 1,000) when set; otherwise the
+// metadata key WeightKey's, when valid; otherwise, when another instance
+// of the list has a record weight, the default record weight (100), so
+// that instances announced without a weight weigh what pushlb's own
+// balancers give them; otherwise none.
 func endpoints(servers []*balancer.Server) []endpoint {
+	recordWeights := false
+	for _, s := range servers {
+		if s.Weight != 0 {
+			recordWeights = true
+			break
+		}
+	}
 	eps := make([]endpoint, 0, len(servers))
 	for _, s := range servers {
 		e := endpoint{id: s.ID, host: s.Host, port: uint32(s.Port), zone: s.Zone, zoneKey: strings.ToLower(s.Zone)}
-		if v, ok := s.Metadata[WeightKey]; ok {
+		if s.Weight != 0 {
+			e.weight = uint32(s.EffectiveWeight())
+		} else if v, ok := s.Metadata[WeightKey]; ok {
 			if w, err := strconv.ParseUint(v, 10, 32); err == nil && w >= 1 && w <= MaxWeight {
 				e.weight = uint32(w)
 			} else {
 				e.badValue = v
 			}
+		}
+		if e.weight == 0 && recordWeights {
+			e.weight = balancer.DefaultWeight
 		}
 		eps = append(eps, e)
 	}

@@ -98,6 +98,14 @@ func TestLoadAssignment(t *testing.T) {
 		}, want: []locality{{zone: "z", weight: 10004,
 			addrs:   []string{"10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1", "10.0.0.4:1", "10.0.0.5:1"},
 			weights: []uint32{0, 0, 0, 0, 10000}}}},
+		{name: "record weights win, others default to 100", clientZone: "", list: []*balancer.Server{
+			{ID: "r300", Host: "10.0.0.1", Port: 1, Zone: "z", Weight: 300, Metadata: map[string]string{"weight": "7"}},
+			server("none", "10.0.0.2", 1, "z", nil),
+			server("meta", "10.0.0.3", 1, "z", map[string]string{"weight": "7"}),
+			server("bad", "10.0.0.4", 1, "z", map[string]string{"weight": "heavy"}),
+		}, want: []locality{{zone: "z", weight: 507,
+			addrs:   []string{"10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1", "10.0.0.4:1"},
+			weights: []uint32{300, 100, 7, 100}}}},
 		{name: "a duplicate address is left out", list: []*balancer.Server{
 			server("old", "10.0.0.1", 1, "z1", nil),
 			server("new", "10.0.0.1", 1, "z2", nil),

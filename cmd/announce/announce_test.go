@@ -21,7 +21,7 @@ func TestHoldMode(t *testing.T) {
 	id := "127.0.0.1:orders:" + strconv.Itoa(portOf(t, addr))
 	before := time.Now().UnixNano()
 	a := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr,
-		"-zone", "z1", "-meta", "version=1.2", "-meta", "team=core=x", "-secure", "-log-level", "debug")
+		"-zone", "z1", "-weight", "300", "-meta", "version=1.2", "-meta", "team=core=x", "-secure", "-log-level", "debug")
 
 	// Nothing is announced while the address refuses connections: once
 	// announce found it not ready, no event came and nothing is registered.
@@ -46,7 +46,7 @@ func TestHoldMode(t *testing.T) {
 	}
 	in, ok := w.get(t, "orders", id)
 	want := serverlist.Instance{Service: "orders", InstanceID: id, Host: "127.0.0.1", Port: portOf(t, addr),
-		Secure: true, Zone: "z1", Metadata: map[string]string{"version": "1.2", "team": "core=x"}, Incarnation: on.Incarnation,
+		Secure: true, Zone: "z1", Weight: 300, Metadata: map[string]string{"version": "1.2", "team": "core=x"}, Incarnation: on.Incarnation,
 		Owner: in.Owner, // a random token of the process, checked below
 		// announce's NATS connection, as the server names it (checked below)
 		NATSServerID: in.NATSServerID, NATSClientID: in.NATSClientID}
@@ -256,6 +256,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"-service", "orders", "-addr", "127.0.0.1:9001", "./server"}, "after --"},
 		{[]string{"-service", "orders", "-addr", "127.0.0.1:9001", "--"}, "no command after --"},
 		{[]string{"-service", "orders", "-addr", "127.0.0.1:9001", "-nope"}, "flag provided but not defined: -nope"},
+		{[]string{"-service", "orders", "-addr", "127.0.0.1:9001", "-weight", "0"}, "-weight 0: 1 to 1000"},
+		{[]string{"-service", "orders", "-addr", "127.0.0.1:9001", "-weight", "1001"}, "-weight 1001: 1 to 1000"},
+		{[]string{"-service", "orders", "-addr", "127.0.0.1:9001", "-weight", "heavy"}, "-weight"},
 		{[]string{"offline", "-service", "orders"}, "-id is required"},
 		{[]string{"-service", "orders", "offline"}, "offline must come first"},
 	} {
@@ -360,7 +363,7 @@ func TestDefaultInstance(t *testing.T) {
 		}
 		in := cfg.instance
 		if in.InstanceID != tc.id || in.Host != tc.host || in.Port != 8080 || cfg.dialAddr != tc.dial ||
-			!maps.Equal(in.Metadata, map[string]string{"k": "v"}) || cfg.mode != modeHold {
+			!maps.Equal(in.Metadata, map[string]string{"k": "v"}) || cfg.mode != modeHold || in.Weight != 0 {
 			t.Errorf("%s: %+v dial %s", tc.addr, in, cfg.dialAddr)
 		}
 	}

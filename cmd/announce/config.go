@@ -106,6 +106,7 @@ var errHelp = errors.New("help requested")
 type flagValues struct {
 	service, addr, id, zone string
 	meta                    metaFlag
+	weight                  int
 	secure                  bool
 	health                  string
 	healthInterval          time.Duration
@@ -122,7 +123,7 @@ type flagValues struct {
 
 // flag groups, in the order the help lists them.
 var (
-	instanceFlags = []string{"service", "addr", "id", "zone", "meta", "secure", "health", "health-interval", "health-failures", "ready-timeout", "drain", "lease", "registry-replicas", "replace", "gossip", "gossip-bind", "gossip-profile", "gossip-key", "gossip-key-file", "gossip-label"}
+	instanceFlags = []string{"service", "addr", "id", "zone", "weight", "meta", "secure", "health", "health-interval", "health-failures", "ready-timeout", "drain", "lease", "registry-replicas", "replace", "gossip", "gossip-bind", "gossip-profile", "gossip-key", "gossip-key-file", "gossip-label"}
 	offlineFlags  = []string{"service", "id", "reason", "incarnation"}
 	commonFlags   = []string{"nats", "nats-timeout", "creds", "nkey", "user", "password", "password-file", "token", "token-file", "tls-ca", "tls-cert", "tls-key", "prefix", "log-level"}
 )
@@ -141,6 +142,7 @@ func newFlagSet(m mode, v *flagValues, nc *natsconn.Config) *flag.FlagSet {
 		fs.StringVar(&v.addr, "addr", "", "`host:port` gateways dial (required); an empty, 0.0.0.0 or :: host registers the host name")
 		fs.StringVar(&v.id, "id", "", "instance `ID` (default host:service:port, as Eureka)")
 		fs.StringVar(&v.zone, "zone", "", "availability `zone`")
+		fs.IntVar(&v.weight, "weight", serverlist.DefaultWeight, fmt.Sprintf("the instance's share of traffic `N`, relative to the service's other instances (%d to %d); change it by announcing again", serverlist.MinWeight, serverlist.MaxWeight))
 		fs.Var(&v.meta, "meta", "metadata label `k=v`, repeatable")
 		fs.BoolVar(&v.secure, "secure", false, "the instance speaks TLS")
 		fs.StringVar(&v.health, "health", "", "readiness and health check `URL`: wait for a 2xx answer instead of a TCP connect to -addr")
@@ -274,6 +276,9 @@ func (v *flagValues) checkInstance(cfg *config) error {
 	if err := events.ValidateInstanceID(id); err != nil {
 		return usagef("-id %q: %v", id, err)
 	}
+	if v.weight < serverlist.MinWeight || v.weight > serverlist.MaxWeight {
+		return usagef("-weight %d: %d to %d (default %d)", v.weight, serverlist.MinWeight, serverlist.MaxWeight, serverlist.DefaultWeight)
+	}
 	if v.health != "" {
 		u, err := url.Parse(v.health)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -307,6 +312,11 @@ func (v *flagValues) checkInstance(cfg *config) error {
 		Secure:     v.secure,
 		Zone:       v.zone,
 		Metadata:   v.meta.labels(),
+	}
+	if v.weight != serverlist.DefaultWeight {
+		// The default is not written, so that the record stays as readers
+		// older than weights know it.
+		cfg.instance.Weight = v.weight
 	}
 	cfg.dialAddr = net.JoinHostPort(dialHost, strconv.Itoa(port))
 	cfg.health, cfg.readyTimeout, cfg.drain, cfg.lease = v.health, v.readyTimeout, v.drain, v.lease

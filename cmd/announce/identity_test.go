@@ -95,7 +95,7 @@ func TestReplaceTakesOverAndTheOriginalYields(t *testing.T) {
 	orig := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr)
 	expectKind(t, w.next(t), events.Online, id)
 
-	repl := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr, "-zone", "z2", "-replace")
+	repl := announce(t, "-nats", w.srv.URL(), "-service", "orders", "-addr", addr, "-zone", "z2", "-weight", "50", "-replace")
 	on := w.next(t)
 	expectKind(t, on, events.Online, id)
 	if code := orig.Wait(t, exitTimeout); code != 1 {
@@ -106,7 +106,7 @@ func TestReplaceTakesOverAndTheOriginalYields(t *testing.T) {
 	}
 	w.quiet(t) // the original published no offline
 	in, ok := w.get(t, "orders", id)
-	if !ok || in.Zone != "z2" || in.Incarnation != on.Incarnation {
+	if !ok || in.Zone != "z2" || in.Weight != 50 || in.Incarnation != on.Incarnation {
 		t.Fatalf("registry %+v (present %v), want the replacement's", in, ok)
 	}
 	repl.Signal(t, syscall.SIGTERM)

@@ -67,6 +67,13 @@ The default instance ID is Eureka's HOST:SERVICE:PORT. An -addr host that is
 empty, 0.0.0.0 or :: registers this machine's host name and is checked on
 127.0.0.1. The incarnation is the start time of announce in ns.
 
+-weight sets the instance's share of its service's traffic relative to the
+other instances (default 100: two instances of weights 100 and 300 get 1 and
+3 requests in 4). To change the weight of a live instance, start announce
+again with the new -weight and -replace: it takes the record over and
+updates it, the gateways apply the update as any other, and the process
+replaced exits 1 (in supervise mode, restart announce with the new weight).
+
 Exit status: 0 done; 1 NATS unreachable after -nats-timeout, registry
 unusable, not ready within -ready-timeout, a failed withdrawal, the ID held by
 another live process, or replaced by a newer one; 2 usage error; in
@@ -74,6 +81,7 @@ supervise mode, COMMAND's status.
 
 Examples:
   announce -service orders -addr 10.0.0.5:8080 -zone eu-west-1a -meta version=1.4.2
+  announce -service orders -addr 10.0.0.6:8080 -weight 300
   announce -nats nats://nats:4222 -service orders -addr :8080 \
       -health http://127.0.0.1:8080/health -- ./orders -port 8080
   announce offline -service orders -id 10.0.0.5:orders:8080
