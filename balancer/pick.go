@@ -177,8 +177,14 @@ func (p Pick) Done(info DoneInfo) {
 		st.requestFailed(info.ConnectFailure)
 		return
 	}
-	st.responseReceived(p.responseTime(st, info.ResponseTime))
-	st.endRequest()
+	// One clock read serves the response time and the request's end.
+	now := st.shared.nanotime()
+	rt := info.ResponseTime
+	if rt == 0 {
+		rt = time.Duration(max(now-p.start, 0))
+	}
+	st.responseReceived(rt)
+	st.endRequestAt(now)
 }
 
 // Responded records that the server answered after d (zero: the time

@@ -228,14 +228,16 @@ func (s *ServerStats) noteConnectionFailure() {
 }
 
 // endRequest ends a request started with requestStarted.
-func (s *ServerStats) endRequest() {
+func (s *ServerStats) endRequest() { s.endRequestAt(s.shared.nanotime()) }
+
+// endRequestAt is endRequest at now, a time the caller read.
+func (s *ServerStats) endRequestAt(now int64) {
 	for {
 		n := s.active.Load()
 		if n <= 0 {
 			return
 		}
 		if s.active.CompareAndSwap(n, n-1) {
-			now := s.shared.nanotime()
 			s.activeChanged.Store(now)
 			s.changed()
 			s.shared.loadChanged(now)
