@@ -40,6 +40,10 @@ import (
 const (
 	// DefaultProbeTimeout bounds one connect of a probe.
 	DefaultProbeTimeout = 250 * time.Millisecond
+	// AdvisoryCheckName names the short-lived connection Start opens and
+	// closes to check that advisories arrive (tests that count a server's
+	// connections leave it out).
+	AdvisoryCheckName = "pushlb advisory check"
 	// DefaultAdvisoryCheck is how long Start's check waits for the
 	// advisory of a connection it opens and closes.
 	DefaultAdvisoryCheck = 5 * time.Second
@@ -235,7 +239,7 @@ func (s *Subscriber) advisoryArrived(conn serverlist.Connection) {
 func (s *Subscriber) checkAdvisories() {
 	defer s.wg.Done()
 	opts := s.nc.Opts
-	opts.Name = "pushlb advisory check"
+	opts.Name = AdvisoryCheckName
 	opts.AllowReconnect, opts.RetryOnFailedConnect = false, false
 	opts.ClosedCB, opts.DisconnectedCB, opts.DisconnectedErrCB, opts.ConnectedCB = nil, nil, nil, nil
 	opts.ReconnectedCB, opts.DiscoveredServersCB, opts.AsyncErrorCB, opts.ReconnectErrCB = nil, nil, nil, nil

@@ -17,6 +17,7 @@ import (
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
 	"github.com/pushlb/pushlb/internal/testkit/testpub"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
+	"github.com/pushlb/pushlb/subscriber"
 )
 
 // TestExampleCaddyfile runs caddy/example.Caddyfile as it is, with its
@@ -217,7 +218,7 @@ func TestReloadsKeepTheClient(t *testing.T) {
 		})
 	}
 	preferred("a")
-	conns := srv.NATS().NumClients() // four announces and caddy
+	conns := srv.NumClientsExcept(t, subscriber.AdvisoryCheckName) // four announces and caddy
 
 	zones := []string{"b", "a"}
 	reloads := func(n int) {
@@ -239,7 +240,11 @@ func TestReloadsKeepTheClient(t *testing.T) {
 		return c.goroutines(t)
 	}
 	g0 := settled()
-	l = startLoad(t, "http://"+c.listen+"/x", 4)
+	// Caddy's reload may close a connection it has just accepted (the
+	// client gets EOF before any answer, about 1 request in 3,500 on a
+	// loaded machine): the load retries those once, as an idempotent
+	// client would, and the test bounds them.
+	l = startLoadWith(t, "http://"+c.listen+"/x", 4, true)
 	reloads(18)
 	l.end()
 	var g1 int
@@ -250,11 +255,14 @@ func TestReloadsKeepTheClient(t *testing.T) {
 	if f := l.failures(); len(f) > 0 {
 		t.Fatalf("%d of %d requests failed across the reloads: %v", len(f), l.answers()+len(f), f[:min(len(f), 10)])
 	}
-	if n := srv.NATS().NumClients(); n != conns {
+	if r := l.retriedCount(); r > 3 {
+		t.Fatalf("%d requests met a connection closed before any answer across 18 reloads, want at most 3", r)
+	}
+	if n := srv.NumClientsExcept(t, subscriber.AdvisoryCheckName); n != conns {
 		t.Fatalf("%d NATS connections after 20 reloads, %d before", n, conns)
 	}
-	t.Logf("20 reloads changing the zone: %d requests through them, 0 failed; goroutines %d after 2 reloads, %d after 20; NATS connections %d before and after",
-		l.answers(), g0, g1, conns)
+	t.Logf("20 reloads changing the zone: %d requests through them, 0 failed (%d retried once after a connection closed before any answer); goroutines %d after 2 reloads, %d after 20; NATS connections %d before and after",
+		l.answers(), l.retriedCount(), g0, g1, conns)
 }
 
 // TestZonesAndBreaker: with the pushlb policy, caddy prefers its zone's

@@ -4,7 +4,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -181,17 +183,29 @@ type load struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 
-	mu     sync.Mutex
-	ok     int
-	failed []string
-	first  map[string]time.Time
-	last   map[string]time.Time
-	count  map[string]int
+	// retryEOF retries, once, a request whose connection closed before
+	// any answer (io.EOF), as an idempotent client would, and counts it:
+	// Caddy's reload can close a connection it just accepted.
+	retryEOF bool
+
+	mu      sync.Mutex
+	ok      int
+	retried int
+	failed  []string
+	first   map[string]time.Time
+	last    map[string]time.Time
+	count   map[string]int
 }
 
 // startLoad starts workers goroutines of requests to url.
 func startLoad(t *testing.T, url string, workers int) *load {
-	l := &load{url: url, http: client(t), stop: make(chan struct{}), first: map[string]time.Time{}, last: map[string]time.Time{}, count: map[string]int{}}
+	return startLoadWith(t, url, workers, false)
+}
+
+// startLoadWith is startLoad, retrying requests whose connection closed
+// before any answer when retryEOF is set (see load.retryEOF).
+func startLoadWith(t *testing.T, url string, workers int, retryEOF bool) *load {
+	l := &load{url: url, http: client(t), stop: make(chan struct{}), first: map[string]time.Time{}, last: map[string]time.Time{}, count: map[string]int{}, retryEOF: retryEOF}
 	for range workers {
 		l.wg.Add(1)
 		go l.run()
@@ -209,8 +223,16 @@ func (l *load) run() {
 		default:
 		}
 		name, err := answeredBy(l.http, l.url)
+		retried := false
+		if err != nil && l.retryEOF && errors.Is(err, io.EOF) {
+			retried = true
+			name, err = answeredBy(l.http, l.url)
+		}
 		now := time.Now()
 		l.mu.Lock()
+		if retried {
+			l.retried++
+		}
 		if err != nil {
 			l.failed = append(l.failed, now.Format("15:04:05.000000")+" "+err.Error())
 		} else {
@@ -223,6 +245,13 @@ func (l *load) run() {
 		}
 		l.mu.Unlock()
 	}
+}
+
+// retriedCount returns how many requests were retried (see retryEOF).
+func (l *load) retriedCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.retried
 }
 
 // end stops the load and waits for its requests; idempotent.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -275,4 +276,23 @@ func connect(tb testing.TB, url string, opts []nats.Option) *nats.Conn {
 	}
 	tb.Cleanup(nc.Close)
 	return nc
+}
+
+// NumClientsExcept returns the number of client connections open on the
+// server whose name is none of names: a test that counts its own
+// connections leaves out the short-lived ones a component opens by itself
+// (subscriber.AdvisoryCheckName).
+func (s *Server) NumClientsExcept(tb testing.TB, names ...string) int {
+	tb.Helper()
+	cz, err := s.NATS().Connz(&server.ConnzOptions{Limit: 1 << 20})
+	if err != nil {
+		tb.Fatalf("natstest: connz: %v", err)
+	}
+	n := 0
+	for _, c := range cz.Conns {
+		if !slices.Contains(names, c.Name) {
+			n++
+		}
+	}
+	return n
 }
