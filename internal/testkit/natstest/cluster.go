@@ -34,10 +34,14 @@ func StartCluster(tb testing.TB, n int, opts ...Option) *Cluster {
 	if n < 1 {
 		tb.Fatalf("natstest: cluster of %d nodes", n)
 	}
-	ports := make([]int, n)
+	// Route and client ports are chosen together, all held open at once,
+	// so that they differ: a node's client port left to the system could
+	// be the route port chosen for a node started after it (a node failed
+	// to start so in CI's benchmark pass).
+	all := freeTCPPorts(tb, 2*n)
+	ports, clientPorts := all[:n], all[n:]
 	routes := make([]*url.URL, n)
 	for i := range n {
-		ports[i] = freeTCPPort(tb)
 		routes[i] = &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", ports[i])}
 	}
 	c := &Cluster{}
@@ -49,7 +53,7 @@ func StartCluster(tb testing.TB, n int, opts ...Option) *Cluster {
 			o.Cluster = server.ClusterOpts{Name: clusterName, Host: "127.0.0.1", Port: clusterPort}
 			o.Routes = routes
 		}}, opts...)
-		s := &Server{opts: node, storeDir: tb.TempDir(), port: server.RANDOM_PORT}
+		s := &Server{opts: node, storeDir: tb.TempDir(), port: clientPorts[i]}
 		// A node's readiness for clients does not wait for its routes, so
 		// the nodes can start one after the other.
 		srv, err := s.start()
@@ -64,17 +68,22 @@ func StartCluster(tb testing.TB, n int, opts ...Option) *Cluster {
 	return c
 }
 
-// freeTCPPort returns a port on 127.0.0.1 that was free a moment ago. Route
-// ports must be known before the nodes start, so that each node can list the
+// freeTCPPorts returns n distinct ports on 127.0.0.1 that were free a
+// moment ago: it holds them all open before it closes them. Route ports
+// must be known before the nodes start, so that each node can list the
 // others.
-func freeTCPPort(tb testing.TB) int {
+func freeTCPPorts(tb testing.TB, n int) []int {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("natstest: free port: %v", err)
+	ports := make([]int, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatalf("natstest: free port: %v", err)
+		}
+		defer ln.Close()
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // URL returns the client URLs of every node, comma-separated, as a client
