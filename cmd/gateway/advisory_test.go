@@ -13,14 +13,12 @@ package main
 //	PUSHLB_CRASH_RUNS=20 go test -run 'Advisory|Frozen' -count=1 -v ./cmd/gateway/ | grep -E 'p50|---'
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -83,81 +81,6 @@ func (g *gw) left(t testing.TB, id string, timeout time.Duration) timelineEntry 
 		return false
 	})
 	return found
-}
-
-// steady is a steady load through the gateway: a few clients, each
-// sending a request, then the next a millisecond later. It records, per
-// answering backend (the body's first word), the last answer's arrival,
-// and counts the failed requests.
-type steady struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	mu     sync.Mutex
-	sent   int
-	failed int
-	first  string // the first failure
-	last   map[string]time.Time
-}
-
-func startSteady(g *gw, workers int) *steady {
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &steady{cancel: cancel, last: map[string]time.Time{}}
-	for range workers {
-		l.wg.Go(func() {
-			for ctx.Err() == nil {
-				code, body, err := g.hit("/orders/")
-				now := time.Now()
-				l.mu.Lock()
-				l.sent++
-				if err != nil || code != 200 {
-					l.failed++
-					if l.first == "" {
-						l.first = fmt.Sprintf("%d %q %v", code, body, err)
-					}
-				} else {
-					name, _, _ := strings.Cut(body, " ")
-					l.last[name] = now
-				}
-				l.mu.Unlock()
-				time.Sleep(time.Millisecond) // load pacing, not ordering
-			}
-		})
-	}
-	return l
-}
-
-func (l *steady) stop() {
-	l.cancel()
-	l.wg.Wait()
-}
-
-// counts returns the requests sent and failed so far.
-func (l *steady) counts() (sent, failed int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.sent, l.failed
-}
-
-// lastFrom returns the arrival of the last answer from backend name.
-func (l *steady) lastFrom(name string) time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.last[name]
-}
-
-// waitMore waits until n more requests were sent than now.
-func (l *steady) waitMore(t testing.TB, n int) {
-	t.Helper()
-	from, _ := l.counts()
-	testutil.Eventually(t, fmt.Sprintf("%d more requests", n), func() bool { s, _ := l.counts(); return s >= from+n })
-}
-
-// waitAnswered waits until backend name has answered a request of the load
-// after since.
-func (l *steady) waitAnswered(t testing.TB, name string, since time.Time) {
-	t.Helper()
-	testutil.Eventually(t, name+" to answer the load", func() bool { return l.lastFrom(name).After(since) })
 }
 
 // childOf returns the PID of pid's only child (announce's command).
@@ -229,7 +152,7 @@ func TestAdvisoryRemovesAKilledAnnounce(t *testing.T) {
 		announceHold(t, g, "orders", newTracked(t, name).addr())
 	}
 	testutil.Eventually(t, "two instances", func() bool { return g.servers(t) == 2 })
-	l := startSteady(g, loadWorkers)
+	l := startLoad(g, loadWorkers)
 	defer l.stop()
 
 	runs := crashRuns(t)
@@ -265,7 +188,7 @@ func TestAdvisoryRemovesAKilledAnnounce(t *testing.T) {
 		t.Errorf("pushlb_instance_removals_total{cause=advisory} = %v, want %d", n, runs)
 	}
 	if failed != 0 {
-		t.Errorf("%d requests failed around the kills; first: %s", failed, l.first)
+		t.Errorf("%d requests failed around the kills; first: %s", failed, l.first())
 	}
 }
 
@@ -280,7 +203,7 @@ func TestAdvisoryLastRequestAfterAKill(t *testing.T) {
 		announceGossip(t, g, gossipAddr, newTracked(t, name).addr())
 	}
 	testutil.Eventually(t, "two instances", func() bool { return g.servers(t) == 2 })
-	l := startSteady(g, loadWorkers)
+	l := startLoad(g, loadWorkers)
 	defer l.stop()
 
 	runs := crashRuns(t)
@@ -305,7 +228,7 @@ func TestAdvisoryLastRequestAfterAKill(t *testing.T) {
 	distribution(t, "SIGKILL of announce (gossip on, backend alive): kill to removal (advisory + probe of its gossip node)", removed)
 	distribution(t, "SIGKILL of announce (gossip on, backend alive): kill to the last request routed to it", last)
 	if _, failed := l.counts(); failed != 0 {
-		t.Errorf("%d requests failed; first: %s", failed, l.first)
+		t.Errorf("%d requests failed; first: %s", failed, l.first())
 	}
 }
 
@@ -319,7 +242,7 @@ func TestAdvisoryRemovesAKilledEmbeddingProcess(t *testing.T) {
 		announceHold(t, g, "orders", newTracked(t, name).addr())
 	}
 	testutil.Eventually(t, "two instances", func() bool { return g.servers(t) == 2 })
-	l := startSteady(g, loadWorkers)
+	l := startLoad(g, loadWorkers)
 	defer l.stop()
 
 	runs := crashRuns(t)
@@ -345,7 +268,7 @@ func TestAdvisoryRemovesAKilledEmbeddingProcess(t *testing.T) {
 	}
 	distribution(t, "SIGKILL of a process embedding the publisher: kill to removal (advisory + probe)", took)
 	if failed != 0 {
-		t.Errorf("%d requests failed around the kills; first: %s", failed, l.first)
+		t.Errorf("%d requests failed around the kills; first: %s", failed, l.first())
 	}
 }
 
@@ -381,7 +304,7 @@ func TestAdvisoryBlipKeepsTheInstance(t *testing.T) {
 		anns = append(anns, start(t, bin.announce, "-nats", srv.URL(), "-service", "orders", "-addr", b.addr(), "-id", name, "-drain", "0s"))
 	}
 	testutil.Eventually(t, "two instances", func() bool { return g.servers(t) == 2 })
-	l := startSteady(g, loadWorkers)
+	l := startLoad(g, loadWorkers)
 	defer l.stop()
 	l.waitAnswered(t, "b1", time.Now())
 	updates := g.metric(`pushlb_list_updates_total{service="orders"}`)
@@ -412,7 +335,7 @@ func TestAdvisoryBlipKeepsTheInstance(t *testing.T) {
 	sent, failed := l.counts()
 	t.Logf("%d blips of b1's NATS connection under load: %d requests, %d failed, 0 removals", runs, sent, failed)
 	if failed != 0 {
-		t.Errorf("%d requests failed; first: %s", failed, l.first)
+		t.Errorf("%d requests failed; first: %s", failed, l.first())
 	}
 }
 
@@ -434,7 +357,7 @@ func TestAdvisoryOnACluster(t *testing.T) {
 		start(t, bin.announce, "-nats", node3, "-service", "orders", "-addr", newTracked(t, name).addr(), "-id", name, "-drain", "0s")
 	}
 	testutil.Eventually(t, "two instances", func() bool { return g.servers(t) == 2 })
-	l := startSteady(g, loadWorkers)
+	l := startLoad(g, loadWorkers)
 	defer l.stop()
 	l.waitAnswered(t, "s1", time.Now())
 
@@ -461,7 +384,7 @@ func TestAdvisoryOnACluster(t *testing.T) {
 	distribution(t, "3-node cluster, instance on node 3, gateway on node 1: kill to removal", took)
 	l.waitMore(t, 50)
 	if _, failed := l.counts(); failed != 0 {
-		t.Fatalf("%d requests failed around the kills; first: %s", failed, l.first)
+		t.Fatalf("%d requests failed around the kills; first: %s", failed, l.first())
 	}
 
 	// Node 3 goes and comes back: its instances move, nothing is removed.
@@ -482,7 +405,7 @@ func TestAdvisoryOnACluster(t *testing.T) {
 	t.Logf("node 3 restarted under load: %d requests, %d failed; %v probes found an instance alive", sent, failed,
 		g.metric(`pushlb_advisory_probes_total{outcome="alive"}`))
 	if failed != 0 {
-		t.Errorf("%d requests failed; first: %s", failed, l.first)
+		t.Errorf("%d requests failed; first: %s", failed, l.first())
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -139,56 +138,6 @@ func registryIDs(t testing.TB, kv jetstream.KeyValue) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// load sends requests through a gateway from a few goroutines until
-// stopped, and counts them, their failures and the slowest.
-type load struct {
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	sent     atomic.Int64
-	failed   atomic.Int64
-	slowest  atomic.Int64 // ns
-	firstErr atomic.Value
-}
-
-// loadWorkers is the concurrency of TestClusterNodeLoss's load.
-const loadWorkers = 4
-
-func startLoad(g *gw, workers int) *load {
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &load{cancel: cancel}
-	for range workers {
-		l.wg.Go(func() {
-			for ctx.Err() == nil {
-				began := time.Now()
-				code, body, err := g.hit("/orders/")
-				took := int64(time.Since(began))
-				for old := l.slowest.Load(); took > old && !l.slowest.CompareAndSwap(old, took); old = l.slowest.Load() {
-				}
-				l.sent.Add(1)
-				if err != nil || code != 200 {
-					l.failed.Add(1)
-					l.firstErr.CompareAndSwap(nil, fmt.Sprintf("%d %q %v", code, body, err))
-				}
-				time.Sleep(time.Millisecond) // load pacing, not ordering: a steady stream, not a busy loop
-			}
-		})
-	}
-	return l
-}
-
-func (l *load) stop() {
-	l.cancel()
-	l.wg.Wait()
-}
-
-// waitMore waits until n more requests were sent than now: the load went on
-// past whatever happened before the call.
-func (l *load) waitMore(t testing.TB, n int64) {
-	t.Helper()
-	from := l.sent.Load()
-	testutil.Eventually(t, fmt.Sprintf("%d more requests", n), func() bool { return l.sent.Load() >= from+n })
 }
 
 // TestClusterNodeLoss: three JetStream nodes, a registry bucket made by the

@@ -4,7 +4,6 @@ package main
 // NATS server), announce, and internal/testkit/testbackend.
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -209,23 +207,7 @@ func TestRollingRestartZeroFailures(t *testing.T) {
 	procs := []*testutil.Proc{supervise(0), supervise(1), supervise(2)}
 	testutil.Eventually(t, "three backends", func() bool { return len(g.seenBy("/orders/", 12)) == 3 })
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var sent, failed atomic.Int64
-	var firstErr atomic.Value
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				code, body, err := g.hit("/orders/")
-				sent.Add(1)
-				if err != nil || code != 200 {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, fmt.Sprintf("%d %q %v", code, body, err))
-				}
-				time.Sleep(time.Millisecond) // load pacing, not ordering: a steady stream, not a busy loop
-			}
-		})
-	}
+	l := startLoad(g, loadWorkers)
 	for i := range procs {
 		if code := procs[i].Stop(t, exitTimeout); code != 0 {
 			t.Errorf("announce %d exited %d", i, code)
@@ -234,11 +216,11 @@ func TestRollingRestartZeroFailures(t *testing.T) {
 		name := fmt.Sprintf("v%d", i)
 		testutil.Eventually(t, name+" back", func() bool { return g.seenBy("/orders/", 9)[name+" /"] > 0 })
 	}
-	cancel()
-	wg.Wait()
-	t.Logf("rolling restart: %d requests, %d failed", sent.Load(), failed.Load())
-	if failed.Load() != 0 {
-		t.Fatalf("%d of %d requests failed during the rolling restart; first: %v", failed.Load(), sent.Load(), firstErr.Load())
+	l.stop()
+	sent, failed := l.counts()
+	t.Logf("rolling restart: %d requests, %d failed", sent, failed)
+	if failed != 0 {
+		t.Fatalf("%d of %d requests failed during the rolling restart; first: %v", failed, sent, l.first())
 	}
 }
 
