@@ -206,6 +206,15 @@ func TestInvalidConfigReportedTogether(t *testing.T) {
 	if !errors.Is(err, pushlb.ErrInvalidOption) {
 		t.Fatalf("want ErrInvalidOption, got %v", err)
 	}
+	// Validate says the same of the Config, without a connection.
+	verr := pushlb.Config{
+		Prefix: "a b", Lease: time.Millisecond, Services: []string{"bad.name"}, AntiEntropy: -1, Coalesce: -1,
+		ServiceGrace: -time.Second, RegistryReplicas: 9, Balancers: bad, Gossip: &gossip.Config{Profile: "slow"},
+		Limits: pushlb.Limits{Services: -1, ConfirmWithin: -1},
+	}.Validate()
+	if !errors.Is(verr, pushlb.ErrInvalidOption) || !strings.Contains(verr.Error(), "Config.Limits.ConfirmWithin") || !strings.Contains(verr.Error(), "Config.Prefix") {
+		t.Fatalf("Validate: %v", verr)
+	}
 	for _, want := range []string{"Config.Prefix", "Config.Lease", "Config.Services", "Config.AntiEntropy", "Config.Coalesce",
 		"Config.ServiceGrace", "Config.RegistryReplicas", "Config.Balancers: defaults: balancer", "Config.Gossip",
 		"Config.Limits.Services", "Config.Limits.ConfirmWithin", "WithListObserver", "option 1 is nil"} {
@@ -225,6 +234,9 @@ func TestInvalidConfigReportedTogether(t *testing.T) {
 func TestZeroConfigIsDefaultConfig(t *testing.T) {
 	srv := natstest.Start(t)
 	for _, cfg := range []pushlb.Config{{}, pushlb.DefaultConfig()} {
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("Validate(%+v): %v", cfg, err)
+		}
 		if _, err := pushlb.New(srv.Connect(t), cfg); err != nil {
 			t.Fatalf("New(%+v): %v", cfg, err)
 		}

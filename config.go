@@ -156,6 +156,21 @@ func DefaultConfig() Config {
 // resolve checks c and returns it with its zero fields set to their
 // defaults and what it holds by reference copied. Every problem is
 // reported, joined into one error.
+// Validate reports what New would refuse in c, without a connection and
+// without building anything: errors wrap ErrInvalidOption and name every
+// bad field. For a host that checks its configuration before it connects
+// (the Caddy module's Validate).
+func (c Config) Validate() error {
+	o, err := newOptions(c, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := balancer.NewFactory(o.Balancers); err != nil {
+		return optionError("balancer configuration: %w", err)
+	}
+	return nil
+}
+
 func (c Config) resolve() (Config, error) {
 	var errs []error
 	bad := func(field, format string, a ...any) {

@@ -163,7 +163,7 @@ func (r Registry) prepare() (*prepared, error) {
 		}
 		p.cfg.Gossip = &g
 	}
-	if err := checkClientConfig(p.cfg); err != nil {
+	if err := p.cfg.Validate(); err != nil {
 		return nil, err
 	}
 	k, err := json.Marshal(struct {
@@ -185,15 +185,6 @@ func (r Registry) prepare() (*prepared, error) {
 	}
 	p.name = redact(urls) + " prefix " + prefix
 	return p, nil
-}
-
-// checkClientConfig reports what pushlb.New would refuse in cfg.
-func checkClientConfig(cfg pushlb.Config) error {
-	// pushlb.New refuses a nil connection before it looks at the
-	// Config; a closed connection value is enough for it to check the
-	// rest, and New starts nothing.
-	_, err := pushlb.New(&nats.Conn{}, cfg)
-	return err
 }
 
 // redact hides the user information of URLs (passwords, tokens).
