@@ -315,3 +315,39 @@ func TestTrippedFastPathFollowsTheBreakers(t *testing.T) {
 		t.Fatalf("picks after s1's reset: %v", c)
 	}
 }
+
+// TestServerValue: a server's Value rides on the balancer's copy, a new
+// Value makes a new copy that keeps the instance's statistics, an equal
+// list keeps the copy, and a Value that cannot be compared is refused.
+func TestServerValue(t *testing.T) {
+	tb := newTest(t, nil, nil)
+	first, second := new(int), new(int)
+	if err := tb.SetServers([]Server{{ID: "a", Host: "10.0.0.1", Port: 80, Value: first}}); err != nil {
+		t.Fatal(err)
+	}
+	s := tb.AllServers()[0]
+	if s.Value != first {
+		t.Fatalf("Value %v, want the caller's %p", s.Value, first)
+	}
+	s.Stats().requestStarted()
+	if err := tb.SetServers([]Server{{ID: "a", Host: "10.0.0.1", Port: 80, Value: first}}); err != nil {
+		t.Fatal(err)
+	}
+	if tb.AllServers()[0] != s {
+		t.Fatal("an equal server was copied again")
+	}
+	if err := tb.SetServers([]Server{{ID: "a", Host: "10.0.0.1", Port: 80, Value: second}}); err != nil {
+		t.Fatal(err)
+	}
+	n := tb.AllServers()[0]
+	if n == s || n.Value != second || n.Stats() != s.Stats() {
+		t.Fatalf("a new Value: copy %v (old %v), Value %v, same stats %v", n, s, n.Value, n.Stats() == s.Stats())
+	}
+	err := tb.SetServers([]Server{{ID: "b", Host: "10.0.0.2", Port: 80, Value: []int{1}}})
+	if err == nil || !strings.Contains(err.Error(), "not comparable") {
+		t.Fatalf("a slice Value: %v, want refused as not comparable", err)
+	}
+	if got := ids(tb.AllServers()); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("the list after a refused one: %v", got)
+	}
+}

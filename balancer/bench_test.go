@@ -11,11 +11,11 @@ var benchSizes = []int{3, 100, 1000, 10000}
 
 // benchBalancer spreads n servers over zones a, b, c with some response
 // times recorded, using the real clock and randomness.
-func benchBalancer(b *testing.B, rule string, n int) *Balancer {
+func benchBalancer(b *testing.B, rule string, n int, opts ...Option) *Balancer {
 	b.Helper()
 	cfg := DefaultConfig()
 	cfg.Rule = rule
-	bal, err := New("bench", cfg)
+	bal, err := New("bench", cfg, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -96,36 +96,30 @@ func BenchmarkSetServers(b *testing.B) {
 	}
 }
 
-// BenchmarkPick measures a pick that is reported, as lbhttp makes one:
-// Pick, then Done. It must not allocate for the simple rules.
+// BenchmarkPick measures a pick that is reported, as the gRPC balancer
+// makes one: Pick, then Done without a response time. It must not allocate
+// for the simple rules. timed is a balancer that times its picks (the
+// default: two system-clock readings a request), untimed a started one
+// built WithoutPickTiming, which reads the coarse clock.
 func BenchmarkPick(b *testing.B) {
 	for _, rule := range []string{RuleRoundRobin, RuleRandom, RuleZoneAvoidance} {
 		for _, n := range []int{3, 100} {
-			bal := benchBalancer(b, rule, n)
-			ctx := context.Background()
-			b.Run(fmt.Sprintf("%s/N=%d/serial", rule, n), func(b *testing.B) {
-				b.ReportAllocs()
-				for b.Loop() {
-					p, err := bal.Pick(ctx)
-					if err != nil {
-						b.Fatal(err)
-					}
-					p.Done(DoneInfo{ResponseTime: time.Millisecond})
-				}
-			})
-			b.Run(fmt.Sprintf("%s/N=%d/parallel", rule, n), func(b *testing.B) {
-				b.ReportAllocs()
-				b.RunParallel(func(pb *testing.PB) {
-					for pb.Next() {
-						p, err := bal.Pick(ctx)
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						p.Done(DoneInfo{ResponseTime: time.Millisecond})
-					}
-				})
-			})
+			benchPickDone(b, fmt.Sprintf("%s/N=%d/timed", rule, n), benchBalancer(b, rule, n))
+			untimed := benchBalancer(b, rule, n, WithoutPickTiming())
+			if err := untimed.Start(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			benchPickDone(b, fmt.Sprintf("%s/N=%d/untimed", rule, n), untimed)
 		}
 	}
+}
+
+// benchPickDone runs Pick then Done over bal, serially and in parallel.
+func benchPickDone(b *testing.B, name string, bal *Balancer) {
+	ctx := context.Background()
+	serialAndParallel(b, name, func() error {
+		p, err := bal.Pick(ctx)
+		p.Done(DoneInfo{})
+		return err
+	})
 }

@@ -1,9 +1,18 @@
 package balancer
 
-import "context"
+import (
+	"context"
+	"sync/atomic"
+)
 
 type zoneKeyType struct{}
 type hashKeyType struct{}
+
+// zonesForced turns true the first time WithZone is called in the process.
+// Until then no context can carry a forced zone, so a pick skips looking
+// for one: a context lookup walks the context's chain, which is long for
+// an HTTP request's or an RPC's, and would cost more than the pick itself.
+var zonesForced atomic.Bool
 
 // WithZone returns a context that makes Choose prefer zone for this call:
 // only servers of that zone are chosen while it has any usable (alive, not
@@ -11,11 +20,17 @@ type hashKeyType struct{}
 // ThreadLocal zone of the Java stack and follows the request across
 // goroutines.
 func WithZone(ctx context.Context, zone string) context.Context {
+	if !zonesForced.Load() {
+		zonesForced.Store(true)
+	}
 	return context.WithValue(ctx, zoneKeyType{}, zone)
 }
 
 // ZoneFrom returns the zone set by WithZone.
 func ZoneFrom(ctx context.Context) (string, bool) {
+	if !zonesForced.Load() {
+		return "", false
+	}
 	z, ok := ctx.Value(zoneKeyType{}).(string)
 	return z, ok && z != ""
 }

@@ -47,14 +47,16 @@ func (p *PickInfo) Rand() Rand {
 }
 
 // Now returns the pick's time on the balancer's clock (WithClock), as a
-// monotonic duration since the balancer was built: only differences
-// between two readings mean something. It reads the clock at most once per
-// pick; the zone choice may already have.
+// monotonic duration since a fixed origin: only differences between two
+// readings mean something. It reads the clock at most once per pick; the
+// zone choice may already have. On the system clock, a started balancer
+// reads the coarse clock, exact to about a millisecond, unless the pick
+// times its request (see WithoutPickTiming).
 func (p *PickInfo) Now() time.Duration { return time.Duration(p.nanotime()) }
 
 func (p *PickInfo) nanotime() int64 {
 	if !p.hasNow && p.b != nil {
-		p.now, p.hasNow = p.b.shared.nanotime(), true
+		p.now, p.hasNow = p.b.shared.coarseNanotime(), true
 	}
 	return p.now
 }
@@ -152,7 +154,8 @@ type DoneInfo struct {
 	ConnectFailure bool
 	// ResponseTime is how long the server took to answer, for the
 	// response-time average; zero means the time since the pick on the
-	// balancer's clock. It is ignored for a failure.
+	// balancer's clock, or no response time under WithoutPickTiming. It
+	// is ignored for a failure.
 	ResponseTime time.Duration
 }
 
@@ -177,23 +180,20 @@ func (p Pick) Done(info DoneInfo) {
 		st.requestFailed(info.ConnectFailure)
 		return
 	}
-	// One clock read serves the response time and the request's end.
-	now := st.shared.nanotime()
-	rt := info.ResponseTime
-	if rt == 0 {
-		rt = time.Duration(max(now-p.start, 0))
+	now, read := p.answer(st, info.ResponseTime)
+	if !read {
+		now = st.shared.coarseNanotime()
 	}
-	st.responseReceived(rt)
 	st.endRequestAt(now)
 }
 
 // Responded records that the server answered after d (zero: the time
-// since the pick), as Done does for an answer, but leaves the request
+// since the pick, or none under WithoutPickTiming), as Done does for an answer, but leaves the request
 // active: call End when the answer is over. Call it at most once, and not
 // with Done.
 func (p Pick) Responded(d time.Duration) {
 	if st := p.stats(); st != nil {
-		st.responseReceived(p.responseTime(st, d))
+		p.answer(st, d)
 	}
 }
 
@@ -206,9 +206,21 @@ func (p Pick) End() {
 	}
 }
 
-func (p Pick) responseTime(st *ServerStats, d time.Duration) time.Duration {
-	if d != 0 {
-		return d
+// answer records an answer that took d, or, when d is zero, the time
+// since the pick when the balancer times its picks, and no response time
+// when it does not (WithoutPickTiming). It returns the system clock's
+// time when it read it: one reading serves the response time and the
+// request's end.
+func (p Pick) answer(st *ServerStats, d time.Duration) (now int64, read bool) {
+	timed := d != 0
+	if !timed && st.shared.timed {
+		now, read, timed = st.shared.nanotime(), true, true
+		d = time.Duration(max(now-p.start, 0))
 	}
-	return time.Duration(max(st.shared.nanotime()-p.start, 0))
+	if timed {
+		st.responseReceived(d)
+	} else {
+		st.answered()
+	}
+	return now, read
 }

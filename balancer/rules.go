@@ -81,10 +81,10 @@ func (c *counter) roundRobin(list []*Server) *Server {
 // roundRobinView returns the next server of v, in proportion to the
 // weights when they differ (weights.go), or nil when v is empty.
 func (c *counter) roundRobinView(v *View) *Server {
-	if v.wt == nil {
-		return c.roundRobin(v.servers)
+	if len(v.servers) == 0 {
+		return nil
 	}
-	return v.servers[v.wt.roundRobin(c.n.Add(1))]
+	return v.at(c.n.Add(1))
 }
 
 // roundRobinTries is how many round-robin positions a predicate rule tries
@@ -96,25 +96,20 @@ const roundRobinTries = 10
 // all the servers that pass. It returns nil when none does.
 func (c *counter) roundRobinWhere(list []*Server, p availability, now int64) *Server {
 	pi := PickInfo{now: now, hasNow: true}
-	return c.roundRobinAvailable(list, nil, p, &pi)
+	return c.roundRobinAvailable(listView(list), p, &pi)
 }
 
-// roundRobinAvailable is roundRobinWhere at the pick's time, read only if a
-// server's state needs it. The tries follow the weights of wt, the table
-// of list (nil: unweighted); the scan after them does not.
-func (c *counter) roundRobinAvailable(list []*Server, wt *weightTable, p availability, pi *PickInfo) *Server {
+// roundRobinAvailable is roundRobinWhere over v at the pick's time, read
+// only if a server's state needs it. The tries follow v's weights; the
+// scan after them does not.
+func (c *counter) roundRobinAvailable(v *View, p availability, pi *PickInfo) *Server {
+	list := v.servers
 	n := len(list)
 	if n == 0 {
 		return nil
 	}
 	for range min(n, roundRobinTries) {
-		var s *Server
-		if wt == nil {
-			s = list[c.next(n)]
-		} else {
-			s = list[wt.roundRobin(c.n.Add(1))]
-		}
-		if p.ok(s, pi) {
+		if s := v.at(c.n.Add(1)); p.ok(s, pi) {
 			return s
 		}
 	}
@@ -266,7 +261,7 @@ func NewAvailabilityFiltering(limit int) *AvailabilityFiltering {
 
 // Choose implements Rule.
 func (r *AvailabilityFiltering) Choose(p PickInfo) (*Server, error) {
-	if s := r.c.roundRobinAvailable(p.View.servers, p.View.wt, r.pred, &p); s != nil {
+	if s := r.c.roundRobinAvailable(p.View, r.pred, &p); s != nil {
 		return s, nil
 	}
 	return r.c.roundRobinView(p.View), nil
@@ -294,11 +289,11 @@ func (r *ZoneAvoidance) Choose(p PickInfo) (*Server, error) {
 	if len(p.View.servers) == 0 {
 		return nil, nil
 	}
-	if s := r.c.roundRobinAvailable(p.View.servers, p.View.wt, r.pred, &p); s != nil {
+	if s := r.c.roundRobinAvailable(p.View, r.pred, &p); s != nil {
 		return s, nil
 	}
 	if p.Candidates != p.View {
-		if s := r.c.roundRobinAvailable(p.Candidates.servers, p.Candidates.wt, r.pred, &p); s != nil {
+		if s := r.c.roundRobinAvailable(p.Candidates, r.pred, &p); s != nil {
 			return s, nil
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -37,6 +38,14 @@ type Server struct {
 	// send a server traffic in proportion to it (see the package doc,
 	// "Weights").
 	Weight int
+	// Value is the caller's own data for this server: the balancer keeps
+	// it on its copy, compares it with == when the list changes (a new
+	// Value is a changed server, whose statistics stay), and never reads
+	// it otherwise. An adapter keeps there what it needs once a pick
+	// returns the server (the gRPC balancer: the server's connection),
+	// where a map lookup would cost as much as the pick. It must be
+	// comparable (a pointer, typically); nil by default.
+	Value any
 
 	inst *instance // set on the balancer's copies
 	zone string    // lower-case Zone, set on the balancer's copies
@@ -123,6 +132,9 @@ func (s *Server) normalize() error {
 	default:
 		return fmt.Errorf("balancer: server %q: unsupported scheme %q", s.ID, s.Scheme)
 	}
+	if s.Value != nil && !reflect.TypeOf(s.Value).Comparable() {
+		return fmt.Errorf("balancer: server %q: Value of type %T is not comparable", s.ID, s.Value)
+	}
 	if s.ID == "" {
 		s.ID = s.Addr()
 	}
@@ -133,7 +145,8 @@ func (s *Server) normalize() error {
 func (s *Server) sameAs(o *Server) bool {
 	return s.ID == o.ID && s.Host == o.Host && s.Port == o.Port &&
 		s.URLScheme() == o.URLScheme() && s.Zone == o.Zone &&
-		s.EffectiveWeight() == o.EffectiveWeight() && maps.Equal(s.Metadata, o.Metadata)
+		s.EffectiveWeight() == o.EffectiveWeight() && maps.Equal(s.Metadata, o.Metadata) &&
+		s.Value == o.Value
 }
 
 // ParseServer parses "host:port", "http://host:port" or "https://host:port"

@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"math/bits"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -31,8 +32,11 @@ type Snapshot struct {
 // concurrent use; it does not lead back to its balancer.
 type View struct {
 	servers []*Server
-	zones   []*zoneGroup // the zones present in servers
-	snap    *Snapshot
+	// mod is the reciprocal of len(servers) for round-robin positions
+	// (see at); set by setServers.
+	mod   uint64
+	zones []*zoneGroup // the zones present in servers
+	snap  *Snapshot
 	// wt is the view's weight table (weights.go), nil when its servers
 	// all weigh the same: then the rules take their unweighted paths.
 	wt *weightTable
@@ -43,6 +47,43 @@ type View struct {
 	least atomic.Pointer[activeTree]
 	table atomic.Pointer[maglevTable]
 }
+
+// setServers sets the view's servers and what round robin over them
+// precomputes.
+func (v *View) setServers(servers []*Server) {
+	v.servers = servers
+	v.mod = 0
+	if n := len(servers); n > 0 {
+		v.mod = ^uint64(0)/uint64(n) + 1 // 0 for n = 1, which at reads as index 0
+	}
+}
+
+// listView is an unweighted view over list, for round robin over a list
+// that is not a snapshot's view.
+func listView(list []*Server) *View {
+	v := new(View)
+	v.setServers(list)
+	return v
+}
+
+// at returns the server at round-robin position k of a view that has
+// servers: in proportion to the weights when they differ (weights.go),
+// otherwise k mod len(servers), the remainder of k's low 32 bits taken by
+// multiplying with the precomputed reciprocal instead of dividing
+// (Lemire's fastmod: a division costs several times the whole pick). The
+// low 32 bits wrap every 2^32 positions, where one server gets two picks
+// in a row, as grpc-go's round_robin does.
+func (v *View) at(k uint64) *Server {
+	if v.wt != nil {
+		return v.weightedAt(k)
+	}
+	i, _ := bits.Mul64(v.mod*uint64(uint32(k)), uint64(len(v.servers)))
+	return v.servers[i]
+}
+
+// weightedAt is at for a view whose weights differ, out of line so that
+// at inlines.
+func (v *View) weightedAt(k uint64) *Server { return v.servers[v.wt.roundRobin(k)] }
 
 // zoneGroup is the alive servers of one zone.
 type zoneGroup struct {
@@ -119,7 +160,11 @@ func buildSnapshot(version uint64, all []*Server) *Snapshot {
 		g := s.byZone[srv.zoneKey()]
 		g.view.servers = append(g.view.servers, srv)
 	}
-	s.full = View{servers: up, zones: s.zones, snap: s}
+	for _, g := range s.zones {
+		g.view.setServers(g.view.servers)
+	}
+	s.full = View{zones: s.zones, snap: s}
+	s.full.setServers(up)
 	if s.full.wt = newWeightTable(up); s.full.wt != nil {
 		for _, g := range s.zones {
 			g.view.wt = newWeightTable(g.view.servers)

@@ -47,6 +47,12 @@ type statsShared struct {
 	base          time.Time
 	breaker       BreakerConfig
 	activeTimeout time.Duration // active-request count decays to 0 when untouched this long
+	// timed: a pick reads the system clock to time its request, for a
+	// Done without a ResponseTime (see WithoutPickTiming).
+	timed bool
+	// coarse: the balancer is started on the system clock, so its
+	// statistics read the coarse clock (coarseclock.go).
+	coarse atomic.Bool
 	// epoch grows whenever a breaker trips or resets, so that a zone
 	// decision made while one changed knows it must be made again.
 	epoch atomic.Uint64
@@ -99,14 +105,35 @@ func (s *statsShared) breakerChanged() {
 	}
 }
 
-// nanotime is monotonic nanoseconds since the balancer was built.
+// nanotime is monotonic nanoseconds since the clock's base: the process's
+// start (processBase) for the system clock, the balancer's construction
+// for a clock of its own.
 func (s *statsShared) nanotime() int64 {
 	if _, system := s.clock.(systemClock); system {
 		// time.Since reads only the monotonic clock: half the cost of
 		// time.Now, which also reads the wall clock.
-		return int64(time.Since(s.base))
+		return sinceProcessBase()
 	}
 	return int64(s.clock.Now().Sub(s.base))
+}
+
+// coarseNanotime is nanotime to about a millisecond, for the statistics
+// that need no better: the coarse clock's while the balancer is started
+// on the system clock, nanotime otherwise.
+func (s *statsShared) coarseNanotime() int64 {
+	if s.coarse.Load() {
+		return coarse.nanotime()
+	}
+	return s.nanotime()
+}
+
+// pickTime is the time a request starts at: nanotime when picks time
+// their requests, coarseNanotime otherwise.
+func (s *statsShared) pickTime() int64 {
+	if s.timed {
+		return s.nanotime()
+	}
+	return s.coarseNanotime()
 }
 
 // ServerStats are the live statistics of one instance in one balancer. They
@@ -151,7 +178,7 @@ const responseTimeWeight = 0.1
 
 // requestStarted records the start of a request to the server and returns
 // the time it read.
-func (s *ServerStats) requestStarted() int64 { return s.requestStartedAt(s.shared.nanotime()) }
+func (s *ServerStats) requestStarted() int64 { return s.requestStartedAt(s.shared.pickTime()) }
 
 // requestStartedAt is requestStarted at now, a time the caller read.
 func (s *ServerStats) requestStartedAt(now int64) int64 {
@@ -172,7 +199,14 @@ func (s *ServerStats) requestStartedAt(now int64) int64 {
 // request active until endRequest.
 func (s *ServerStats) responseReceived(responseTime time.Duration) {
 	s.noteResponseTime(responseTime)
-	if s.failures.Swap(0) >= int64(s.shared.breaker.Threshold) {
+	s.answered()
+}
+
+// answered resets the successive-failure count, closing the breaker. It
+// writes nothing when the count is already 0, as it is on almost every
+// answer: no write to share between cores.
+func (s *ServerStats) answered() {
+	if s.failures.Load() != 0 && s.failures.Swap(0) >= int64(s.shared.breaker.Threshold) {
 		s.shared.atThreshold.Add(-1)
 		s.openUntil.Store(0)
 		s.changed()
@@ -228,7 +262,7 @@ func (s *ServerStats) noteConnectionFailure() {
 }
 
 // endRequest ends a request started with requestStarted.
-func (s *ServerStats) endRequest() { s.endRequestAt(s.shared.nanotime()) }
+func (s *ServerStats) endRequest() { s.endRequestAt(s.shared.coarseNanotime()) }
 
 // endRequestAt is endRequest at now, a time the caller read.
 func (s *ServerStats) endRequestAt(now int64) {

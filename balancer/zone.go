@@ -83,13 +83,15 @@ func (b *Balancer) chooseZone(ctx context.Context, snap *Snapshot, now int64, ha
 	}
 	d := snap.decision.Load()
 	if !hasNow && (d.clockCheck || b.shared.zonesPending.Load()) {
-		now, hasNow = b.shared.nanotime(), true
+		now, hasNow = b.shared.coarseNanotime(), true
 	}
 	if hasNow && now >= d.due {
 		b.refreshZonesDue(now)
 		d = snap.decision.Load()
 	}
-	if zone, forced := ZoneFrom(ctx); forced {
+	if !zonesForced.Load() {
+		// No context carries a forced zone (context.go).
+	} else if zone, forced := ZoneFrom(ctx); forced {
 		if g := snap.byZone[lowerASCII(zone)]; g != nil && d.usable[g.idx] {
 			return &g.view, &g.view, now, hasNow
 		}

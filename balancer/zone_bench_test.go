@@ -3,6 +3,7 @@ package balancer
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 )
 
@@ -132,5 +133,39 @@ func BenchmarkChooseZoneStep(b *testing.B) {
 				return nil
 			})
 		}
+	}
+}
+
+// BenchmarkRoundRobinFloor is the floor the picks are held against, in the
+// same run: grpc-go's round_robin picker's own work (a slice and an atomic
+// counter, its remainder taken by a 32-bit division), over n servers, next
+// to Balancer.Choose with RoundRobin over one zone and three.
+func BenchmarkRoundRobinFloor(b *testing.B) {
+	for _, n := range zoneBenchSizes {
+		list := make([]*Server, n)
+		for i := range list {
+			list[i] = &Server{ID: fmt.Sprint(i)}
+		}
+		var next atomic.Uint32
+		serialAndParallel(b, fmt.Sprintf("floor/N=%d", n), func() error {
+			if list[next.Add(1)%uint32(len(list))] == nil {
+				return ErrNoServers
+			}
+			return nil
+		})
+		for _, zones := range []int{1, 3} {
+			bal := benchInZones(b, RuleRoundRobin, n, zones, nil)
+			ctx := context.Background()
+			serialAndParallel(b, fmt.Sprintf("RoundRobin_%dzones/N=%d", zones, n), func() error {
+				_, err := bal.Choose(ctx)
+				return err
+			})
+		}
+		bal := benchInZones(b, RuleZoneAvoidance, n, 3, nil)
+		ctx := context.Background()
+		serialAndParallel(b, fmt.Sprintf("ZoneAvoidance_3zones/N=%d", n), func() error {
+			_, err := bal.Choose(ctx)
+			return err
+		})
 	}
 }

@@ -2,6 +2,7 @@ package pushlbgrpc
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -144,12 +145,11 @@ type pushlbBalancer struct {
 
 	mu       sync.Mutex
 	cfg      *Config
-	zone     string                   // the resolver's zone (State.Attributes), used when cfg has none
-	core     *lb.Balancer             // nil until the first configuration
-	lastDown []string                 // endpoints left out of the last list, for the log
-	entries  map[string]*endpoint     // by first address: the last list's endpoints
-	byServer map[*lb.Server]*endpoint // the core's servers' entries, shared by the pickers
-	noList   error                    // the resolver's error while it gives no endpoint
+	zone     string               // the resolver's zone (State.Attributes), used when cfg has none
+	core     *lb.Balancer         // nil until the first configuration
+	lastDown []string             // endpoints left out of the last list, for the log
+	entries  map[string]*endpoint // by first address: the last list's endpoints
+	noList   error                // the resolver's error while it gives no endpoint
 }
 
 func (b *pushlbBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
@@ -193,8 +193,18 @@ func (b *pushlbBalancer) newCoreLocked(cfg *Config, zone string) error {
 	if name == "" {
 		name = "grpc"
 	}
-	core, err := lb.New(name, c)
+	var opts []lb.Option
+	if rule, _ := lb.CanonicalRule(c.Rule); rule != lb.RuleWeightedResponseTime {
+		// Only that rule reads response times: the others' picks read
+		// no system clock, which would cost more than the pick.
+		opts = append(opts, lb.WithoutPickTiming())
+	}
+	core, err := lb.New(name, c, opts...)
 	if err != nil {
+		return err
+	}
+	if err := core.Start(context.Background()); err != nil { // the coarse clock; no ping, no polling
+		core.Close()
 		return err
 	}
 	if b.core != nil {
@@ -312,7 +322,7 @@ func (b *pushlbBalancer) UpdateState(s balancer.State) {
 		b.ClientConn.UpdateState(s)
 		return
 	}
-	p := &picker{core: b.core, byServer: b.byServer, hashKey: b.cfg.HashKey}
+	p := &picker{core: b.core, hashKey: b.cfg.HashKey, untimed: !b.core.TimesPicks()}
 	b.mu.Unlock()
 	b.ClientConn.UpdateState(balancer.State{ConnectivityState: connectivity.Ready, Picker: p})
 }
@@ -352,7 +362,7 @@ func (b *pushlbBalancer) rebuildLocked(children []endpointsharding.ChildState) {
 				skipped = append(skipped, err.Error())
 				continue
 			}
-			ne := &endpoint{attrs: c.Endpoint.Attributes, srv: srv, alive: true}
+			ne := newEndpoint(c.Endpoint.Attributes, srv)
 			if e != nil && e.srv.ID == srv.ID {
 				ne.alive, ne.tried = e.alive, e.tried
 				ne.child.Store(e.child.Load())
@@ -371,26 +381,17 @@ func (b *pushlbBalancer) rebuildLocked(children []endpointsharding.ChildState) {
 			logger.Warningf("pushlb: %s: %v", b.target, err)
 		}
 	}
-	// The core's servers, by pointer, for the pickers. A server new to
-	// the core starts alive, as a new endpoint does (see endpoint.usable).
-	byID := make(map[string]*endpoint, len(entries))
-	for _, e := range entries {
-		byID[e.srv.ID] = e
-	}
-	byServer := make(map[*lb.Server]*endpoint, len(entries))
+	// A server new to the core starts alive, as a new endpoint does (see
+	// endpoint.usable); one that stays keeps its liveness.
 	marks := map[string]bool{}
 	for _, srv := range b.core.AllServers() {
-		if e := byID[srv.ID]; e != nil {
-			byServer[srv] = e
-			if srv.Alive() != e.alive {
-				marks[srv.ID] = e.alive
-			}
+		if e, _ := srv.Value.(*endpoint); e != nil && srv.Alive() != e.alive {
+			marks[srv.ID] = e.alive
 		}
 	}
 	if len(marks) > 0 {
 		b.core.MarkServers(marks)
 	}
-	b.byServer = byServer
 }
 
 func firstAddr(ep resolver.Endpoint) string {
@@ -408,6 +409,24 @@ type endpoint struct {
 	alive bool                        // as the core has it; under pushlbBalancer.mu
 	tried bool                        // was READY or failed once; under pushlbBalancer.mu
 	child atomic.Pointer[childPicker] // its picker while READY, else nil
+	// core is the core's copy of srv that the last pick returned: any
+	// copy reports into the instance's statistics, which the entry's
+	// whole life shares (a server that leaves the list leaves with its
+	// endpoint). report, bound once, is the Done of an untimed pick.
+	core   atomic.Pointer[lb.Server]
+	report func(balancer.DoneInfo)
+}
+
+func newEndpoint(attrs *attributes.Attributes, srv lb.Server) *endpoint {
+	e := &endpoint{attrs: attrs, srv: srv, alive: true}
+	e.srv.Value = e // a pick finds its endpoint on the core's server
+	e.report = e.done
+	return e
+}
+
+// done reports an untimed pick's outcome (see picker.Pick).
+func (e *endpoint) done(info balancer.DoneInfo) {
+	lb.Pick{Server: e.core.Load()}.Done(outcome(info))
 }
 
 // usable reports whether the core may pick the endpoint in state st: when

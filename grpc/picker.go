@@ -25,19 +25,23 @@ func WithCallZone(ctx context.Context, zone string) context.Context {
 // hands the RPC to that endpoint's pickfirst child.
 //
 // The balancer publishes a new one on every list or connectivity change.
-// The map it reads is rebuilt only on list changes; a connectivity change
+// A core server carries its endpoint (lb.Server.Value); a connectivity change
 // updates an endpoint's child picker in place (atomically) and the core's
 // liveness. An RPC that lands on a server whose connection is not READY
 // (its first connection under way, or a core list newer than the picker)
 // waits for the next picker (ErrNoSubConnAvailable).
 type picker struct {
-	core     *lb.Balancer
-	byServer map[*lb.Server]*endpoint // shared with the balancer: read only
-	hashKey  string
+	core    *lb.Balancer
+	hashKey string
+	// untimed: the core does not time its picks (lb.WithoutPickTiming),
+	// so a pick's outcome needs only its server, which the endpoint
+	// knows: the pick hands grpc-go the endpoint's own Done.
+	untimed bool
 }
 
 // Pick implements balancer.Picker. Without a hash key it allocates
-// nothing: the outcome is reported through a pooled record.
+// nothing: the outcome is reported through the endpoint's own Done when
+// the core does not time its picks, else through a pooled record.
 func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	ctx := info.Ctx
 	if p.hashKey != "" {
@@ -49,8 +53,9 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	if err != nil {
 		return balancer.PickResult{}, status.Errorf(codes.Unavailable, "pushlb: %s: %v", p.core.Name(), err)
 	}
+	e, _ := pk.Server.Value.(*endpoint)
 	var child *childPicker
-	if e := p.byServer[pk.Server]; e != nil {
+	if e != nil {
 		child = e.child.Load()
 	}
 	if child == nil {
@@ -61,6 +66,13 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	if err != nil {
 		pk.End()
 		return res, err
+	}
+	if p.untimed && res.Done == nil {
+		if e.core.Load() != pk.Server {
+			e.core.Store(pk.Server) // once per copy, not per pick
+		}
+		res.Done = e.report
+		return res, nil
 	}
 	d := donePool.Get().(*doneRecord)
 	d.pick, d.next = pk, res.Done
