@@ -2,7 +2,9 @@
 # Runs the side-by-side pick benchmarks (picks/) once and prints, from that
 # one run, a table of ns/op and allocs/op by contender and N, then the
 # ratios between pushlb's rules and their peers (grpc-go's round_robin,
-# caddy's selection policies).
+# caddy's selection policies): one table for picks from one goroutine
+# (serial, GOMAXPROCS=1) and one for picks from two goroutines at once on
+# two cores (parallel, GOMAXPROCS=2), where shared cache lines cost.
 #
 #   bash bench/picks.sh                  # default -benchtime (1s)
 #   bash bench/picks.sh -benchtime 200ms # extra flags go to go test
@@ -14,46 +16,61 @@ cd "$(dirname "$0")"
 
 out=${PICKS_OUT:-$(mktemp)}
 [ -n "${PICKS_OUT:-}" ] || trap 'rm -f "$out"' EXIT
-echo "# commit ${PUSHLB_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")}, $(go version | cut -d' ' -f3), GOMAXPROCS=${GOMAXPROCS:-$(nproc)}"
-echo "# go test -run '^\$' -bench . -benchmem $* ./picks/"
-go test -run '^$' -bench . -benchmem "$@" ./picks/ > "$out"
+echo "# commit ${PUSHLB_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")}, $(go version | cut -d' ' -f3), $(nproc) cores"
+echo "# go test -run '^\$' -bench . -benchmem -cpu 1,2 $* ./picks/"
+go test -run '^$' -bench . -benchmem -cpu 1,2 "$@" ./picks/ > "$out"
 grep -q '^ok' "$out" || { cat "$out"; exit 1; }
 
 awk '
 /^BenchmarkPicks\// {
 	name = $1
 	sub(/^BenchmarkPicks\//, "", name)
-	sub(/-[0-9]+$/, "", name)
+	cpu = 1
+	if (match(name, /-[0-9]+$/)) { cpu = substr(name, RSTART + 1); name = substr(name, 1, RSTART - 1) }
+	mode = name; sub(/.*\//, "", mode)
+	sub(/\/[a-z]+$/, "", name)
 	n = name; sub(/.*\/N=/, "", n)
 	who = name; sub(/\/N=[0-9]+$/, "", who)
-	ns[who, n] = $3
-	for (i = 4; i <= NF; i++) if ($(i+1) == "allocs/op") al[who, n] = $i
+	# serial picks at GOMAXPROCS=1, parallel ones at 2: the two tables.
+	if (!((mode == "serial" && cpu == 1) || (mode == "parallel" && cpu == 2))) next
+	g = mode
+	ns[g, who, n] = $3
+	for (i = 4; i <= NF; i++) if ($(i+1) == "allocs/op") al[g, who, n] = $i
 	if (!(who in seen)) { seen[who] = 1; order[++nw] = who }
 	if (!(n in seenN)) { seenN[n] = 1; sizes[++nn] = n }
 }
-function fmtn(x) { return x >= 1000 ? sprintf("%.0f", x) : (x >= 100 ? sprintf("%.0f", x) : sprintf("%.1f", x)) }
-function ratio(a, b, n) { return ((a, n) in ns && (b, n) in ns && ns[b, n] > 0) ? sprintf("%.2fx", ns[a, n] / ns[b, n]) : "-" }
-END {
-	if (nw == 0) { print "no benchmark results"; exit 1 }
+function fmtn(x) { return x >= 100 ? sprintf("%.0f", x) : sprintf("%.1f", x) }
+function ratio(g, a, b, n) { return ((g, a, n) in ns && (g, b, n) in ns && ns[g, b, n] > 0) ? sprintf("%.2fx", ns[g, a, n] / ns[g, b, n]) : "-" }
+function table(g, title,   i, j, k, r, hdr, sep, rhdr, line, ab) {
 	hdr = "| contender |"; sep = "|---|"
 	for (j = 1; j <= nn; j++) { hdr = hdr " N=" sizes[j] " |"; sep = sep "---|" }
-	print "ns/op (allocs/op) of one pick, serial:"
+	print "ns/op (allocs/op) of one pick, " title ":"
 	print ""
 	print hdr; print sep
 	for (i = 1; i <= nw; i++) {
 		line = "| " order[i] " |"
 		for (j = 1; j <= nn; j++) {
-			k = order[i] SUBSEP sizes[j]
+			k = g SUBSEP order[i] SUBSEP sizes[j]
 			line = line " " ((k in ns) ? fmtn(ns[k]) " (" al[k] ")" : "-") " |"
 		}
 		print line
 	}
 	print ""
-	print "Ratios (ns/op over ns/op, same run):"
+	print "Ratios, " title " (ns/op over ns/op, same run):"
 	print ""
 	rhdr = hdr; sub(/contender/, "ratio", rhdr)
 	print rhdr; print sep
-	nr = split("pushlb/RoundRobin_1zone:grpc/round_robin;" \
+	for (r = 1; r <= npairs; r++) {
+		split(pairs[r], ab, ":")
+		line = "| " ab[1] " / " ab[2] " |"
+		for (j = 1; j <= nn; j++) line = line " " ratio(g, ab[1], ab[2], sizes[j]) " |"
+		print line
+	}
+	print ""
+}
+END {
+	if (nw == 0) { print "no benchmark results"; exit 1 }
+	npairs = split("pushlb/RoundRobin_1zone:grpc/round_robin;" \
 		"pushlb/RoundRobin_3zones:grpc/round_robin;" \
 		"pushlb/ZoneAvoidance_3zones:grpc/round_robin;" \
 		"pushlb/RoundRobin_1zone:caddy/RoundRobin;" \
@@ -61,10 +78,6 @@ END {
 		"caddy/LeastConn:pushlb/BestAvailable_3zones;" \
 		"caddy/LeastConn:pushlb/LeastRequest_3zones;" \
 		"caddy/IPHash:pushlb/Maglev_3zones_keyed", pairs, ";")
-	for (r = 1; r <= nr; r++) {
-		split(pairs[r], ab, ":")
-		line = "| " ab[1] " / " ab[2] " |"
-		for (j = 1; j <= nn; j++) line = line " " ratio(ab[1], ab[2], sizes[j]) " |"
-		print line
-	}
+	table("serial", "one goroutine, GOMAXPROCS=1")
+	table("parallel", "two goroutines, GOMAXPROCS=2")
 }' "$out"

@@ -81,10 +81,13 @@ func BenchmarkPicks(b *testing.B) {
 	}
 }
 
-// run runs one contender's pick as a sub-benchmark named name/N=n; pick
-// gets the iteration's index and reports whether it chose.
+// run runs one contender's pick as two sub-benchmarks: name/N=n/serial,
+// one goroutine, and name/N=n/parallel, GOMAXPROCS goroutines picking from
+// the same balancer (run with -cpu 1,2: what shared cache lines cost
+// shows at 2). pick gets an iteration's index and reports whether it
+// chose; it must be safe for concurrent use.
 func run(b *testing.B, name string, n int, pick func(i int) bool) {
-	b.Run(fmt.Sprintf("%s/N=%d", name, n), func(b *testing.B) {
+	b.Run(fmt.Sprintf("%s/N=%d/serial", name, n), func(b *testing.B) {
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
@@ -93,6 +96,19 @@ func run(b *testing.B, name string, n int, pick func(i int) bool) {
 			}
 			i++
 		}
+	})
+	b.Run(fmt.Sprintf("%s/N=%d/parallel", name, n), func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			i := 0
+			for pb.Next() {
+				if !pick(i) {
+					b.Error("no pick")
+					return
+				}
+				i++
+			}
+		})
 	})
 }
 
