@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -29,7 +30,20 @@ type Rand interface {
 
 type globalRand struct{}
 
-func (globalRand) IntN(n int) int   { return rand.IntN(n) }
+func (globalRand) IntN(n int) int { return rand.IntN(n) }
+
+// intN returns r.IntN(n), n > 0. With the default randomness (no
+// WithRand) the number comes straight from the runtime's per-thread
+// generator, scaled by a multiplication: no interface call and no
+// rejection loop, which cost as much as a whole round-robin pick. Its
+// bias, n / 2^64, is nil in practice.
+func intN(r Rand, n int) int {
+	if _, global := r.(globalRand); global {
+		hi, _ := bits.Mul64(rand.Uint64(), uint64(n))
+		return int(hi)
+	}
+	return r.IntN(n)
+}
 func (globalRand) Float64() float64 { return rand.Float64() }
 
 // Option customises a Balancer.
@@ -131,11 +145,12 @@ type Balancer struct {
 	// ruleWaits: the rule may wait (Retry), so Pick reads the clock again
 	// for the request's start.
 	ruleWaits bool
-	// rr is the rule when it is this package's RoundRobin, which a pick
-	// calls directly: the pick costs about what grpc-go's round_robin
-	// picker's does, and an interface call and its PickInfo would add half
-	// of it again.
+	// rr and za are the rule when it is this package's RoundRobin or
+	// ZoneAvoidance (the default), which a pick calls directly: the pick
+	// costs about what grpc-go's round_robin picker's does, and an
+	// interface call with its PickInfo copied would add half of it again.
 	rr *RoundRobin
+	za *ZoneAvoidance
 
 	mu        sync.Mutex         // serialises list changes; guards the fields below
 	byID      map[string]*Server // the current list by ID
@@ -212,6 +227,7 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 	}
 	_, b.ruleWaits = b.rule.(*Retry)
 	b.rr, _ = b.rule.(*RoundRobin)
+	b.za, _ = b.rule.(*ZoneAvoidance)
 	b.shared.zonesChanged = b.refreshZones
 	b.shared.zonesDueAt = b.refreshZonesDue
 	empty := buildSnapshot(0, nil)
@@ -252,8 +268,14 @@ func (b *Balancer) Choose(ctx context.Context) (*Server, error) {
 func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server, int64, error) {
 	snap := b.snap.Load()
 	v, c, now, hasNow := b.chooseZone(ctx, snap, now, hasNow)
-	if b.rr != nil && len(v.servers) > 0 {
-		return b.rr.c.roundRobinView(v), now, nil
+	if len(v.servers) > 0 {
+		switch {
+		case b.rr != nil:
+			return b.rr.c.roundRobinView(v), now, nil
+		case b.za != nil:
+			p := PickInfo{Ctx: ctx, View: v, Candidates: c, b: b, now: now, hasNow: hasNow}
+			return b.za.choose(&p), now, nil
+		}
 	}
 	srv, err := b.rule.Choose(PickInfo{Ctx: ctx, View: v, Candidates: c, b: b, now: now, hasNow: hasNow})
 	if srv == nil && err == nil && v != &snap.full {

@@ -47,7 +47,7 @@ func (r *LeastRequest) Choose(p PickInfo) (*Server, error) {
 	var first *Server
 	var firstActive int64
 	for range leastRequestDraws {
-		s := list[rnd.IntN(n)]
+		s := list[intN(rnd, n)]
 		if mayBeTripped(s) && p.Tripped(s) {
 			continue
 		}

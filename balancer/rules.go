@@ -174,7 +174,7 @@ func (Random) Choose(p PickInfo) (*Server, error) {
 	if wt := p.View.wt; wt != nil {
 		return list[wt.random(p.Rand())], nil
 	}
-	return list[p.Rand().IntN(len(list))], nil
+	return list[intN(p.Rand(), len(list))], nil
 }
 
 // BestAvailable picks the server with the fewest active requests among
@@ -289,15 +289,21 @@ func (r *ZoneAvoidance) Choose(p PickInfo) (*Server, error) {
 	if len(p.View.servers) == 0 {
 		return nil, nil
 	}
-	if s := r.c.roundRobinAvailable(p.View, r.pred, &p); s != nil {
-		return s, nil
+	return r.choose(&p), nil
+}
+
+// choose is Choose over a view that has servers, with p by reference: the
+// balancer calls it directly.
+func (r *ZoneAvoidance) choose(p *PickInfo) *Server {
+	if s := r.c.roundRobinAvailable(p.View, r.pred, p); s != nil {
+		return s
 	}
 	if p.Candidates != p.View {
-		if s := r.c.roundRobinAvailable(p.Candidates, r.pred, &p); s != nil {
-			return s, nil
+		if s := r.c.roundRobinAvailable(p.Candidates, r.pred, p); s != nil {
+			return s
 		}
 	}
-	return r.c.roundRobinView(p.View), nil
+	return r.c.roundRobinView(p.View)
 }
 
 func (*ZoneAvoidance) wantsZonePerPick() bool { return true }

@@ -120,7 +120,7 @@ func (t *weightTable) roundRobin(k uint64) int {
 // fraction; the slot's server when the fraction is below its share, else
 // the slot's alias. O(1), one table entry read.
 func (t *weightTable) random(r Rand) int {
-	x := uint64(r.IntN(len(t.alias) << aliasBits))
+	x := uint64(intN(r, len(t.alias)<<aliasBits))
 	e := t.alias[x>>aliasBits]
 	if uint32(x&(1<<aliasBits-1)) < e.share {
 		return int(x >> aliasBits)

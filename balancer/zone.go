@@ -106,7 +106,7 @@ func (b *Balancer) chooseZone(ctx context.Context, snap *Snapshot, now int64, ha
 // cumulative weights at or below the draw rather than searching: zones are
 // few, and a count has no branch to mispredict on a random number.
 func (d *zoneDecision) drawZone(r Rand) *View {
-	x := r.IntN(d.cum[len(d.cum)-1])
+	x := intN(r, d.cum[len(d.cum)-1])
 	i := 0
 	for _, c := range d.cum {
 		i += int(uint64(c-x-1) >> 63) // x >= c; weights are below 2^31
