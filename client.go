@@ -79,7 +79,7 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	factory, err := balancer.NewFactory(o.Balancers)
+	factory, err := balancer.NewFactory(o.Balancers, balancer.WithBalancerOptions(balancer.WithPanicListener(panicLogger(o.log))))
 	if err != nil {
 		return nil, optionError("balancer configuration: %w", err)
 	}

@@ -185,3 +185,17 @@ var (
 	_ balancer.Balancers = creating{}
 	_ balancer.Balancers = existing{}
 )
+
+// panicLogger logs a balancer's entry into panic and its exit
+// (balancer.Config.PanicThreshold).
+func panicLogger(log zerolog.Logger) balancer.PanicListener {
+	return func(b *balancer.Balancer, panic bool, healthy, alive int) {
+		if panic {
+			log.Warn().Str("service", b.Name()).Int("healthy", healthy).Int("alive", alive).
+				Float64("threshold_percent", b.Config().PanicThreshold).
+				Msg("panic: too few healthy servers, balancing over all of them")
+			return
+		}
+		log.Info().Str("service", b.Name()).Int("healthy", healthy).Int("alive", alive).Msg("panic over")
+	}
+}

@@ -186,6 +186,14 @@ type ServiceStats struct {
 	LastChange time.Time `json:"lastChange"`
 	// BreakerTrips counts the circuit breakers that tripped.
 	BreakerTrips uint64 `json:"breakerTrips"`
+	// Ejected is the number of servers outlier detection ejects now;
+	// Ejections counts ejections since the balancer was built
+	// (balancer.Config.OutlierDetection).
+	Ejected   int    `json:"ejected"`
+	Ejections uint64 `json:"ejections"`
+	// Panic reports that too few of the service's servers are healthy
+	// (balancer.Config.PanicThreshold): picks balance over all of them.
+	Panic bool `json:"panic"`
 }
 
 // ServiceStats returns one service's summary, as Stats lists it; false
@@ -201,9 +209,10 @@ func (c *Client) ServiceStats(name string) (ServiceStats, bool) {
 
 func (sv *service) stats() ServiceStats {
 	ss := ServiceStats{
-		Name: sv.name, Servers: len(sv.b.AllServers()), Reachable: Balancer{sv.b}.reachable(),
-		Updates: sv.updates.Load(), BreakerTrips: sv.b.BreakerTrips(),
+		Name: sv.name, Servers: len(sv.b.AllServers()), Updates: sv.updates.Load(),
+		BreakerTrips: sv.b.BreakerTrips(), Ejections: sv.b.Ejections(), Panic: sv.b.Panicking(),
 	}
+	ss.Reachable, ss.Ejected = Balancer{sv.b}.reachable()
 	if ns := sv.lastChange.Load(); ns != 0 {
 		ss.LastChange = time.Unix(0, ns)
 	}

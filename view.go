@@ -35,26 +35,33 @@ func (v Balancer) Pick(ctx context.Context) (balancer.Pick, error) { return v.b.
 // Servers returns every listed server, alive or not, in list order.
 func (v Balancer) Servers() []*balancer.Server { return v.b.AllServers() }
 
-// Reachable returns the servers a pick may choose: alive and with a closed
+// Reachable returns the servers a pick may choose: alive, with a closed
 // circuit breaker (a tripped server is not reachable until its blackout
-// ends). The zone filter may narrow a pick further. The slice is the
-// caller's.
+// ends) and not ejected by outlier detection. The zone filter may narrow
+// a pick further; in panic (balancer.Config.PanicThreshold) a pick may
+// choose any alive server. The slice is the caller's.
 func (v Balancer) Reachable() []*balancer.Server {
-	return slices.DeleteFunc(slices.Clone(v.b.ReachableServers()), tripped)
+	return slices.DeleteFunc(slices.Clone(v.b.ReachableServers()), unreachable)
 }
 
-// reachable counts the servers Reachable returns, without a copy.
-func (v Balancer) reachable() int {
-	n := 0
+// reachable counts the servers Reachable returns, without a copy, and
+// those of the others that are ejected.
+func (v Balancer) reachable() (reachable, ejected int) {
 	for _, s := range v.b.ReachableServers() {
-		if !tripped(s) {
-			n++
+		switch st := s.Stats(); {
+		case st.Ejected():
+			ejected++
+		case !st.CircuitTripped():
+			reachable++
 		}
 	}
-	return n
+	return reachable, ejected
 }
 
-func tripped(s *balancer.Server) bool { return s.Stats().CircuitTripped() }
+func unreachable(s *balancer.Server) bool {
+	st := s.Stats()
+	return st.CircuitTripped() || st.Ejected()
+}
 
 // Server returns the listed server with id, or nil.
 func (v Balancer) Server(id string) *balancer.Server { return v.b.Server(id) }

@@ -151,6 +151,10 @@ type Balancer struct {
 	// interface call with its PickInfo copied would add half of it again.
 	rr *RoundRobin
 	za *ZoneAvoidance
+	// ejectRR walks the servers round robin for skipEjected; onPanic is
+	// told of panic changes (outlier.go).
+	ejectRR *counter
+	onPanic PanicListener
 
 	mu        sync.Mutex         // serialises list changes; guards the fields below
 	byID      map[string]*Server // the current list by ID
@@ -193,7 +197,9 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 			breaker:       cfg.Breaker,
 			activeTimeout: cfg.ActiveRequestsTimeout,
 			timed:         true,
+			outlier:       cfg.OutlierDetection,
 		},
+		ejectRR: newCounter(),
 	}
 	if cfg.Ping.Kind == PingHTTP {
 		b.pinger = NewHTTPPing(cfg.Ping.Path, cfg.Ping.Timeout)
@@ -228,10 +234,13 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 	_, b.ruleWaits = b.rule.(*Retry)
 	b.rr, _ = b.rule.(*RoundRobin)
 	b.za, _ = b.rule.(*ZoneAvoidance)
+	if cfg.OutlierDetection.Consecutive5xx > 0 {
+		b.shared.ejectionAllowed = b.ejectionAllowed
+	}
 	b.shared.zonesChanged = b.refreshZones
 	b.shared.zonesDueAt = b.refreshZonesDue
 	empty := buildSnapshot(0, nil)
-	empty.decision.Store(b.decideZones(empty, 0))
+	empty.decision.Store(b.decideZones(empty, 0)) // not in panic: no server
 	b.shared.zonesDue.Store(math.MaxInt64)
 	b.snap.Store(empty)
 	return b, nil
@@ -268,28 +277,32 @@ func (b *Balancer) Choose(ctx context.Context) (*Server, error) {
 func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server, int64, error) {
 	snap := b.snap.Load()
 	v, c, now, hasNow := b.chooseZone(ctx, snap, now, hasNow)
-	if len(v.servers) > 0 {
-		switch {
-		case b.rr != nil:
-			return b.rr.c.roundRobinView(v), now, nil
-		case b.za != nil:
-			p := PickInfo{Ctx: ctx, View: v, Candidates: c, b: b, now: now, hasNow: hasNow}
-			return b.za.choose(&p), now, nil
+	var srv *Server
+	switch {
+	case len(v.servers) > 0 && b.rr != nil:
+		srv = b.rr.c.roundRobinView(v)
+	case len(v.servers) > 0 && b.za != nil:
+		p := PickInfo{Ctx: ctx, View: v, Candidates: c, b: b, now: now, hasNow: hasNow}
+		srv = b.za.choose(&p)
+	default:
+		var err error
+		srv, err = b.rule.Choose(PickInfo{Ctx: ctx, View: v, Candidates: c, b: b, now: now, hasNow: hasNow})
+		if srv == nil && err == nil && v != &snap.full {
+			// Ribbon's ZoneAwareLoadBalancer: a zone that yields nothing
+			// falls back to the whole list. A zone view always holds an
+			// alive server, so only a rule that declines one gets here.
+			full := &snap.full
+			srv, err = b.rule.Choose(PickInfo{Ctx: ctx, View: full, Candidates: full, b: b, now: now, hasNow: hasNow})
+		}
+		if err != nil {
+			return nil, now, err
+		}
+		if srv == nil {
+			return nil, now, ErrNoServers
 		}
 	}
-	srv, err := b.rule.Choose(PickInfo{Ctx: ctx, View: v, Candidates: c, b: b, now: now, hasNow: hasNow})
-	if srv == nil && err == nil && v != &snap.full {
-		// Ribbon's ZoneAwareLoadBalancer: a zone that yields nothing falls
-		// back to the whole list. A zone view always holds an alive server,
-		// so only a rule that declines one gets here.
-		full := &snap.full
-		srv, err = b.rule.Choose(PickInfo{Ctx: ctx, View: full, Candidates: full, b: b, now: now, hasNow: hasNow})
-	}
-	if err != nil {
-		return nil, now, err
-	}
-	if srv == nil {
-		return nil, now, ErrNoServers
+	if b.shared.ejectedUntilMax.Load() != 0 { // outlier detection ejected a server once
+		srv, now = b.skipEjected(srv, snap, v, c, now, hasNow)
 	}
 	return srv, now, nil
 }
@@ -481,6 +494,7 @@ func (b *Balancer) swapLocked(list []*Server) {
 	d := b.decideZones(snap, b.shared.nanotime())
 	snap.decision.Store(d)
 	old := b.snap.Swap(snap)
+	b.notePanic(d)
 	close(old.replaced)
 	if b.zonesRefreshing.Load() || b.shared.epoch.Load() != epoch {
 		b.refreshZones()
@@ -560,7 +574,7 @@ func (b *Balancer) ZoneSnapshots() map[string]ZoneSnapshot {
 	now := b.shared.nanotime()
 	out := make(map[string]ZoneSnapshot, len(snap.zones))
 	for _, g := range snap.zones {
-		out[g.name] = zoneSnapshotOf(g.view.servers, now)
+		out[g.name] = zoneSnapshotOf(g.view.servers, now, false)
 	}
 	return out
 }

@@ -76,6 +76,41 @@ type Config struct {
 	// where the request may have been sent (Ribbon's OkToRetryOnAllOperations).
 	// Default false: they are retried only when nothing was sent.
 	RetryAllOperations bool `yaml:"retryAllOperations"`
+
+	// OutlierDetection ejects servers that answer with server errors
+	// (outlier.go). Off by default.
+	OutlierDetection OutlierConfig `yaml:"outlierDetection"`
+	// PanicThreshold is Envoy's healthy panic threshold, in percent: when
+	// fewer than this share of a service's alive servers are healthy (not
+	// tripped, not ejected), picks balance over all of them, as if none
+	// were, rather than pile onto the few left. 0 turns it off, the
+	// default: Ribbon's rules skip tripped servers however many are
+	// tripped, and pushlb keeps Ribbon's behaviour unless asked; Envoy's
+	// default is 50 (see docs/balancer.md, "Panic threshold").
+	PanicThreshold float64 `yaml:"panicThreshold"`
+}
+
+// OutlierConfig is passive outlier detection on answers, as Envoy's
+// outlier_detection with consecutive_5xx: a server whose answers are
+// Consecutive5xx server errors in a row (HTTP 5xx, a gRPC server failure;
+// DoneInfo.ServerError) is ejected, left out of every pick, for
+// BaseEjectionTime times the number of times it was ejected in a row,
+// at most MaxEjectionTime; never more than MaxEjectionPercent of a
+// service's servers at once, but always one. It is distinct from the
+// circuit breaker, which counts connection failures: a server that
+// answers is reachable, an outlier answers badly.
+type OutlierConfig struct {
+	// Consecutive5xx is the number of server errors in a row that ejects
+	// a server. 0 turns outlier detection off (the default); Envoy uses 5.
+	Consecutive5xx int `yaml:"consecutive5xx"`
+	// BaseEjectionTime is the first ejection's length. Default 30s.
+	BaseEjectionTime time.Duration `yaml:"baseEjectionTime"`
+	// MaxEjectionTime caps an ejection's length; a server not ejected for
+	// this long starts again from BaseEjectionTime. Default 300s.
+	MaxEjectionTime time.Duration `yaml:"maxEjectionTime"`
+	// MaxEjectionPercent is the largest share of a service's servers
+	// ejected at once, in percent (one server may always be). Default 10.
+	MaxEjectionPercent float64 `yaml:"maxEjectionPercent"`
 }
 
 // ZoneAffinityConfig configures the ZoneAffinity filter (Ribbon's
@@ -169,6 +204,7 @@ func DefaultConfig() Config {
 		ConnectTimeout:            time.Second,
 		ReadTimeout:               time.Second,
 		MaxAutoRetriesNextServer:  1,
+		OutlierDetection:          OutlierConfig{BaseEjectionTime: 30 * time.Second, MaxEjectionTime: 300 * time.Second, MaxEjectionPercent: 10},
 	}
 }
 
@@ -231,6 +267,16 @@ func (c *Config) Validate() error {
 		return bad("maxAutoRetries", c.MaxAutoRetries, "must not be negative")
 	case c.MaxAutoRetriesNextServer < 0:
 		return bad("maxAutoRetriesNextServer", c.MaxAutoRetriesNextServer, "must not be negative")
+	case c.OutlierDetection.Consecutive5xx < 0:
+		return bad("outlierDetection.consecutive5xx", c.OutlierDetection.Consecutive5xx, "must not be negative (0: off)")
+	case c.OutlierDetection.Consecutive5xx > 0 && c.OutlierDetection.BaseEjectionTime <= 0:
+		return bad("outlierDetection.baseEjectionTime", c.OutlierDetection.BaseEjectionTime, "must be positive")
+	case c.OutlierDetection.Consecutive5xx > 0 && c.OutlierDetection.MaxEjectionTime < c.OutlierDetection.BaseEjectionTime:
+		return bad("outlierDetection.maxEjectionTime", c.OutlierDetection.MaxEjectionTime, "must be at least baseEjectionTime")
+	case c.OutlierDetection.MaxEjectionPercent < 0 || c.OutlierDetection.MaxEjectionPercent > 100:
+		return bad("outlierDetection.maxEjectionPercent", c.OutlierDetection.MaxEjectionPercent, "must be within 0 and 100")
+	case c.PanicThreshold < 0 || c.PanicThreshold > 100:
+		return bad("panicThreshold", c.PanicThreshold, "must be within 0 and 100 (0: off)")
 	}
 	for i, s := range c.ListOfServers {
 		if _, err := ParseServer(s); err != nil {

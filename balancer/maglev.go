@@ -127,10 +127,11 @@ func (t *maglevTable) lookup(p *PickInfo, servers []*Server, kh uint64) *Server 
 }
 
 // mayBeTripped is a cheap test, without the clock, that lets most picks
-// skip reading it: a server below the breaker's threshold is not tripped.
+// skip reading it: a server below the breaker's threshold, never ejected,
+// is not tripped.
 func mayBeTripped(s *Server) bool {
 	st := &s.inst.stats
-	return st.failures.Load() >= int64(st.shared.breaker.Threshold)
+	return st.failures.Load() >= int64(st.shared.breaker.Threshold) || st.ejectedUntil.Load() != 0
 }
 
 // keyHash hashes a key for the table: FNV-1a spread by splitmix64's

@@ -64,22 +64,31 @@ func (p *PickInfo) nanotime() int64 {
 // Key returns the key set on Ctx with WithKey, for keyed rules.
 func (p *PickInfo) Key() (string, bool) { return KeyFrom(p.Ctx) }
 
-// Tripped reports whether s's circuit breaker is open at the pick's time.
-// It reads the clock only for a server whose failures reached the
-// threshold.
+// Tripped reports whether s is unavailable at the pick's time: its
+// circuit breaker is open, or outlier detection ejected it; never in
+// panic (Config.PanicThreshold). It reads the clock only for a server
+// whose failures reached the threshold, or once a server was ejected.
 func (p *PickInfo) Tripped(s *Server) bool {
-	if p.b != nil && p.b.shared.breaker.Threshold > 0 && p.b.shared.atThreshold.Load() == 0 {
-		// No server of the balancer has reached the threshold: no breaker
-		// is open, and s need not be read (at N=10,000, a cache miss per
-		// pick, above all when weighted round robin visits the servers out
-		// of order).
-		return false
-	}
 	if s.inst == nil {
 		return false
 	}
 	st := &s.inst.stats
-	return st.failures.Load() >= int64(st.shared.breaker.Threshold) && st.trippedAt(p.nanotime())
+	if b := p.b; b != nil {
+		sh := b.shared
+		if sh.breaker.Threshold > 0 && sh.atThreshold.Load() == 0 &&
+			(sh.ejectedUntilMax.Load() == 0 || !sh.mayBeEjected(p.nanotime())) {
+			// No server of the balancer has reached the threshold nor is
+			// ejected: s need not be read (at N=10,000, a cache miss per
+			// pick, above all when weighted round robin visits the servers
+			// out of order).
+			return false
+		}
+		if sh.panicking.Load() {
+			return false
+		}
+	}
+	now := p.nanotime()
+	return (st.failures.Load() >= int64(st.shared.breaker.Threshold) && st.trippedAt(now)) || st.ejectedAt(now)
 }
 
 // ActiveRequests returns s's requests in flight at the pick's time (see
@@ -157,6 +166,13 @@ type DoneInfo struct {
 	// balancer's clock, or no response time under WithoutPickTiming. It
 	// is ignored for a failure.
 	ResponseTime time.Duration
+	// ServerError reports an answer that is a server error: an HTTP 5xx,
+	// a gRPC status that says the server failed (Internal, Unknown,
+	// DataLoss, Unavailable once something was received). It is an answer
+	// for the breaker (the server is reachable) and counts towards
+	// outlier detection (Config.OutlierDetection); any other answer resets
+	// that count. It is ignored for a failure.
+	ServerError bool
 }
 
 // stats returns the statistics the pick records into, or nil.
@@ -180,7 +196,7 @@ func (p Pick) Done(info DoneInfo) {
 		st.requestFailed(info.ConnectFailure)
 		return
 	}
-	now, read := p.answer(st, info.ResponseTime)
+	now, read := p.answer(st, info.ResponseTime, info.ServerError)
 	if !read {
 		now = st.shared.coarseNanotime()
 	}
@@ -191,9 +207,14 @@ func (p Pick) Done(info DoneInfo) {
 // since the pick, or none under WithoutPickTiming), as Done does for an answer, but leaves the request
 // active: call End when the answer is over. Call it at most once, and not
 // with Done.
-func (p Pick) Responded(d time.Duration) {
+func (p Pick) Responded(d time.Duration) { p.RespondedWith(DoneInfo{ResponseTime: d}) }
+
+// RespondedWith is Responded for an answer described by info: its
+// response time (zero as for Responded) and whether it is a server error.
+// info.Err and info.ConnectFailure are ignored: it records an answer.
+func (p Pick) RespondedWith(info DoneInfo) {
 	if st := p.stats(); st != nil {
-		p.answer(st, d)
+		p.answer(st, info.ResponseTime, info.ServerError)
 	}
 }
 
@@ -211,7 +232,7 @@ func (p Pick) End() {
 // when it does not (WithoutPickTiming). It returns the system clock's
 // time when it read it: one reading serves the response time and the
 // request's end.
-func (p Pick) answer(st *ServerStats, d time.Duration) (now int64, read bool) {
+func (p Pick) answer(st *ServerStats, d time.Duration, serverError bool) (now int64, read bool) {
 	timed := d != 0
 	if !timed && st.shared.timed {
 		now, read, timed = st.shared.nanotime(), true, true
@@ -221,6 +242,11 @@ func (p Pick) answer(st *ServerStats, d time.Duration) (now int64, read bool) {
 		st.responseReceived(d)
 	} else {
 		st.answered()
+	}
+	if serverError {
+		st.serverError()
+	} else {
+		st.goodAnswer()
 	}
 	return now, read
 }

@@ -138,9 +138,16 @@ func (c *counter) roundRobinAvailable(v *View, p availability, pi *PickInfo) *Se
 // its circuit breaker is open or it has limit or more active requests.
 type availability struct {
 	limit int64 // 0: no limit
+	// ejectedOnly passes every server that outlier detection has not
+	// ejected, tripped or not (skipEjected, for the rules that ignore the
+	// breaker).
+	ejectedOnly bool
 }
 
 func (p availability) ok(s *Server, pi *PickInfo) bool {
+	if p.ejectedOnly {
+		return !s.inst.stats.ejectedAt(pi.nanotime())
+	}
 	if pi.Tripped(s) {
 		return false
 	}

@@ -53,6 +53,15 @@ type statsShared struct {
 	// coarse: the balancer is started on the system clock, so its
 	// statistics read the coarse clock (coarseclock.go).
 	coarse atomic.Bool
+	// Outlier detection and panic (outlier.go): the config (Consecutive5xx
+	// 0: off), the latest end of any ejection (no server is ejected at or
+	// after it), ejections counted, the balancer's ejection limit, and
+	// whether the last zone decision is in panic.
+	outlier         OutlierConfig
+	ejectedUntilMax atomic.Int64
+	ejectionsTotal  atomic.Uint64
+	ejectionAllowed func(now int64) bool
+	panicking       atomic.Bool
 	// epoch grows whenever a breaker trips or resets, so that a zone
 	// decision made while one changed knows it must be made again.
 	epoch atomic.Uint64
@@ -156,6 +165,13 @@ type ServerStats struct {
 	// reset): it tells a failure that opens the breaker from one that
 	// extends it.
 	openUntil atomic.Int64
+
+	// Outlier detection (outlier.go): server errors in a row, the end of
+	// the current or last ejection (nanotime, 0: never ejected), and the
+	// ejections in a row, the multiplier of the next one's length.
+	serverErrors atomic.Int64
+	ejectedUntil atomic.Int64
+	ejections    atomic.Int64
 
 	// watch is set under BestAvailable only: the leaves of its index to
 	// update when the active count or the breaker changes (see changed).
@@ -345,7 +361,8 @@ func (s *ServerStats) trippedAt(now int64) bool {
 type ZoneSnapshot struct {
 	// InstanceCount is the number of usable (alive) servers in the zone.
 	InstanceCount int `json:"instanceCount"`
-	// TrippedCount is how many of them have their circuit breaker open.
+	// TrippedCount is how many of them have their circuit breaker open or
+	// are ejected by outlier detection.
 	TrippedCount int `json:"trippedCount"`
 	// ActiveRequests is the number of requests in flight to the zone.
 	ActiveRequests int64 `json:"activeRequests"`
@@ -355,14 +372,17 @@ type ZoneSnapshot struct {
 }
 
 // zoneSnapshotOf computes a ZoneSnapshot over servers at time now.
-func zoneSnapshotOf(servers []*Server, now int64) ZoneSnapshot {
+//
+// In panic (healthy, true) every server counts as healthy: none is
+// counted tripped, and the load is over all of them.
+func zoneSnapshotOf(servers []*Server, now int64, healthy bool) ZoneSnapshot {
 	var z ZoneSnapshot
 	var activeOnAvailable int64
 	z.InstanceCount = len(servers)
 	for _, s := range servers {
 		st := &s.inst.stats
 		a := st.activeAt(now)
-		if st.trippedAt(now) {
+		if !healthy && (st.trippedAt(now) || st.ejectedAt(now)) {
 			z.TrippedCount++
 		} else {
 			activeOnAvailable += a

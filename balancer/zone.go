@@ -44,6 +44,11 @@ type zoneDecision struct {
 	// probability (cum[i] - cum[i-1]) / cum[len-1].
 	draw []*zoneGroup
 	cum  []int
+	// panic: too few healthy servers (Config.PanicThreshold), so the
+	// decision and the picks ignore breakers and ejections; healthy and
+	// alive are the counts it was decided on (outlier.go).
+	panic          bool
+	healthy, alive int
 }
 
 // drawScale is the total weight of a draw whose probabilities are not
@@ -125,10 +130,17 @@ func (b *Balancer) decideZones(snap *Snapshot, now int64) *zoneDecision {
 	d.usable = make([]bool, len(snap.zones))
 	tripped, active := false, false
 	for i, g := range snap.zones {
-		st := zoneSnapshotOf(g.view.servers, now)
-		stats[i] = st
+		stats[i] = zoneSnapshotOf(g.view.servers, now, false)
+		tripped = tripped || stats[i].TrippedCount > 0
+	}
+	if d.panic, d.healthy, d.alive = b.panicOf(stats); d.panic {
+		// Every alive server counts as healthy, its load included.
+		for i, g := range snap.zones {
+			stats[i] = zoneSnapshotOf(g.view.servers, now, true)
+		}
+	}
+	for i, st := range stats {
 		d.usable[i] = st.TrippedCount < st.InstanceCount
-		tripped = tripped || st.TrippedCount > 0
 		active = active || st.ActiveRequests > 0
 	}
 	d.scope = b.filter.scope(snap, stats)
@@ -304,5 +316,6 @@ func (b *Balancer) publishZones(snap *Snapshot) {
 	snap.decision.Store(d)
 	if b.snap.Load() == snap {
 		b.shared.zonesDue.Store(d.due)
+		b.notePanic(d)
 	}
 }

@@ -114,13 +114,21 @@ func (d *doneRecord) done(info balancer.DoneInfo) {
 
 // outcome turns grpc-go's report of an RPC into the core's: the server
 // answered when it sent anything (an application error status included:
-// it is reachable, and its answer time counts); an Unavailable with
-// nothing received is a connection failure, which counts towards the
+// it is reachable, and its answer time counts), with a server error for
+// outlier detection when the status says the server failed (Internal,
+// Unknown, DataLoss, Unavailable: what Envoy maps to 5xx); an Unavailable
+// with nothing received is a connection failure, which counts towards the
 // server's breaker; any other failure (deadline, cancellation) only ends
 // the request.
 func outcome(info balancer.DoneInfo) lb.DoneInfo {
 	switch {
-	case info.Err == nil || info.BytesReceived:
+	case info.Err == nil:
+		return lb.DoneInfo{}
+	case info.BytesReceived:
+		switch status.Code(info.Err) {
+		case codes.Internal, codes.Unknown, codes.DataLoss, codes.Unavailable:
+			return lb.DoneInfo{ServerError: true}
+		}
 		return lb.DoneInfo{}
 	case status.Code(info.Err) == codes.Unavailable:
 		return lb.DoneInfo{Err: info.Err, ConnectFailure: true}

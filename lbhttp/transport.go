@@ -378,9 +378,9 @@ func (r *roundTrip) attempt(ctx context.Context, pick balancer.Pick) (*http.Resp
 			// Nothing more to wait for. A switched protocol (WebSocket) is
 			// a connection, not a request in flight; the proxy needs its
 			// ReadWriteCloser as is.
-			pick.Done(balancer.DoneInfo{ResponseTime: elapsed})
+			pick.Done(balancer.DoneInfo{ResponseTime: elapsed, ServerError: resp.StatusCode >= 500})
 		} else {
-			pick.Responded(elapsed)
+			pick.RespondedWith(balancer.DoneInfo{ResponseTime: elapsed, ServerError: resp.StatusCode >= 500})
 			a.body = activeBody{ReadCloser: resp.Body, pick: pick}
 			resp.Body = &a.body
 		}

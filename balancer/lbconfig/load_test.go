@@ -381,3 +381,22 @@ clients:
 		t.Errorf("one: %q", got)
 	}
 }
+
+// TestLoadYAMLOutlierAndPanic: outlier detection and the panic threshold
+// are read from YAML, defaults kept for what is not set, and a bad value
+// is refused naming its key path.
+func TestLoadYAMLOutlierAndPanic(t *testing.T) {
+	cfg, err := lbconfig.LoadYAML(strings.NewReader("defaults:\n  panicThreshold: 50\n  outlierDetection:\n    consecutive5xx: 5\n    baseEjectionTime: 10s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.For("orders")
+	if c.PanicThreshold != 50 || c.OutlierDetection.Consecutive5xx != 5 || c.OutlierDetection.BaseEjectionTime != 10*time.Second ||
+		c.OutlierDetection.MaxEjectionTime != 300*time.Second || c.OutlierDetection.MaxEjectionPercent != 10 {
+		t.Fatalf("read %+v, panic threshold %v", c.OutlierDetection, c.PanicThreshold)
+	}
+	_, err = lbconfig.LoadYAML(strings.NewReader("clients:\n  orders:\n    outlierDetection:\n      maxEjectionPercent: 150\n"))
+	if err == nil || !strings.Contains(err.Error(), "clients.orders.outlierDetection.maxEjectionPercent") {
+		t.Fatalf("want an error naming clients.orders.outlierDetection.maxEjectionPercent, got %v", err)
+	}
+}

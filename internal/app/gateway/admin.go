@@ -40,6 +40,10 @@ type ServiceState struct {
 	Updates    uint64               `json:"updates"`
 	LastChange *time.Time           `json:"lastChange,omitempty"`
 	Trips      uint64               `json:"breakerTrips"`
+	Ejections  uint64               `json:"ejections,omitempty"`
+	// Panic: too few healthy servers, picks balance over all of them
+	// (the balancer's panicThreshold).
+	Panic bool `json:"panic,omitempty"`
 }
 
 // ZoneState summarises a zone of a service.
@@ -64,8 +68,9 @@ type ServerState struct {
 	Zone     string            `json:"zone"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Status is "up", "tripped" (alive, but its circuit breaker is open:
-	// it gets no request until the blackout ends) or "down" (marked down
-	// by a ping or the registry).
+	// it gets no request until the blackout ends), "ejected" (alive, but
+	// outlier detection ejected it for its server errors) or "down"
+	// (marked down by a ping or the registry).
 	Status         string  `json:"status"`
 	Alive          bool    `json:"alive"`
 	ActiveRequests int64   `json:"activeRequests"`
@@ -75,6 +80,8 @@ type ServerState struct {
 	Failures       int64   `json:"successiveFailures"`
 	Tripped        bool    `json:"breakerTripped"`
 	BlackoutMs     int64   `json:"blackoutRemainingMs"`
+	ServerErrors   int64   `json:"successiveServerErrors,omitempty"`
+	EjectedMs      int64   `json:"ejectionRemainingMs,omitempty"`
 }
 
 // State returns the current state of every service.
@@ -134,7 +141,7 @@ func (g *Gateway) serviceState(name string) (ServiceState, bool) {
 	}
 	cfg := b.Config()
 	ss := ServiceState{Name: name, Rule: cfg.Rule, Servers: []ServerState{}, Zones: map[string]ZoneState{},
-		Updates: sv.Updates, Trips: sv.BreakerTrips}
+		Updates: sv.Updates, Trips: sv.BreakerTrips, Ejections: sv.Ejections, Panic: sv.Panic}
 	if !sv.LastChange.IsZero() {
 		ss.LastChange = &sv.LastChange
 	}
@@ -154,12 +161,15 @@ func (g *Gateway) serviceState(name string) (ServiceState, bool) {
 			ActiveRequests: stats.ActiveRequests(), Requests: stats.Requests(),
 			ResponseTimeMs: float64(rt.Microseconds()) / 1000, Failures: stats.SuccessiveFailures(),
 			Tripped: stats.CircuitTripped(), BlackoutMs: stats.BlackoutRemaining().Milliseconds(),
+			ServerErrors: stats.SuccessiveServerErrors(), EjectedMs: stats.EjectionRemaining().Milliseconds(),
 		}
 		switch {
 		case !srv.Alive:
 			srv.Status = "down"
 		case srv.Tripped:
 			srv.Status = "tripped"
+		case srv.EjectedMs > 0:
+			srv.Status = "ejected"
 		default:
 			srv.Status = "up"
 		}

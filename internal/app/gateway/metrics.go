@@ -121,7 +121,10 @@ var (
 	descResyncs         = prometheus.NewDesc("pushlb_registry_resyncs_total", "Full resynchronisations of the registry mirror (start, reconnects).", nil, nil)
 	descLookupHit       = prometheus.NewDesc("pushlb_lookups_total", "Instance-ID lookups, by result (hit, fallback, failure; negative and rate_limited are failures answered without a registry read).", []string{"result"}, nil)
 	descServers         = prometheus.NewDesc("pushlb_servers", "Servers listed per service.", []string{"service"}, nil)
-	descReachable       = prometheus.NewDesc("pushlb_servers_reachable", "Servers a pick may choose per service: alive, with a closed circuit breaker.", []string{"service"}, nil)
+	descReachable       = prometheus.NewDesc("pushlb_servers_reachable", "Servers a pick may choose per service: alive, with a closed circuit breaker, not ejected.", []string{"service"}, nil)
+	descEjected         = prometheus.NewDesc("pushlb_servers_ejected", "Servers outlier detection ejects now, per service.", []string{"service"}, nil)
+	descEjections       = prometheus.NewDesc("pushlb_outlier_ejections_total", "Servers ejected by outlier detection (server errors in a row), by service.", []string{"service"}, nil)
+	descPanic           = prometheus.NewDesc("pushlb_panic_mode", "1 while too few of a service's servers are healthy (panicThreshold) and picks balance over all of them, else 0.", []string{"service"}, nil)
 	descTrips           = prometheus.NewDesc("pushlb_breaker_trips_total", "Circuit breakers tripped, by service.", []string{"service"}, nil)
 	descGossipGone      = prometheus.NewDesc("pushlb_gossip_removals_total", "Instances taken offline because gossip declared them dead or gone.", nil, nil)
 	descGossipBack      = prometheus.NewDesc("pushlb_gossip_revivals_total", "Instances gossip brought back (refuted suspicions).", nil, nil)
@@ -148,7 +151,7 @@ type stateCollector struct{ g *Gateway }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReceived, descApplied, descDropped, descDelivered, descHandlerErr,
-		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descUnconfirmed, descMalformed, descResyncs, descLookupHit, descServers, descReachable, descTrips, descUpdates, descUnregistered, descServicesRemoved, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored,
+		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descUnconfirmed, descMalformed, descResyncs, descLookupHit, descServers, descReachable, descEjected, descEjections, descPanic, descTrips, descUpdates, descUnregistered, descServicesRemoved, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored,
 		descReaperLeader, descReaperReaped, descReaperEnded, descReaperUnled,
 		descRemovalsBy, descAdvState, descAdvReceived, descAdvMalformed, descAdvMatched, descAdvSkipped, descAdvProbes} {
 		ch <- d
@@ -161,6 +164,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge := func(d *prometheus.Desc, v int, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
+	}
+	flag := func(d *prometheus.Desc, on bool, labels ...string) {
+		v := 0
+		if on {
+			v = 1
+		}
+		gauge(d, v, labels...)
 	}
 	if c.g.client == nil {
 		return
@@ -206,16 +216,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descGossipMem, st.Gossip.Members)
 		counter(descGossipIgnored, st.Gossip.Ignored)
 	}
-	leader := 0
-	if st.Reaper.Leader {
-		leader = 1
-	}
-	gauge(descReaperLeader, leader)
-	unled := 0
-	if st.Reaper.Unled {
-		unled = 1
-	}
-	gauge(descReaperUnled, unled)
+	flag(descReaperLeader, st.Reaper.Leader)
+	flag(descReaperUnled, st.Reaper.Unled)
 	counter(descReaperReaped, st.Reaper.Reaped)
 	counter(descReaperEnded, st.Reaper.LeasesEnded)
 	counter(descLookupHit, st.Lookups.Hits, "hit")
@@ -230,6 +232,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		live[s.Name] = true
 		gauge(descServers, s.Servers, s.Name)
 		gauge(descReachable, s.Reachable, s.Name)
+		gauge(descEjected, s.Ejected, s.Name)
+		counter(descEjections, s.Ejections, s.Name)
+		flag(descPanic, s.Panic, s.Name)
 		counter(descTrips, s.BreakerTrips, s.Name)
 		counter(descUpdates, s.Updates, s.Name)
 	}
