@@ -180,7 +180,10 @@ func TestOutlierConfigValidation(t *testing.T) {
 	}{
 		{func(c *Config) { c.OutlierDetection.Consecutive5xx = -1 }, "outlierDetection.consecutive5xx"},
 		{func(c *Config) { c.OutlierDetection.Consecutive5xx = 5; c.OutlierDetection.BaseEjectionTime = 0 }, "outlierDetection.baseEjectionTime"},
-		{func(c *Config) { c.OutlierDetection.Consecutive5xx = 5; c.OutlierDetection.MaxEjectionTime = time.Second }, "outlierDetection.maxEjectionTime"},
+		{func(c *Config) {
+			c.OutlierDetection.Consecutive5xx = 5
+			c.OutlierDetection.MaxEjectionTime = time.Second
+		}, "outlierDetection.maxEjectionTime"},
 		{func(c *Config) { c.OutlierDetection.MaxEjectionPercent = 101 }, "outlierDetection.maxEjectionPercent"},
 		{func(c *Config) { c.PanicThreshold = -5 }, "panicThreshold"},
 	} {
