@@ -35,6 +35,7 @@ type Client struct {
 	nc        *nats.Conn
 	opts      options
 	factory   *balancer.Factory
+	guard     *emptyGuard // Config.EmptyListHold
 	services  *serviceSet
 	transport *lbhttp.Transport
 	proxy     *lbhttp.Proxy
@@ -83,7 +84,7 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, optionError("balancer configuration: %w", err)
 	}
-	c := &Client{nc: nc, opts: o, factory: factory}
+	c := &Client{nc: nc, opts: o, factory: factory, guard: newEmptyGuard(o.EmptyListHold, o.log)}
 	c.services = newServiceSet(factory, o.log, o.onList)
 	topts := append([]lbhttp.Option{lbhttp.WithLogger(o.log)}, o.transport...)
 	if c.transport, err = lbhttp.NewTransport(existing{c.services}, topts...); err != nil {
@@ -157,6 +158,11 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	var visitors *lbvisitor.Registry
 	first := newFirstLists()
 	p.sub, err = subscriber.New(c.nc, reg, func(ctx context.Context, lc events.ListChanged) error {
+		if sv := c.services.lookup(lc.Service); sv != nil {
+			if err := c.guard.check(lc, len(sv.b.AllServers())); err != nil {
+				return err // the last list stays (subscriber.ErrDeferred)
+			}
+		}
 		c.services.setCauses(lc)
 		err := visitors.Handle(ctx, lc)
 		c.services.clearCauses(lc.Service)

@@ -65,6 +65,17 @@ type Config struct {
 	// for that long, it is removed with its stats, unless Balancers names
 	// the service. A later announcement builds it again. Default 5 min.
 	ServiceGrace time.Duration
+	// EmptyListHold protects the lists from a registry that loses
+	// everything at once (its bucket deleted or purged): a change that
+	// would empty a service of two or more instances, every one of them
+	// removed because the registry no longer holds it (none announced
+	// offline, none found dead by gossip or a disconnect advisory), is held
+	// back and the last list kept, logged and counted
+	// (ServiceStats.Held), until the registry shows the service's
+	// instances again or for at most this long. A real mass offline (each
+	// instance announcing it) still empties the list at once. Default
+	// 2 min; negative turns the protection off.
+	EmptyListHold time.Duration
 	// Limits bound what announcements alone can make the client hold.
 	Limits Limits
 	// Reaper makes the client take part in the election of the registry's
@@ -131,15 +142,19 @@ type Advisories struct {
 // DefaultServiceGrace is Config.ServiceGrace's default.
 const DefaultServiceGrace = 5 * time.Minute
 
+// DefaultEmptyListHold is Config.EmptyListHold's default.
+const DefaultEmptyListHold = 2 * time.Minute
+
 // DefaultConfig returns the configuration that the zero Config means, with
 // every default written out.
 func DefaultConfig() Config {
 	return Config{
-		Prefix:       events.DefaultPrefix,
-		Balancers:    balancer.DefaultClientsConfig(),
-		Coalesce:     subscriber.DefaultCoalesce,
-		AntiEntropy:  subscriber.DefaultAntiEntropy,
-		ServiceGrace: DefaultServiceGrace,
+		Prefix:        events.DefaultPrefix,
+		Balancers:     balancer.DefaultClientsConfig(),
+		Coalesce:      subscriber.DefaultCoalesce,
+		AntiEntropy:   subscriber.DefaultAntiEntropy,
+		ServiceGrace:  DefaultServiceGrace,
+		EmptyListHold: DefaultEmptyListHold,
 		Limits: Limits{
 			UnconfirmedInstances: subscriber.DefaultMaxUnconfirmed,
 			Services:             subscriber.DefaultMaxServices,
@@ -212,6 +227,9 @@ func (c Config) resolve() (Config, error) {
 	orDefault("Coalesce", &c.Coalesce, def.Coalesce)
 	orDefault("AntiEntropy", &c.AntiEntropy, def.AntiEntropy)
 	orDefault("ServiceGrace", &c.ServiceGrace, def.ServiceGrace)
+	if c.EmptyListHold == 0 {
+		c.EmptyListHold = def.EmptyListHold // negative: off
+	}
 	orDefault("Limits.ConfirmWithin", &c.Limits.ConfirmWithin, def.Limits.ConfirmWithin)
 	orDefault("Advisories.ProbeTimeout", &c.Advisories.ProbeTimeout, def.Advisories.ProbeTimeout)
 	if c.Advisories.Subject == "" {

@@ -35,6 +35,9 @@ type Stats struct {
 	// named no registered instance, and so built nothing (announcements
 	// for invented services).
 	Unregistered uint64 `json:"unregistered"`
+	// ListsHeld counts the lists held back because the registry lost
+	// every instance of their service at once (Config.EmptyListHold).
+	ListsHeld uint64 `json:"listsHeld"`
 	// ServicesRemoved counts the balancers removed because their service
 	// had no instance and no request for Config.ServiceGrace.
 	ServicesRemoved uint64 `json:"servicesRemoved"`
@@ -194,6 +197,9 @@ type ServiceStats struct {
 	// Panic reports that too few of the service's servers are healthy
 	// (balancer.Config.PanicThreshold): picks balance over all of them.
 	Panic bool `json:"panic"`
+	// Held reports that the service's last list is kept although the
+	// registry lost its instances at once (Config.EmptyListHold).
+	Held bool `json:"held"`
 }
 
 // ServiceStats returns one service's summary, as Stats lists it; false
@@ -204,7 +210,14 @@ func (c *Client) ServiceStats(name string) (ServiceStats, bool) {
 	if sv == nil {
 		return ServiceStats{}, false
 	}
-	return sv.stats(), true
+	return c.serviceStats(sv), true
+}
+
+// serviceStats is sv's summary, with what the client knows of it.
+func (c *Client) serviceStats(sv *service) ServiceStats {
+	ss := sv.stats()
+	ss.Held = c.guard.isHeld(sv.name)
+	return ss
 }
 
 func (sv *service) stats() ServiceStats {
@@ -242,8 +255,9 @@ func (c *Client) Stats() Stats {
 		}
 	}
 	st.ServicesRemoved = c.removed.Load()
+	st.ListsHeld = c.guard.holds.Load()
 	for _, sv := range c.services.all() {
-		st.Services = append(st.Services, sv.stats())
+		st.Services = append(st.Services, c.serviceStats(sv))
 	}
 	slices.SortFunc(st.Services, func(a, b ServiceStats) int { return strings.Compare(a.Name, b.Name) })
 	return st

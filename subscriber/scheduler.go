@@ -6,6 +6,7 @@ package subscriber
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,12 +152,18 @@ func (sc *scheduler) deliver(service string, st *svcState) {
 	defer sc.mu.Unlock()
 	st.running = false
 	st.lastFire = time.Now()
-	if err != nil && sc.ctx.Err() == nil {
+	switch {
+	case err != nil && sc.ctx.Err() == nil && errors.Is(err, ErrDeferred):
+		// The handler holds the list back on purpose: offered again
+		// after the same backoff, neither counted nor logged as a failure.
+		st.failures++
+		st.dirty = true
+	case err != nil && sc.ctx.Err() == nil:
 		sc.handlerErrors.Add(1)
 		st.failures++
 		st.dirty = true
 		sc.log.Warn().Err(err).Str("service", service).Int("failures", st.failures).Msg("list handler failed; will retry")
-	} else {
+	default:
 		st.failures = 0
 	}
 	if st.dirty {

@@ -44,6 +44,9 @@ type ServiceState struct {
 	// Panic: too few healthy servers, picks balance over all of them
 	// (the balancer's panicThreshold).
 	Panic bool `json:"panic,omitempty"`
+	// Held: the registry lost the service's instances at once, and its
+	// last list is kept (emptyListHold).
+	Held bool `json:"held,omitempty"`
 }
 
 // ZoneState summarises a zone of a service.
@@ -141,7 +144,7 @@ func (g *Gateway) serviceState(name string) (ServiceState, bool) {
 	}
 	cfg := b.Config()
 	ss := ServiceState{Name: name, Rule: cfg.Rule, Servers: []ServerState{}, Zones: map[string]ZoneState{},
-		Updates: sv.Updates, Trips: sv.BreakerTrips, Ejections: sv.Ejections, Panic: sv.Panic}
+		Updates: sv.Updates, Trips: sv.BreakerTrips, Ejections: sv.Ejections, Panic: sv.Panic, Held: sv.Held}
 	if !sv.LastChange.IsZero() {
 		ss.LastChange = &sv.LastChange
 	}

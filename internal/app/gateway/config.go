@@ -74,6 +74,10 @@ type Config struct {
 	// request keeps its balancer (services the balancer section names keep
 	// theirs). Default 5m.
 	ServiceGrace time.Duration `yaml:"serviceGrace"`
+	// EmptyListHold keeps a service's last list when the registry loses
+	// all of its instances at once (pushlb.Config.EmptyListHold), at most
+	// this long; negative: off.
+	EmptyListHold time.Duration `yaml:"emptyListHold"`
 
 	// Routes map path prefixes to services, in addition to the default
 	// /<service>/<rest> rule (unless DefaultRoutes is false). A route may
@@ -142,6 +146,7 @@ func DefaultConfig() Config {
 		EmbeddedNATS:    "127.0.0.1:4222",
 		ShutdownTimeout: 10 * time.Second,
 		ServiceGrace:    pushlb.DefaultServiceGrace,
+		EmptyListHold:   pushlb.DefaultEmptyListHold,
 		Reaper:          true,
 		HTTP:            DefaultHTTPConfig(),
 		Subscriber:      SubscriberConfig{Coalesce: subscriber.DefaultCoalesce, AntiEntropy: subscriber.DefaultAntiEntropy},

@@ -148,6 +148,7 @@ func (g *Gateway) clientConfig() pushlb.Config {
 		Coalesce:         c.Subscriber.Coalesce,
 		AntiEntropy:      c.Subscriber.AntiEntropy,
 		ServiceGrace:     c.ServiceGrace,
+		EmptyListHold:    c.EmptyListHold,
 		Limits:           c.Limits,
 		Reaper:           c.Reaper,
 	}

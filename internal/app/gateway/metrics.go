@@ -124,6 +124,8 @@ var (
 	descReachable       = prometheus.NewDesc("pushlb_servers_reachable", "Servers a pick may choose per service: alive, with a closed circuit breaker, not ejected.", []string{"service"}, nil)
 	descEjected         = prometheus.NewDesc("pushlb_servers_ejected", "Servers outlier detection ejects now, per service.", []string{"service"}, nil)
 	descEjections       = prometheus.NewDesc("pushlb_outlier_ejections_total", "Servers ejected by outlier detection (server errors in a row), by service.", []string{"service"}, nil)
+	descHeld            = prometheus.NewDesc("pushlb_list_held", "1 while a service's last list is kept because the registry lost all its instances at once (emptyListHold), else 0.", []string{"service"}, nil)
+	descHeldTotal       = prometheus.NewDesc("pushlb_lists_held_total", "Lists held back because the registry lost every instance of their service at once.", nil, nil)
 	descPanic           = prometheus.NewDesc("pushlb_panic_mode", "1 while too few of a service's servers are healthy (panicThreshold) and picks balance over all of them, else 0.", []string{"service"}, nil)
 	descTrips           = prometheus.NewDesc("pushlb_breaker_trips_total", "Circuit breakers tripped, by service.", []string{"service"}, nil)
 	descGossipGone      = prometheus.NewDesc("pushlb_gossip_removals_total", "Instances taken offline because gossip declared them dead or gone.", nil, nil)
@@ -151,7 +153,7 @@ type stateCollector struct{ g *Gateway }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReceived, descApplied, descDropped, descDelivered, descHandlerErr,
-		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descUnconfirmed, descMalformed, descResyncs, descLookupHit, descServers, descReachable, descEjected, descEjections, descPanic, descTrips, descUpdates, descUnregistered, descServicesRemoved, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored,
+		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descUnconfirmed, descMalformed, descResyncs, descLookupHit, descServers, descReachable, descEjected, descEjections, descPanic, descHeld, descHeldTotal, descTrips, descUpdates, descUnregistered, descServicesRemoved, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored,
 		descReaperLeader, descReaperReaped, descReaperEnded, descReaperUnled,
 		descRemovalsBy, descAdvState, descAdvReceived, descAdvMalformed, descAdvMatched, descAdvSkipped, descAdvProbes} {
 		ch <- d
@@ -227,6 +229,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descLookupHit, st.Lookups.RateLimited, "rate_limited")
 	counter(descUnregistered, st.Unregistered)
 	counter(descServicesRemoved, st.ServicesRemoved)
+	counter(descHeldTotal, st.ListsHeld)
 	live := make(map[string]bool, len(st.Services))
 	for _, s := range st.Services {
 		live[s.Name] = true
@@ -235,6 +238,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descEjected, s.Ejected, s.Name)
 		counter(descEjections, s.Ejections, s.Name)
 		flag(descPanic, s.Panic, s.Name)
+		flag(descHeld, s.Held, s.Name)
 		counter(descTrips, s.BreakerTrips, s.Name)
 		counter(descUpdates, s.Updates, s.Name)
 	}
