@@ -15,8 +15,9 @@ import (
 // for the name gets a new entry, which shares the *http.Transport when the
 // timeouts are unchanged.
 type client struct {
-	b     *balancer.Balancer
-	retry retryPolicy
+	b      *balancer.Balancer
+	retry  retryPolicy
+	budget *retryBudget // the service's retries in flight
 	// connect and read are the timeouts rt was built with.
 	connect, read time.Duration
 	rt            *http.Transport
@@ -84,6 +85,11 @@ func (t *Transport) newClient(b *balancer.Balancer, old *client) *client {
 		},
 		connect: cfg.ConnectTimeout,
 		read:    cfg.ReadTimeout,
+	}
+	if old != nil {
+		c.budget = old.budget // the service's requests in flight go on
+	} else {
+		c.budget = newRetryBudget(t.budget)
 	}
 	if old != nil && old.connect == c.connect && old.read == c.read {
 		c.rt = old.rt

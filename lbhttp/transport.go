@@ -41,6 +41,9 @@ type Observer struct {
 	OnPick func(service string, server *balancer.Server)
 	// OnRetry is called before each retry with the failure that caused it.
 	OnRetry func(service string, cause error)
+	// OnRetryDenied is called when the retry budget refuses a retry the
+	// retry policy allowed (see RetryBudget).
+	OnRetryDenied func(service string)
 	// OnResult is called when an attempt ends, with a response or an error.
 	OnResult func(r Result)
 }
@@ -191,6 +194,7 @@ type Transport struct {
 	log         zerolog.Logger
 	template    *http.Transport
 	retryStatus []int
+	budget      RetryBudget // WithRetryBudget
 
 	clients sync.Map // service name → *client
 	// openGuards counts the guarded request bodies that an attempt's
@@ -205,7 +209,7 @@ func NewTransport(bs balancer.Balancers, opts ...Option) (*Transport, error) {
 	if bs == nil {
 		return nil, optionError("nil Balancers")
 	}
-	t := &Transport{balancers: bs, log: zerolog.Nop()}
+	t := &Transport{balancers: bs, log: zerolog.Nop(), budget: DefaultRetryBudget}
 	for i, o := range opts {
 		if o == nil {
 			return nil, optionError("nil option at index %d", i)
@@ -244,6 +248,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	c := t.clientFor(service, b)
 	ctx := req.Context()
+	c.budget.requestStarted()
+	defer c.budget.requestEnded()
 
 	pick, err := b.Pick(ctx)
 	if err != nil {
@@ -283,9 +289,14 @@ type roundTrip struct {
 func (r *roundTrip) run(ctx context.Context, pick balancer.Pick) (*http.Response, error) {
 	sameLeft, nextLeft := r.c.retry.sameServer, r.c.retry.nextServers
 	var held *http.Response // a retryable-status response, kept until a retry is under way
+	retrying := false       // the attempt is a retry, counted in the budget
 	for {
 		srv := pick.Server
 		resp, connectFailure, err := r.attempt(ctx, pick)
+		if retrying {
+			r.c.budget.retryEnded()
+			retrying = false
+		}
 		if err == nil && !slices.Contains(r.t.retryStatus, resp.StatusCode) {
 			r.releaseBody()
 			discard(held)
@@ -315,11 +326,22 @@ func (r *roundTrip) run(ctx context.Context, pick balancer.Pick) (*http.Response
 				}
 			}
 		}
+		if next != nil && !r.c.budget.startRetry(connectFailure) {
+			next = nil
+			cause = fmt.Errorf("%w; no retry: the service's retry budget is spent", cause)
+			if r.t.obs.OnRetryDenied != nil {
+				r.t.obs.OnRetryDenied(r.service)
+			}
+		}
+		retrying = next != nil
 		var rewindErr error
 		if next != nil {
 			rewindErr = r.rewind(connectFailure)
 		}
 		if next == nil || rewindErr != nil {
+			if retrying {
+				r.c.budget.retryEnded()
+			}
 			r.releaseBody()
 			if held != nil {
 				return held, nil

@@ -89,6 +89,9 @@ type Config struct {
 	// and where a request's key for keyed rules (Rendezvous) comes from.
 	// Default: none.
 	Hints lbhttp.Hints `yaml:"hints"`
+	// RetryBudget bounds each service's retries (lbhttp.RetryBudget).
+	// Default: 20 % of the requests in flight, at least 3 at once.
+	RetryBudget lbhttp.RetryBudget `yaml:"retryBudget"`
 
 	// Balancer holds the per-client balancer settings: defaults and
 	// clients, as lbconfig.LoadYAML reads them. Its ClientsConfig is nil
@@ -147,6 +150,7 @@ func DefaultConfig() Config {
 		ShutdownTimeout: 10 * time.Second,
 		ServiceGrace:    pushlb.DefaultServiceGrace,
 		EmptyListHold:   pushlb.DefaultEmptyListHold,
+		RetryBudget:     lbhttp.DefaultRetryBudget,
 		Reaper:          true,
 		HTTP:            DefaultHTTPConfig(),
 		Subscriber:      SubscriberConfig{Coalesce: subscriber.DefaultCoalesce, AntiEntropy: subscriber.DefaultAntiEntropy},
@@ -249,6 +253,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Hints.Validate(); err != nil {
 		return bad("hints.%v", err)
+	}
+	if err := c.RetryBudget.Validate(); err != nil {
+		return bad("retryBudget: %w", err)
 	}
 	// Checked with gossip off too (Start warns that they are unused then).
 	if err := c.Gossip.Validate(); err != nil {

@@ -179,7 +179,7 @@ func (g *Gateway) options() []pushlb.Option {
 			g.metrics.observeEvent(e)
 		}),
 		pushlb.WithListObserver(g.dash.observe),
-		pushlb.WithTransportOptions(lbhttp.WithObserver(g.dash.observer(g.metrics.observer()))),
+		pushlb.WithTransportOptions(lbhttp.WithObserver(g.dash.observer(g.metrics.observer())), lbhttp.WithRetryBudget(c.RetryBudget)),
 		pushlb.WithProxyOptions(popts...),
 	}
 }

@@ -22,6 +22,7 @@ type metrics struct {
 	lag      prometheus.Histogram
 	picks    *prometheus.CounterVec
 	retries  *prometheus.CounterVec
+	denied   *prometheus.CounterVec
 	failures *prometheus.CounterVec
 	requests *prometheus.HistogramVec
 
@@ -42,6 +43,9 @@ func newMetrics(g *Gateway) *metrics {
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pushlb_retries_total", Help: "Request attempts after the first, by service.",
 		}, []string{"service"}),
+		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pushlb_retries_denied_total", Help: "Retries the retry policy allowed and the service's retry budget refused, by service.",
+		}, []string{"service"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pushlb_attempt_failures_total", Help: "Request attempts that got no response, by service and kind (connect, other).",
 		}, []string{"service", "kind"}),
@@ -50,7 +54,7 @@ func newMetrics(g *Gateway) *metrics {
 			Buckets: prometheus.DefBuckets,
 		}, []string{"service"}),
 	}
-	m.reg.MustRegister(m.lag, m.picks, m.retries, m.failures, m.requests,
+	m.reg.MustRegister(m.lag, m.picks, m.retries, m.denied, m.failures, m.requests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&stateCollector{g: g})
 	return m
@@ -59,8 +63,8 @@ func newMetrics(g *Gateway) *metrics {
 // serviceMetrics are one service's request series, resolved once so that
 // a request does no label lookup.
 type serviceMetrics struct {
-	picks, retries, connectFailures, otherFailures prometheus.Counter
-	requests                                       prometheus.Observer
+	picks, retries, denied, connectFailures, otherFailures prometheus.Counter
+	requests                                               prometheus.Observer
 }
 
 // service returns the series of a service, creating them all at once (at
@@ -73,6 +77,7 @@ func (m *metrics) service(name string) *serviceMetrics {
 	sm, _ := m.services.LoadOrStore(name, &serviceMetrics{
 		picks:           m.picks.WithLabelValues(name),
 		retries:         m.retries.WithLabelValues(name),
+		denied:          m.denied.WithLabelValues(name),
 		connectFailures: m.failures.WithLabelValues(name, "connect"),
 		otherFailures:   m.failures.WithLabelValues(name, "other"),
 		requests:        m.requests.WithLabelValues(name),
@@ -84,8 +89,9 @@ func (m *metrics) service(name string) *serviceMetrics {
 // results.
 func (m *metrics) observer() lbhttp.Observer {
 	return lbhttp.Observer{
-		OnPick:  func(service string, _ *balancer.Server) { m.service(service).picks.Inc() },
-		OnRetry: func(service string, _ error) { m.service(service).retries.Inc() },
+		OnPick:        func(service string, _ *balancer.Server) { m.service(service).picks.Inc() },
+		OnRetry:       func(service string, _ error) { m.service(service).retries.Inc() },
+		OnRetryDenied: func(service string) { m.service(service).denied.Inc() },
 		OnResult: func(r lbhttp.Result) {
 			sm := m.service(r.Service)
 			sm.requests.Observe(r.Duration.Seconds())
@@ -255,6 +261,7 @@ func (m *metrics) forgetServices(live map[string]bool) {
 			m.services.Delete(name)
 			m.picks.DeleteLabelValues(name)
 			m.retries.DeleteLabelValues(name)
+			m.denied.DeleteLabelValues(name)
 			m.failures.DeleteLabelValues(name, "connect")
 			m.failures.DeleteLabelValues(name, "other")
 			m.requests.DeleteLabelValues(name)
