@@ -4,6 +4,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 
 	"github.com/pushlb/pushlb/balancer"
 )
@@ -79,21 +80,29 @@ func (s Subsets) compile() (*subsetPlan, error) {
 		return nil, nil
 	}
 	fallback := balancer.SubsetFallback(s.Fallback)
+	switch fallback {
+	case "", balancer.FallbackAny, balancer.FallbackDefault, balancer.FallbackNone:
+	default:
+		return nil, hintError("fallback: %q is not one of any, default, none", s.Fallback)
+	}
+	if (fallback == balancer.FallbackDefault) != (s.DefaultSubset != "") {
+		return nil, hintError("defaultSubset: set it with fallback: default, and only then")
+	}
 	var def balancer.Selector
 	if s.DefaultSubset != "" {
 		var err error
 		if def, err = balancer.ParseSelector(s.DefaultSubset); err != nil {
-			return nil, hintError("defaultSubset: %v", err)
+			return nil, hintError("defaultSubset: %s", selectorError(err))
 		}
 	}
 	subset := func(field, sel string) (*balancer.Subset, error) {
 		sub := &balancer.Subset{Fallback: fallback, Default: def}
 		var err error
 		if sub.Selector, err = balancer.ParseSelector(sel); err != nil {
-			return nil, hintError("%s: %v", field, err)
+			return nil, hintError("%s: %s", field, selectorError(err))
 		}
 		if err := sub.Validate(); err != nil {
-			return nil, hintError("%v", err)
+			return nil, hintError("%s: %s", field, selectorError(err))
 		}
 		return sub, nil
 	}
@@ -132,6 +141,12 @@ func (s Subsets) compile() (*subsetPlan, error) {
 		return nil, hintError("fallback, defaultSubset: set with subset or split")
 	}
 	return p, nil
+}
+
+// selectorError is err's message without the balancer's prefix: the
+// field names say where it comes from.
+func selectorError(err error) string {
+	return strings.TrimPrefix(err.Error(), balancer.ErrInvalidConfig.Error()+": ")
 }
 
 // subsetFor returns the subset of one request: the route's, or the
