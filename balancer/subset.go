@@ -408,12 +408,15 @@ func (b *Balancer) subsetSnapshot(parent *Snapshot, list []*Server, now int64, e
 // breaker tripped or reset since it was made, or it is due (load, a
 // blackout's end): the parent's decision is remade by the statistics'
 // hooks, a subset's by the picks that use it. The clock is read only when
-// the decision may be due.
+// the decision may be due: a breaker is open, or an active count changed
+// since the balancer's decision was last made (statsShared.zonesPending).
 func (b *Balancer) freshSubset(v *subsetView) *Snapshot {
 	s := v.snap
 	d := s.decision.Load()
 	epoch := b.shared.epoch.Load()
-	if epoch == v.epoch.Load() && d.due == math.MaxInt64 {
+	if epoch == v.epoch.Load() && (d.due == math.MaxInt64 || !(d.clockCheck || b.shared.zonesPending.Load())) {
+		// As chooseZone: no clock read unless a breaker is open or load
+		// changed since a decision was made.
 		return s
 	}
 	now := b.shared.nanotime()

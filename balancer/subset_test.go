@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -253,7 +255,15 @@ func TestSubsetPickAllocatesNothing(t *testing.T) {
 func BenchmarkSubsetChoose(b *testing.B) {
 	list := append(versioned("v1", "", 4750, "a", "b"), versioned("v2", "", 250, "a", "b")...)
 	for _, rule := range []string{RuleRoundRobin, RuleZoneAvoidance} {
-		tb := newTest(b, func(c *Config) { c.Rule = rule }, list)
+		cfg := DefaultConfig()
+		cfg.Rule = rule
+		tb, err := New("svc", cfg) // the system clock, as in production
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := tb.SetServers(list); err != nil {
+			b.Fatal(err)
+		}
 		for _, bc := range []struct {
 			name string
 			ctx  context.Context
@@ -270,5 +280,77 @@ func BenchmarkSubsetChoose(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// Beyond maxSubsetKeySets distinct key sets, a selector with new keys is
+// not indexed: its pick falls back as its subset says, and the index
+// stays bounded.
+func TestSubsetKeySetsAreBounded(t *testing.T) {
+	var list []Server
+	for i := range maxSubsetKeySets + 1 {
+		list = append(list, Server{ID: fmt.Sprintf("s%d", i), Host: "10.0.0.1", Port: 1000 + i,
+			Metadata: map[string]string{fmt.Sprintf("k%d", i): "x"}})
+	}
+	tb := newTest(t, func(c *Config) { c.Rule = RuleRoundRobin }, list)
+	for i := range maxSubsetKeySets {
+		s := mustSubset(t, fmt.Sprintf("k%d=x", i), FallbackNone, "")
+		if got, err := tb.Choose(WithSubset(t.Context(), s)); err != nil || got.ID != fmt.Sprintf("s%d", i) {
+			t.Fatalf("k%d: %v %v", i, got, err)
+		}
+	}
+	over := mustSubset(t, fmt.Sprintf("k%d=x", maxSubsetKeySets), FallbackNone, "")
+	if _, err := tb.Choose(WithSubset(t.Context(), over)); !errors.Is(err, ErrNoSubset) {
+		t.Fatalf("key set %d: %v, want the fallback none", maxSubsetKeySets+1, err)
+	}
+	if n := len(tb.subsets.keySets); n != maxSubsetKeySets {
+		t.Fatalf("%d key sets indexed", n)
+	}
+}
+
+// Picks through subsets run concurrently with list changes (under -race):
+// each sees one index, and a v2 pick always gets a v2 server.
+func TestSubsetPicksDuringListChanges(t *testing.T) {
+	v1, v2 := versioned("v1", "", 4, "a", "b"), versioned("v2", "", 2, "a", "b")
+	tb := newTest(t, nil, append(v1, v2...))
+	ctx := WithSubset(t.Context(), mustSubset(t, "version=v2", FallbackAny, ""))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p, err := tb.Pick(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				p.Done(DoneInfo{})
+			}
+		}()
+	}
+	for i := range 300 {
+		list := append(slices.Clone(v1), v2[:1+i%len(v2)]...)
+		if err := tb.SetServers(list); err != nil {
+			t.Fatal(err)
+		}
+		tb.MarkServerDown(v1[i%len(v1)].ID)
+		s, err := tb.Choose(ctx)
+		if err != nil || !strings.HasPrefix(s.ID, "v2-") {
+			t.Fatalf("change %d: %v %v", i, s, err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }
