@@ -428,20 +428,23 @@ func (b *Balancer) freshSubset(v *subsetView) *Snapshot {
 	return s
 }
 
-// SubsetServers returns the alive servers a pick with subset s would
-// choose from right now (its selector's, or its fallback's), for admin
-// pages and tests; a *NoSubsetError when it would fail.
-func (b *Balancer) SubsetServers(s *Subset) ([]*Server, error) {
-	snap, err := b.snapshotFor(WithSubset(context.Background(), s))
-	if err != nil {
-		return nil, err
-	}
-	return snap.full.servers, nil
-}
 
 // WithSubsetHint is WithSubset and WithHint at once, in one context value:
 // what a proxy that reads both from a request uses. A nil s and an empty
 // hint set neither.
 func WithSubsetHint(ctx context.Context, s *Subset, hint string) context.Context {
 	return context.WithValue(ctx, subsetKeyType{}, &subsetChoice{hint: hint, subset: s})
+}
+
+// ReachableServersFor returns the alive servers a pick with ctx chooses
+// among: ReachableServers, or those of the subset ctx's hint or subset
+// selects (nil when a subset without fallback has none), for a fail-over
+// outside the rule that must stay within the request's subset. Do not
+// modify the slice.
+func (b *Balancer) ReachableServersFor(ctx context.Context) []*Server {
+	snap, err := b.snapshotFor(ctx)
+	if err != nil {
+		return nil
+	}
+	return snap.full.servers
 }

@@ -354,3 +354,53 @@ func TestSubsetPicksDuringListChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkSubsetListChange measures a list change of N = 10,000 servers
+// (one server leaves or comes back) without subsets, and with the
+// version and hint key sets indexed (the rebuild of the subset index, by
+// the change's listener, included).
+func BenchmarkSubsetListChange(b *testing.B) {
+	full := append(versioned("v1", "", 4750, "a", "b"), versioned("v2", "canary", 250, "a", "b")...)
+	short := full[1:]
+	for _, indexed := range []bool{false, true} {
+		name := "plain"
+		if indexed {
+			name = "subsets"
+		}
+		b.Run(name, func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.Rule = RuleRoundRobin
+			tb, err := New("svc", cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := tb.SetServers(full); err != nil {
+				b.Fatal(err)
+			}
+			if indexed {
+				for _, ctx := range []context.Context{
+					WithHint(context.Background(), "canary"),
+					WithSubset(context.Background(), mustSubset(b, "version=v2", "", "")),
+				} {
+					if _, err := tb.Choose(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if n := len(tb.subsets.index.Load().byKeys); n != 2 {
+					b.Fatalf("%d key sets indexed", n)
+				}
+			}
+			i := 0
+			for b.Loop() {
+				list := full
+				if i%2 == 0 {
+					list = short
+				}
+				i++
+				if err := tb.SetServers(list); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -252,3 +252,36 @@ func TestSubsetsValidate(t *testing.T) {
 		t.Errorf("a route with a bad split: %v", err)
 	}
 }
+
+// A retry after a connection failure stays within the request's subset:
+// with one of two v2 instances refusing connections, every request to the
+// strict v2 route reaches the other, and v1 never sees one; when the only
+// v2 instance left refuses, the request fails instead of leaving the
+// subset.
+func TestRetriesStayInTheSubset(t *testing.T) {
+	v1 := newBackend(t, "v1-a", nil)
+	v2 := newBackend(t, "v2-a", nil)
+	list := []balancer.Server{v1.server(""), v2.server(""), refusing(t, "v2-dead")}
+	list[0].Metadata = map[string]string{"version": "v1"}
+	list[1].Metadata = map[string]string{"version": "v2"}
+	list[2].Metadata = map[string]string{"version": "v2"}
+	b := newBalancer(t, "orders", roundRobin(), list)
+	tr := newTestTransport(t, BalancerMap{"orders": b})
+	front, client := newFront(t, tr, WithRoutes(Route{Prefix: "/v2", Service: "orders", Hints: Hints{Subsets: Subsets{Subset: "version=v2", Fallback: "none"}}}))
+	for range 20 {
+		status, body, err := testutil.Do(client, newRequest(t, "GET", front.URL+"/v2/x", nil))
+		if err != nil || status != 200 || body != "v2-a" {
+			t.Fatalf("GET /v2/x: %d %q %v", status, body, err)
+		}
+	}
+	if n := v1.hits.Load(); n != 0 {
+		t.Fatalf("v1 got %d requests of the v2 route", n)
+	}
+	if err := b.SetServers([]balancer.Server{list[0], list[2]}); err != nil {
+		t.Fatal(err)
+	}
+	status, body, err := testutil.Do(client, newRequest(t, "GET", front.URL+"/v2/x", nil))
+	if err != nil || status != http.StatusBadGateway || v1.hits.Load() != 0 {
+		t.Fatalf("only a refusing v2 left: %d %q %v, v1 hits %d", status, body, err, v1.hits.Load())
+	}
+}
