@@ -428,7 +428,6 @@ func (b *Balancer) freshSubset(v *subsetView) *Snapshot {
 	return s
 }
 
-
 // WithSubsetHint is WithSubset and WithHint at once, in one context value:
 // what a proxy that reads both from a request uses. A nil s and an empty
 // hint set neither.
