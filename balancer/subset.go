@@ -49,6 +49,7 @@ var ErrNoSubset = errors.New("balancer: no instance matches the subset")
 type Selector struct {
 	keys   string // the keys, sorted, joined by ","
 	values string // their values in the same order, joined by "\x00"
+	str    string // the canonical form, String's
 	pairs  []selectorPair
 }
 
@@ -85,26 +86,19 @@ func ParseSelector(s string) (Selector, error) {
 func newSelector(pairs []selectorPair) Selector {
 	ks := make([]string, len(pairs))
 	vs := make([]string, len(pairs))
+	kvs := make([]string, len(pairs))
 	for i, p := range pairs {
-		ks[i], vs[i] = p.key, p.value
+		ks[i], vs[i], kvs[i] = p.key, p.value, p.key+"="+p.value
 	}
-	return Selector{keys: strings.Join(ks, ","), values: strings.Join(vs, "\x00"), pairs: pairs}
+	return Selector{keys: strings.Join(ks, ","), values: strings.Join(vs, "\x00"), str: strings.Join(kvs, ","), pairs: pairs}
 }
 
 // IsZero reports whether s selects nothing (the zero Selector).
 func (s Selector) IsZero() bool { return len(s.pairs) == 0 }
 
 // String returns the canonical form, keys sorted: "region=eu,version=v2".
-func (s Selector) String() string {
-	var b strings.Builder
-	for i, p := range s.pairs {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(p.key + "=" + p.value)
-	}
-	return b.String()
-}
+// It does not allocate.
+func (s Selector) String() string { return s.str }
 
 // Matches reports whether md carries every pair of s.
 func (s Selector) Matches(md map[string]string) bool {
