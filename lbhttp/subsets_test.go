@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -283,5 +284,31 @@ func TestRetriesStayInTheSubset(t *testing.T) {
 	status, body, err := testutil.Do(client, newRequest(t, "GET", front.URL+"/v2/x", nil))
 	if err != nil || status != http.StatusBadGateway || v1.hits.Load() != 0 {
 		t.Fatalf("only a refusing v2 left: %d %q %v, v1 hits %d", status, body, err, v1.hits.Load())
+	}
+}
+
+// BenchmarkHintsContext measures what a route's hints cost a request that
+// carries none, with the hint header read (the default) and off, and a
+// request of a 95/5 split route: the subset's draw and its context value.
+func BenchmarkHintsContext(b *testing.B) {
+	req := httptest.NewRequest("GET", "/orders/x", nil)
+	req.Header.Set("Accept", "*/*")
+	req.Header.Set("User-Agent", "bench")
+	split := Hints{Subsets: Subsets{Split: []SplitShare{{"version=v1", 95}, {"version=v2", 5}}}}
+	for _, bc := range []struct {
+		name string
+		h    Hints
+	}{
+		{"hint-header-off", Hints{HintHeader: "-"}},
+		{"hint-header-default", Hints{}},
+		{"split", split},
+	} {
+		h := bc.h.over(Hints{})
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				h.context(req, "orders")
+			}
+		})
 	}
 }
