@@ -307,6 +307,9 @@ func (b *Balancer) subsetOf(snap *Snapshot, keys, values string) *subsetView {
 	}
 	m, ok := idx.byKeys[keys]
 	if !ok {
+		if len(idx.byKeys) >= maxSubsetKeySets {
+			return nil // not indexed, nor to be: no lock per pick
+		}
 		m = b.buildSubsets(keys).byKeys[keys]
 	}
 	return m[values]
