@@ -10,11 +10,14 @@ import (
 )
 
 // Hints say where a request carries hints for the balancer: a zone to
-// prefer (balancer.WithZone) and a key for keyed rules (balancer.WithKey).
-// The Proxy reads them from each request of a route and puts them on the
-// request's context, so that a client of the gateway can steer its request
-// to a zone, or stick to one instance, without the gateway knowing it in
-// advance. The zero value reads no hint.
+// prefer (balancer.WithZone), a key for keyed rules (balancer.WithKey) and
+// a hint naming a group of instances (balancer.WithHint); and which subset
+// of the instances a route sends its requests to (Subsets). The Proxy
+// reads them from each request of a route and puts them on the request's
+// context, so that a client of the gateway can steer its request to a
+// zone, a group, or stick to one instance, without the gateway knowing it
+// in advance. The zero value reads the hint header DefaultHintHeader and
+// nothing else.
 type Hints struct {
 	// ZoneHeader names a request header whose value is the zone to prefer
 	// for that request, as Spring Cloud LoadBalancer's hint header
