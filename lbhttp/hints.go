@@ -175,7 +175,8 @@ func (k HashKey) from(r *http.Request) string {
 
 // WithHints sets the hints of the default rule (/<service>/<rest>), and of
 // every explicit route for the fields it leaves empty: a route's own
-// ZoneHeader and HashKey win over these.
+// ZoneHeader, HashKey and HintHeader win over these. Its Subsets apply to
+// the default rule only.
 func WithHints(h Hints) ProxyOption {
 	return func(p *Proxy) error {
 		if err := h.Validate(); err != nil {
