@@ -139,6 +139,8 @@ type Balancer struct {
 	pollDelay time.Duration
 
 	snap atomic.Pointer[Snapshot]
+	// subsets is the subset index (subset.go), built on first use.
+	subsets subsets
 	// zonesRefreshing lets one goroutine at a time remake the zone
 	// decision; zonesAgain asks it for one more round (zone.go).
 	zonesRefreshing, zonesAgain atomic.Bool
@@ -275,7 +277,10 @@ func (b *Balancer) Choose(ctx context.Context) (*Server, error) {
 // choose is Choose at the pick's time now when hasNow (Pick reads it), and
 // returns the time the pick used.
 func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server, int64, error) {
-	snap := b.snap.Load()
+	snap, err := b.snapshotFor(ctx) // subset.go: the current snapshot, or a subset's
+	if err != nil {
+		return nil, now, err
+	}
 	v, c, now, hasNow := b.chooseZone(ctx, snap, now, hasNow)
 	var srv *Server
 	switch {

@@ -99,6 +99,17 @@
 // weight. The tables are built with each snapshot; a view whose servers all
 // weigh the same has none and takes the unweighted paths unchanged.
 //
+// # Subsets and hints
+//
+// A request can be confined to the instances whose metadata match a
+// [Selector] ("version=v2"): [WithSubset] with a [Subset] and Envoy's
+// fallback policies (any instance, a default subset, or none: an error
+// matching [ErrNoSubset] and ErrNoServers), and [WithHint], Spring Cloud
+// LoadBalancer's hint (metadata "hint", every instance when none has it).
+// A subset is a snapshot of its own over the parent's servers, indexed per
+// key set on list change: statistics and breakers are shared, and the
+// zone choice and the rule apply inside it. See subset.go.
+//
 // # Lifecycle
 //
 // [New] builds a balancer and starts nothing; [Balancer.Start] starts its

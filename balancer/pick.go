@@ -118,7 +118,8 @@ func (p *PickInfo) Refresh() PickInfo {
 	if p.b == nil {
 		return *p
 	}
-	return p.b.pickInfo(p.Ctx, p.b.snap.Load())
+	snap, _ := p.b.snapshotFor(p.Ctx) // a failed subset: an empty one
+	return p.b.pickInfo(p.Ctx, snap)
 }
 
 // Pick is a server chosen for one request, together with that request's

@@ -35,6 +35,11 @@
 // behind an encoded slash or backslash, gets 400. X-Real-IP and
 // X-Forwarded-For are set from the connection, never taken from the client.
 //
+// A route may also send its requests to a subset of the instances,
+// chosen by their metadata, or split them between subsets by weight for a
+// canary ([Subsets]), and reads a request hint from the X-Pushlb-Hint
+// header ([Hints].HintHeader, [DefaultHintHeader]).
+//
 // Errors are [*Error] values matching [ErrUnknownService], [ErrNoServers]
 // (the balancer's own sentinel) or [ErrAllTriesFailed] with errors.Is, and
 // their cause; [IsConnectFailure] tells a failure to connect from others.

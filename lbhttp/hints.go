@@ -10,11 +10,14 @@ import (
 )
 
 // Hints say where a request carries hints for the balancer: a zone to
-// prefer (balancer.WithZone) and a key for keyed rules (balancer.WithKey).
-// The Proxy reads them from each request of a route and puts them on the
-// request's context, so that a client of the gateway can steer its request
-// to a zone, or stick to one instance, without the gateway knowing it in
-// advance. The zero value reads no hint.
+// prefer (balancer.WithZone), a key for keyed rules (balancer.WithKey) and
+// a hint naming a group of instances (balancer.WithHint); and which subset
+// of the instances a route sends its requests to (Subsets). The Proxy
+// reads them from each request of a route and puts them on the request's
+// context, so that a client of the gateway can steer its request to a
+// zone, a group, or stick to one instance, without the gateway knowing it
+// in advance. The zero value reads the hint header DefaultHintHeader and
+// nothing else.
 type Hints struct {
 	// ZoneHeader names a request header whose value is the zone to prefer
 	// for that request, as Spring Cloud LoadBalancer's hint header
@@ -28,6 +31,24 @@ type Hints struct {
 	// (the Rendezvous rule: equal keys go to the same instance while it is
 	// available, so sessions stick). The zero value takes no key.
 	HashKey HashKey `yaml:"hashKey"`
+	// HintHeader names a request header whose value is the request's hint
+	// (balancer.WithHint): instances announced with metadata hint=<value>
+	// serve it, and when none is alive the request goes where it would
+	// without the header, as Spring Cloud LoadBalancer's X-SC-LB-Hint
+	// does. Empty: DefaultHintHeader; "-": no hint header.
+	HintHeader string `yaml:"hintHeader"`
+
+	// The route's subsets (subsets.go): its requests go to the instances
+	// matching Subset, or are split between subsets by weight (Split), with
+	// Fallback when a subset has no alive instance. These are the route's
+	// own: WithHints sets them for the default rule only, and routes do
+	// not inherit them.
+	Subsets `yaml:",inline"`
+
+	// plan is the compiled form of Subsets and HintHeader (compile); env
+	// the Proxy's settings for them, shared by every route.
+	plan *subsetPlan
+	env  *subsetEnv
 }
 
 // HashKey names the one part of a request that is its key for keyed rules.
@@ -48,8 +69,11 @@ type HashKey struct {
 // IsZero reports whether h takes no key.
 func (h HashKey) IsZero() bool { return h == HashKey{} }
 
-// IsZero reports whether h reads no hint.
-func (h Hints) IsZero() bool { return h == Hints{} }
+// IsZero reports whether h reads no hint and names no subset. The zero
+// Hints reads DefaultHintHeader, so it is not zero.
+func (h Hints) IsZero() bool {
+	return h.ZoneHeader == "" && h.HashKey.IsZero() && h.HintHeader == noHintHeader && h.Subsets.IsZero()
+}
 
 // Validate reports a header or cookie name that is not an HTTP token, or
 // more than one source of the key. Errors wrap ErrInvalidOption; their
@@ -58,6 +82,12 @@ func (h Hints) IsZero() bool { return h == Hints{} }
 func (h Hints) Validate() error {
 	if h.ZoneHeader != "" && !isToken(h.ZoneHeader) {
 		return hintError("zoneHeader %q is not a valid header name", h.ZoneHeader)
+	}
+	if h.HintHeader != "" && h.HintHeader != noHintHeader && !isToken(h.HintHeader) {
+		return hintError("hintHeader %q is not a valid header name (%q: none)", h.HintHeader, noHintHeader)
+	}
+	if _, err := h.Subsets.compile(); err != nil {
+		return err
 	}
 	k := h.HashKey
 	n := 0
@@ -78,7 +108,8 @@ func (h Hints) Validate() error {
 	return nil
 }
 
-// over returns h with the fields it leaves empty taken from d.
+// over returns h with the fields it leaves empty taken from d (its
+// Subsets are its own), compiled for requests.
 func (h Hints) over(d Hints) Hints {
 	if h.ZoneHeader == "" {
 		h.ZoneHeader = d.ZoneHeader
@@ -86,20 +117,39 @@ func (h Hints) over(d Hints) Hints {
 	if h.HashKey.IsZero() {
 		h.HashKey = d.HashKey
 	}
+	if h.HintHeader == "" {
+		h.HintHeader = d.HintHeader
+	}
+	h.env = d.env
+	h.plan, _ = h.Subsets.compile() // Validate checked it
 	return h
 }
 
 // context returns r's context with the hints r carries, and whether it
-// carries any.
-func (h *Hints) context(r *http.Request) (context.Context, bool) {
+// carries any: a zone, a key, a hint, and the route's subset (its own, or
+// the split's share for this request: by the key when there is one, so
+// that a key always gets the same subset). service is the routed service,
+// for the subset observer.
+func (h *Hints) context(r *http.Request, service string) (context.Context, bool) {
 	ctx, hinted := r.Context(), false
 	if h.ZoneHeader != "" {
 		if z := r.Header.Get(h.ZoneHeader); z != "" {
 			ctx, hinted = balancer.WithZone(ctx, z), true
 		}
 	}
-	if key := h.HashKey.from(r); key != "" {
+	key := h.HashKey.from(r)
+	if key != "" {
 		ctx, hinted = balancer.WithKey(ctx, key), true
+	}
+	hint := ""
+	if name := h.hintHeader(); name != "" {
+		hint = r.Header.Get(name)
+	}
+	if sub := h.plan.subsetFor(key, h.env); sub != nil || hint != "" {
+		ctx, hinted = balancer.WithSubsetHint(ctx, sub, hint), true
+		if sub != nil && h.env != nil && h.env.observe != nil {
+			h.env.observe(service, sub.String())
+		}
 	}
 	return ctx, hinted
 }
@@ -125,12 +175,15 @@ func (k HashKey) from(r *http.Request) string {
 
 // WithHints sets the hints of the default rule (/<service>/<rest>), and of
 // every explicit route for the fields it leaves empty: a route's own
-// ZoneHeader and HashKey win over these.
+// ZoneHeader, HashKey and HintHeader win over these. Its Subsets apply to
+// the default rule only.
 func WithHints(h Hints) ProxyOption {
 	return func(p *Proxy) error {
 		if err := h.Validate(); err != nil {
 			return optionError("hints: %v", err)
 		}
+		h.env = p.hints.env
+		h.plan, _ = h.Subsets.compile()
 		p.hints = h
 		return nil
 	}

@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb/balancer"
 )
 
 // Route sends the requests under a path prefix to a service.
@@ -240,7 +242,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if p.hinted && !m.hints.IsZero() {
-		if ctx, ok := m.hints.context(r); ok {
+		if ctx, ok := m.hints.context(r, m.service); ok {
 			r = r.WithContext(ctx)
 		}
 	}
@@ -359,6 +361,7 @@ func plausibleService(s string) bool {
 // why.
 func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 	var e *Error
+	var noSubset *balancer.NoSubsetError
 	service, server := "", ""
 	attempts := 0
 	if errors.As(err, &e) {
@@ -375,6 +378,8 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, ErrUnknownService):
 		status, msg = http.StatusNotFound, "unknown service"
+	case errors.As(err, &noSubset): // subsets.go: name the selector
+		status, msg = http.StatusServiceUnavailable, service+": "+noSubset.Error()
 	case errors.Is(err, ErrNoServers):
 		status, msg = http.StatusServiceUnavailable, "no instances of "+service+" available"
 	case isTimeout(err):

@@ -479,7 +479,7 @@ func (r *roundTrip) releaseBody() {
 // zone, then takes any other alive server with a closed breaker.
 func (r *roundTrip) nextServer(ctx context.Context) *balancer.Server {
 	b := r.c.b
-	if !r.anyOther(b.ReachableServers()) {
+	if !r.anyOther(b.ReachableServersFor(ctx)) {
 		return nil
 	}
 	if s := r.pick(ctx, b); s != nil {
@@ -493,7 +493,7 @@ func (r *roundTrip) nextServer(ctx context.Context) *balancer.Server {
 	// The rule keeps returning failed servers (a key that hashes to one,
 	// a custom rule): fail over at random among the healthy others.
 	var candidates []*balancer.Server
-	for _, s := range b.ReachableServers() {
+	for _, s := range b.ReachableServersFor(ctx) {
 		if !slices.Contains(r.failed, s.ID) && !s.Stats().CircuitTripped() {
 			candidates = append(candidates, s)
 		}

@@ -163,7 +163,7 @@ func (g *Gateway) clientConfig() pushlb.Config {
 // options returns the client's hooks and HTTP options.
 func (g *Gateway) options() []pushlb.Option {
 	c := g.cfg
-	var popts []lbhttp.ProxyOption
+	popts := []lbhttp.ProxyOption{lbhttp.WithSubsetObserver(g.metrics.observeSubset)}
 	if len(c.Routes) > 0 {
 		popts = append(popts, lbhttp.WithRoutes(c.Routes...))
 	}

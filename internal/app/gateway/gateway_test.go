@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -242,6 +243,12 @@ zone: a
 routes:
   - {prefix: /api/orders, service: orders, stripPrefix: true}
   - {prefix: /cart, service: cart, zoneHeader: X-Cart-Zone, hashKey: {cookie: SESSION}}
+  - prefix: /canary
+    service: orders
+    hintHeader: X-Canary
+    split: [{subset: version=v1, weight: 95}, {subset: version=v2, weight: 5}]
+    fallback: default
+    defaultSubset: version=v1
 hints: {zoneHeader: X-Zone, hashKey: {clientIP: true}}
 subscriber: {coalesce: 5ms}
 balancer:
@@ -252,12 +259,19 @@ balancer:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Listen != "127.0.0.1:9000" || cfg.Balancer.For("orders").Rule != "RoundRobin" || len(cfg.Routes) != 2 || cfg.Subscriber.Coalesce != 5*time.Millisecond {
+	if cfg.Listen != "127.0.0.1:9000" || cfg.Balancer.For("orders").Rule != "RoundRobin" || len(cfg.Routes) != 3 || cfg.Subscriber.Coalesce != 5*time.Millisecond {
 		t.Fatalf("loaded %+v", cfg)
 	}
 	wantHints := lbhttp.Hints{ZoneHeader: "X-Cart-Zone", HashKey: lbhttp.HashKey{Cookie: "SESSION"}}
-	if cfg.Routes[1].Hints != wantHints || cfg.Hints != (lbhttp.Hints{ZoneHeader: "X-Zone", HashKey: lbhttp.HashKey{ClientIP: true}}) {
+	if !reflect.DeepEqual(cfg.Routes[1].Hints, wantHints) || !reflect.DeepEqual(cfg.Hints, lbhttp.Hints{ZoneHeader: "X-Zone", HashKey: lbhttp.HashKey{ClientIP: true}}) {
 		t.Fatalf("hints: route %+v, default %+v", cfg.Routes[1].Hints, cfg.Hints)
+	}
+	wantCanary := lbhttp.Hints{HintHeader: "X-Canary", Subsets: lbhttp.Subsets{
+		Split:    []lbhttp.SplitShare{{Subset: "version=v1", Weight: 95}, {Subset: "version=v2", Weight: 5}},
+		Fallback: "default", DefaultSubset: "version=v1",
+	}}
+	if !reflect.DeepEqual(cfg.Routes[2].Hints, wantCanary) {
+		t.Fatalf("canary route: %+v", cfg.Routes[2].Hints)
 	}
 	if _, err := LoadFile(write("r.properties", "orders.ribbon.NFLoadBalancerRuleClassName=com.netflix.loadbalancer.RandomRule\n")); err != nil {
 		t.Fatal(err)
@@ -270,11 +284,22 @@ balancer:
 		"hints.yaml":     "hints: {hashKey: {header: X-User, cookie: S}}\n",
 		"hintkey.yaml":   "hints: {hashKey: {session: S}}\n",
 		"routehint.yaml": "routes: [{prefix: /a, service: a, zoneHeader: 'X Zone'}]\n",
+		"split.yaml":     "routes: [{prefix: /a, service: a, split: [{subset: version=v1, weight: 1}, {subset: version, weight: 1}]}]\n",
+		"fallback.yaml":  "routes: [{prefix: /a, service: a, subset: version=v2, fallback: nearest}]\n",
 		"bad.properties": "orders.ribbon.NFLoadBalancerRuleClassName=com.example.Nope\n",
 		"x.toml":         "",
 	} {
 		if _, err := LoadFile(write(name, body)); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: want ErrConfig, got %v", name, err)
+		}
+	}
+	// Subset errors name the key at fault.
+	for name, want := range map[string]string{
+		"split.yaml":    `routes[0].split[1].subset: selector "version": want key=value`,
+		"fallback.yaml": `routes[0].fallback: "nearest" is not one of any, default, none`,
+	} {
+		if _, err := LoadFile(filepath.Join(dir, name)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", name, err, want)
 		}
 	}
 }

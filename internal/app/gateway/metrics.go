@@ -25,6 +25,7 @@ type metrics struct {
 	denied   *prometheus.CounterVec
 	failures *prometheus.CounterVec
 	requests *prometheus.HistogramVec
+	subsets  *prometheus.CounterVec
 
 	services sync.Map // service name -> *serviceMetrics
 }
@@ -53,8 +54,11 @@ func newMetrics(g *Gateway) *metrics {
 			Name: "pushlb_upstream_duration_seconds", Help: "Duration of request attempts to upstream servers, by service.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"service"}),
+		subsets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pushlb_subset_requests_total", Help: "Requests a route sent to a subset of a service's instances (its subset, or its split's share), by service and subset selector.",
+		}, []string{"service", "subset"}),
 	}
-	m.reg.MustRegister(m.lag, m.picks, m.retries, m.denied, m.failures, m.requests,
+	m.reg.MustRegister(m.lag, m.picks, m.retries, m.denied, m.failures, m.requests, m.subsets,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&stateCollector{g: g})
 	return m
@@ -104,6 +108,13 @@ func (m *metrics) observer() lbhttp.Observer {
 			}
 		},
 	}
+}
+
+// observeSubset is the Proxy's subset observer: requests per subset, for
+// a canary's share. Subsets come from the configuration, so the series
+// are few.
+func (m *metrics) observeSubset(service, subset string) {
+	m.subsets.WithLabelValues(service, subset).Inc()
 }
 
 // observeEvent is the subscriber's OnEvent hook.
@@ -265,6 +276,7 @@ func (m *metrics) forgetServices(live map[string]bool) {
 			m.failures.DeleteLabelValues(name, "connect")
 			m.failures.DeleteLabelValues(name, "other")
 			m.requests.DeleteLabelValues(name)
+			m.subsets.DeletePartialMatch(prometheus.Labels{"service": name})
 		}
 		return true
 	})
