@@ -178,7 +178,9 @@ func (g *Gateway) options() []pushlb.Option {
 			g.metrics.observeEvent(e)
 		}),
 		pushlb.WithListObserver(g.dash.observe),
-		pushlb.WithTransportOptions(lbhttp.WithObserver(g.dash.observer(g.metrics.observer()))),
+		// WithInlineHTTP1: bodiless idempotent requests skip net/http's
+		// per-connection goroutines (docs/perf.md, "Data plane (issue 22)").
+		pushlb.WithTransportOptions(lbhttp.WithObserver(g.dash.observer(g.metrics.observer())), lbhttp.WithInlineHTTP1()),
 		pushlb.WithProxyOptions(popts...),
 	}
 }
