@@ -16,6 +16,11 @@
 # tar -x -C DIR`, to measure a commit while the work tree has changes;
 # PUSHLB_COMMIT then names the commit in the output); default: this one.
 #
+# BASE_SRC=DIR adds a fifth proxy, "base": the gateway built from that
+# checkout (its own embedded NATS, the same backend announced to it by an
+# announce in hold mode), loaded in the same rounds, so that a change is
+# measured against its base commit in one run (BASE_COMMIT names it).
+#
 # Installs wrk and nginx with apt-get when they are missing (Debian). Ports,
 # all on 127.0.0.1, can be moved with the variables below; every process the
 # script starts is stopped on exit, and its files live in a mktemp dir.
@@ -36,6 +41,9 @@ GW_PORT=${GW_PORT:-19104}
 GW_ADMIN_PORT=${GW_ADMIN_PORT:-19105}
 NATS_PORT=${NATS_PORT:-19106}
 FASTLB_PORT=${FASTLB_PORT:-19107}
+BASE_GW_PORT=${BASE_GW_PORT:-19108}
+BASE_ADMIN_PORT=${BASE_ADMIN_PORT:-19109}
+BASE_NATS_PORT=${BASE_NATS_PORT:-19110}
 SERVICE=bench
 
 missing=()
@@ -48,7 +56,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
 
-for port in $BACKEND_PORT $NGINX_PORT $CADDY_PORT $GW_PORT $GW_ADMIN_PORT $NATS_PORT $FASTLB_PORT; do
+for port in $BACKEND_PORT $NGINX_PORT $CADDY_PORT $GW_PORT $GW_ADMIN_PORT $NATS_PORT $FASTLB_PORT \
+	${BASE_SRC:+$BASE_GW_PORT $BASE_ADMIN_PORT $BASE_NATS_PORT}; do
 	if (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; then
 		echo "port $port on 127.0.0.1 is in use: move it (see the variables at the top of $0)" >&2
 		exit 1
@@ -74,6 +83,10 @@ trap 'exit 130' INT TERM
 echo "== build (into $tmp/bin)"
 mkdir -p "$tmp/bin"
 (cd "$root" && go build -o "$tmp/bin/" ./cmd/gateway ./cmd/announce ./internal/testkit/testbackend)
+if [ -n "${BASE_SRC:-}" ]; then
+	mkdir -p "$tmp/base"
+	(cd "$BASE_SRC" && go build -o "$tmp/base/" ./cmd/gateway ./cmd/announce)
+fi
 go build -o "$tmp/bin/caddy" ./cmd/caddy
 # fastlb links the balancer of the same checkout as the gateway: a copy of
 # this module's go.mod with its replace pointed at $root.
@@ -102,6 +115,18 @@ waitfor "http://127.0.0.1:$GW_ADMIN_PORT/readyz" ""
 	"$tmp/bin/testbackend" -addr "127.0.0.1:$BACKEND_PORT" -name "$SERVICE" >"$tmp/backend.log" 2>&1 &
 pids+=($!)
 waitfor "http://127.0.0.1:$BACKEND_PORT/x" "$SERVICE"
+
+if [ -n "${BASE_SRC:-}" ]; then
+	echo "== start the base gateway (embedded NATS on :$BASE_NATS_PORT), the backend announced to it"
+	"$tmp/base/gateway" -listen "127.0.0.1:$BASE_GW_PORT" -admin "127.0.0.1:$BASE_ADMIN_PORT" \
+		-embedded-nats "127.0.0.1:$BASE_NATS_PORT" -data-dir "$tmp/base-data" -log-level warn \
+		>"$tmp/base-gateway.log" 2>&1 &
+	pids+=($!)
+	waitfor "http://127.0.0.1:$BASE_ADMIN_PORT/readyz" ""
+	"$tmp/base/announce" -nats "nats://127.0.0.1:$BASE_NATS_PORT" -service "$SERVICE" -addr "127.0.0.1:$BACKEND_PORT" \
+		>"$tmp/base-announce.log" 2>&1 &
+	pids+=($!)
+fi
 
 echo "== start nginx $("$nginx_bin" -v 2>&1 | sed 's/.*\///')"
 mkdir -p "$tmp/nginx"
@@ -160,9 +185,16 @@ declare -A url=(
 	[fastlb]="http://127.0.0.1:$FASTLB_PORT/$SERVICE/x"
 )
 names=(nginx caddy pushlb fastlb)
+if [ -n "${BASE_SRC:-}" ]; then
+	url[base]="http://127.0.0.1:$BASE_GW_PORT/$SERVICE/x"
+	names+=(base)
+fi
 for n in "${names[@]}"; do waitfor "${url[$n]}" "$SERVICE"; done
 
 commit=${PUSHLB_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')}
+if [ -n "${BASE_SRC:-}" ]; then
+	commit="$commit (base: ${BASE_COMMIT:-$(git -C "$BASE_SRC" rev-parse --short HEAD 2>/dev/null || echo "$BASE_SRC")})"
+fi
 echo "== commit $commit, $(go version | cut -d' ' -f3), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== wrk -t$THREADS -c$CONNS -d$DURATION --latency, $ROUNDS rounds, order rotated each round (warm-up $WARMUP before each)"
 : >"$tmp/results"
@@ -214,4 +246,5 @@ awk -v order="${names[*]}" '
 		}
 		printf "pushlb / caddy req/s: %.2fx\n", R["pushlb"] / R["caddy"]
 		printf "fastlb / pushlb req/s: %.2fx\n", R["fastlb"] / R["pushlb"]
+		if ("base" in R) printf "pushlb / base req/s: %.2fx, p99 %.2fx\n", R["pushlb"] / R["base"], P99["pushlb"] / P99["base"]
 	}' "$tmp/results"
