@@ -2,6 +2,7 @@ package lbhttp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // The Proxy forwards most requests itself (forward), doing what
@@ -94,6 +96,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 		// the server's to close.
 		out.body.rc = r.Body
 		outreq.Body = &out.body
+		// A Read in flight after the handler returned fails rather than
+		// reach the server's body.
+		defer out.body.Close()
 	}
 	out.url = *r.URL
 	outreq.URL = &out.url
@@ -208,11 +213,24 @@ func (o *outgoing) got1xx(code int, header textproto.MIMEHeader) error {
 	return nil
 }
 
-// noCloseBody hands the client's body to the Transport without its Close.
-type noCloseBody struct{ rc io.ReadCloser }
+// noCloseBody hands the client's body to the Transport without its
+// Close, which only stops further reads (ReverseProxy's noopCloseReader).
+type noCloseBody struct {
+	rc     io.ReadCloser
+	closed atomic.Bool
+}
 
-func (b *noCloseBody) Read(p []byte) (int, error) { return b.rc.Read(p) }
-func (b *noCloseBody) Close() error               { return nil }
+func (b *noCloseBody) Read(p []byte) (int, error) {
+	if b.closed.Load() {
+		return 0, errors.New("lbhttp: read on the closed body of a forwarded request")
+	}
+	return b.rc.Read(p)
+}
+
+func (b *noCloseBody) Close() error {
+	b.closed.Store(true)
+	return nil
+}
 
 // outgoingHeader copies the request's header without its hop-by-hop
 // fields, into a map with room for the forwarding headers. The value

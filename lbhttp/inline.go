@@ -203,16 +203,21 @@ type inlineBody struct {
 	stop func() bool // stops the cancellation hook
 	keep bool        // neither side asked to close the connection
 	done atomic.Bool
+	eof  atomic.Bool // read to its end: Read keeps returning io.EOF
 }
 
 // Read reads from the response; at its end the connection is released.
 func (b *inlineBody) Read(p []byte) (int, error) {
 	if b.done.Load() {
+		if b.eof.Load() {
+			return 0, io.EOF
+		}
 		return 0, errors.New("lbhttp: read on closed response body")
 	}
 	n, err := b.body.Read(p)
 	switch {
 	case err == io.EOF:
+		b.eof.Store(true)
 		b.finish(true)
 	case err != nil:
 		if ctxErr := b.ctx.Err(); ctxErr != nil {

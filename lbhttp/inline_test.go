@@ -135,6 +135,20 @@ func TestInlineReusesConnections(t *testing.T) {
 			t.Fatalf("request %d: %q, trailer %v, %v; want chunk and X-Sum 42", i, body, resp.Trailer, err)
 		}
 	}
+	// A body read to its end keeps answering EOF, even once its
+	// connection carries the next request.
+	resp, err := tr.RoundTrip(newRequest(t, "GET", "http://svc/x", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(resp.Body)
+	if _, body, err := get(t, tr, "http://svc/x"); err != nil || body != "chunk" {
+		t.Fatalf("GET = %q, %v", body, err)
+	}
+	if n, err := resp.Body.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+		t.Errorf("Read after EOF = %d, %v; want 0, EOF", n, err)
+	}
+	resp.Body.Close()
 	head, err := tr.RoundTrip(newRequest(t, "HEAD", "http://svc/x", nil))
 	if err != nil || head.Body != http.NoBody {
 		t.Fatalf("HEAD: %v, body %T; want no body", err, head.Body)
@@ -143,7 +157,7 @@ func TestInlineReusesConnections(t *testing.T) {
 		t.Fatalf("GET after HEAD = %q, %v", body, err)
 	}
 	if n := srv.accepted.Load(); n != 1 {
-		t.Errorf("%d connections for 22 requests; want 1", n)
+		t.Errorf("%d connections for 24 requests; want 1", n)
 	}
 }
 
