@@ -44,38 +44,52 @@ func BenchmarkRoundTrip(b *testing.B) {
 		req, _ := http.NewRequest("GET", srv.URL+"/x", nil)
 		roundTripLoop(b, rt, req)
 	})
-	b.Run("lbhttp", func(b *testing.B) {
-		lb := newBalancer(b, "bench", balancer.DefaultConfig(), []balancer.Server{serverAt("a", srv.Listener.Addr().String(), "")})
-		tr := newTestTransport(b, BalancerMap{"bench": lb})
-		req, _ := http.NewRequest("GET", "http://bench/x", nil)
-		roundTripLoop(b, tr, req)
-	})
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"lbhttp", nil},
+		{"lbhttp-inline", []Option{WithInlineHTTP1()}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			lb := newBalancer(b, "bench", balancer.DefaultConfig(), []balancer.Server{serverAt("a", srv.Listener.Addr().String(), "")})
+			tr := newTestTransport(b, BalancerMap{"bench": lb}, tc.opts...)
+			req, _ := http.NewRequest("GET", "http://bench/x", nil)
+			roundTripLoop(b, tr, req)
+		})
+	}
 }
 
 // BenchmarkProxy measures GETs straight to a backend ("direct") and
-// through the Proxy ("proxy"): from concurrent clients (GOMAXPROCS of them)
+// through the Proxy ("proxy"; "proxy-inline" with WithInlineHTTP1): from concurrent clients (GOMAXPROCS of them)
 // for throughput, and from one client ("-serial") for unloaded latency.
 // Besides ns/op (wall time per request) it reports requests per second
 // and the 99th percentile of the per-request latency.
 func BenchmarkProxy(b *testing.B) {
 	srv := okServer(b)
-	lb := newBalancer(b, "bench", balancer.DefaultConfig(), []balancer.Server{serverAt("a", srv.Listener.Addr().String(), "")})
-	tr := newTestTransport(b, BalancerMap{"bench": lb})
-	p, err := NewProxy(tr)
-	if err != nil {
-		b.Fatal(err)
+	front := func(opts ...Option) string {
+		lb := newBalancer(b, "bench", balancer.DefaultConfig(), []balancer.Server{serverAt("a", srv.Listener.Addr().String(), "")})
+		tr := newTestTransport(b, BalancerMap{"bench": lb}, opts...)
+		p, err := NewProxy(tr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s := httptest.NewServer(p)
+		b.Cleanup(s.Close)
+		return s.URL + "/bench/x"
 	}
-	front := httptest.NewServer(p)
-	b.Cleanup(front.Close)
+	proxy, inline := front(), front(WithInlineHTTP1())
 
 	for _, tc := range []struct {
 		name, url string
 		parallel  bool
 	}{
 		{"direct", srv.URL + "/x", true},
-		{"proxy", front.URL + "/bench/x", true},
+		{"proxy", proxy, true},
+		{"proxy-inline", inline, true},
 		{"direct-serial", srv.URL + "/x", false},
-		{"proxy-serial", front.URL + "/bench/x", false},
+		{"proxy-serial", proxy, false},
+		{"proxy-inline-serial", inline, false},
 	} {
 		b.Run(tc.name, func(b *testing.B) { benchmarkGets(b, tc.url, tc.parallel) })
 	}

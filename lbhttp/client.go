@@ -21,6 +21,9 @@ type client struct {
 	// connect and read are the timeouts rt was built with.
 	connect, read time.Duration
 	rt            *http.Transport
+	// inline serves the requests it can (inlineEligible) when the Transport
+	// has WithInlineHTTP1; nil otherwise.
+	inline *inlinePool
 }
 
 // retryPolicy is the part of a balancer's Config that drives retries.
@@ -59,7 +62,7 @@ func (t *Transport) clientFor(service string, b *balancer.Balancer) *client {
 			nc := t.newClient(b, c)
 			if t.clients.CompareAndSwap(service, c, nc) {
 				if nc.rt != c.rt {
-					c.rt.CloseIdleConnections()
+					c.closeIdle()
 				}
 				return nc
 			}
@@ -92,11 +95,31 @@ func (t *Transport) newClient(b *balancer.Balancer, old *client) *client {
 		c.budget = newRetryBudget(t.budget)
 	}
 	if old != nil && old.connect == c.connect && old.read == c.read {
-		c.rt = old.rt
-	} else {
-		c.rt = t.newHTTPTransport(c.connect, c.read)
+		c.rt, c.inline = old.rt, old.inline
+		return c
+	}
+	c.rt = t.newHTTPTransport(c.connect, c.read)
+	if t.inline && t.template == nil && canPeekIdle {
+		c.inline = newInlinePool(t.dialer(nil, c.connect), c.read)
 	}
 	return c
+}
+
+// roundTrip sends req: the inline client when it can,
+// else the *http.Transport.
+func (c *client) roundTrip(req *http.Request) (*http.Response, error) {
+	if c.inline != nil && inlineEligible(req) {
+		return c.inline.roundTrip(req)
+	}
+	return c.rt.RoundTrip(req)
+}
+
+// closeIdle closes the client's idle connections.
+func (c *client) closeIdle() {
+	c.rt.CloseIdleConnections()
+	if c.inline != nil {
+		c.inline.closeIdle()
+	}
 }
 
 // newHTTPTransport builds the *http.Transport of one client: from the
@@ -119,11 +142,18 @@ func (t *Transport) newHTTPTransport(connect, read time.Duration) *http.Transpor
 			ExpectContinueTimeout: defaultExpectContinue,
 		}
 	}
-	dial := rt.DialContext
+	rt.DialContext = t.dialer(rt.DialContext, connect)
+	rt.ResponseHeaderTimeout = read
+	return rt
+}
+
+// dialer returns dial (a net.Dialer's when nil) bounded by the connect
+// timeout, with its errors as *ConnectError.
+func (t *Transport) dialer(dial func(context.Context, string, string) (net.Conn, error), connect time.Duration) func(context.Context, string, string) (net.Conn, error) {
 	if dial == nil {
 		dial = (&net.Dialer{KeepAlive: defaultKeepAlive}).DialContext
 	}
-	rt.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		ctx, cancel := context.WithTimeout(ctx, connect)
 		defer cancel()
 		conn, err := dial(ctx, network, addr)
@@ -132,8 +162,6 @@ func (t *Transport) newHTTPTransport(connect, read time.Duration) *http.Transpor
 		}
 		return conn, nil
 	}
-	rt.ResponseHeaderTimeout = read
-	return rt
 }
 
 // CloseIdleConnections closes the idle connections of every client's
@@ -141,7 +169,7 @@ func (t *Transport) newHTTPTransport(connect, read time.Duration) *http.Transpor
 // pool when their request ends.
 func (t *Transport) CloseIdleConnections() {
 	t.clients.Range(func(_, v any) bool {
-		v.(*client).rt.CloseIdleConnections()
+		v.(*client).closeIdle()
 		return true
 	})
 }

@@ -26,8 +26,9 @@
 // RetryAllOperations. Each service has its own connection pool with the
 // ConnectTimeout and ReadTimeout of its Config.
 //
-// A [Proxy] is a [net/http.Handler] built on
-// [net/http/httputil.ReverseProxy] over a Transport: "/orders/api/x" goes
+// A [Proxy] is a [net/http.Handler] that forwards as
+// [net/http/httputil.ReverseProxy] does (and through one for upgrades)
+// over a Transport: "/orders/api/x" goes
 // to "http://orders/api/x", explicit [Route] values map other prefixes, and
 // failures become short 404, 502, 503 or 504 answers. Paths are cleaned
 // before routing (dot-segments removed, %2e read as a dot, // merged); a

@@ -2,6 +2,7 @@ package lbhttp
 
 import (
 	"context"
+	"flag"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +19,10 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// inlineFlag runs every test's Transport with WithInlineHTTP1:
+// go test ./lbhttp -args -lbhttp.inline
+var inlineFlag = flag.Bool("lbhttp.inline", false, "build the tests' Transports with WithInlineHTTP1")
 
 // seen is what a backend saw of one request.
 type seen struct {
@@ -103,6 +108,9 @@ func newBalancer(t testing.TB, name string, cfg balancer.Config, servers []balan
 // cleanup (before the backends, which were registered earlier).
 func newTestTransport(t testing.TB, bs balancer.Balancers, opts ...Option) *Transport {
 	t.Helper()
+	if *inlineFlag {
+		opts = append(opts, WithInlineHTTP1())
+	}
 	tr, err := NewTransport(bs, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -179,7 +179,10 @@ func (g *Gateway) options() []pushlb.Option {
 			g.metrics.observeEvent(e)
 		}),
 		pushlb.WithListObserver(g.dash.observe),
-		pushlb.WithTransportOptions(lbhttp.WithObserver(g.dash.observer(g.metrics.observer())), lbhttp.WithRetryBudget(c.RetryBudget)),
+		// WithInlineHTTP1: bodiless idempotent requests skip net/http's
+		// per-connection goroutines (docs/perf.md, "Data plane (issue 22)").
+		pushlb.WithTransportOptions(lbhttp.WithObserver(g.dash.observer(g.metrics.observer())),
+			lbhttp.WithRetryBudget(c.RetryBudget), lbhttp.WithInlineHTTP1()),
 		pushlb.WithProxyOptions(popts...),
 	}
 }
