@@ -3,7 +3,6 @@ package pushlb_test
 import (
 	"context"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -51,24 +50,6 @@ func announceWith(t *testing.T, srv *natstest.Server, service, id string, md map
 	return p
 }
 
-// lockedRand is a seeded balancer.Rand safe for concurrent use.
-type lockedRand struct {
-	mu sync.Mutex
-	r  *rand.Rand
-}
-
-func (l *lockedRand) IntN(n int) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.r.IntN(n)
-}
-
-func (l *lockedRand) Float64() float64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.r.Float64()
-}
-
 // Subsets over the push path: instances announced with metadata through
 // the publisher, a client's Handler with a canary split, a strict route
 // and the hint header, and the library's Transport with balancer.WithHint.
@@ -89,7 +70,7 @@ func TestSubsetsOverThePushPath(t *testing.T) {
 	var mu sync.Mutex
 	observed := map[string]int{}
 	c := start(t, srv.Connect(t), pushlb.WithProxyOptions(lbhttp.WithRoutes(split, strict),
-		lbhttp.WithSubsetRand(&lockedRand{r: rand.New(rand.NewPCG(1, 2))}),
+		lbhttp.WithSubsetRand(testutil.NewRand(1, 2)),
 		lbhttp.WithSubsetObserver(func(service, subset string) {
 			mu.Lock()
 			observed[service+" "+subset]++

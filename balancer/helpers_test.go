@@ -2,12 +2,13 @@ package balancer
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -30,28 +31,6 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
-}
-
-// lockedRand is a seeded Rand safe for concurrent use.
-type lockedRand struct {
-	mu sync.Mutex
-	r  *rand.Rand
-}
-
-func newLockedRand(seed uint64) *lockedRand {
-	return &lockedRand{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
-}
-
-func (l *lockedRand) IntN(n int) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.r.IntN(n)
-}
-
-func (l *lockedRand) Float64() float64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.r.Float64()
 }
 
 // servers returns n servers named s0..s(n-1) on 10.0.0.x, in zone.
@@ -88,7 +67,7 @@ func newTest(t testing.TB, mutate func(*Config), list []Server, opts ...Option) 
 		mutate(&cfg)
 	}
 	clk := newFakeClock()
-	opts = append([]Option{WithClock(clk), WithRand(newLockedRand(42))}, opts...)
+	opts = append([]Option{WithClock(clk), WithRand(testutil.NewRand(42, 42^0x9e3779b97f4a7c15))}, opts...)
 	b, err := New("svc", cfg, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package lbhttp
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,28 +12,6 @@ import (
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
-
-// seededRand is a seeded balancer.Rand safe for concurrent use.
-type seededRand struct {
-	mu sync.Mutex
-	r  *rand.Rand
-}
-
-func newSeededRand(seed uint64) *seededRand {
-	return &seededRand{r: rand.New(rand.NewPCG(seed, seed+1))}
-}
-
-func (s *seededRand) IntN(n int) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.r.IntN(n)
-}
-
-func (s *seededRand) Float64() float64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.r.Float64()
-}
 
 // versionedBackends starts two v1 backends and one v2 backend (metadata
 // hint=canary) of service orders, and returns the balancer entries.
@@ -64,7 +41,7 @@ func newSubsetFront(t *testing.T, routes ...Route) *subsetFront {
 	t.Helper()
 	tr := newTestTransport(t, BalancerMap{"orders": newBalancer(t, "orders", roundRobin(), versionedBackends(t))})
 	f := &subsetFront{seen: map[string]int{}}
-	front, client := newFront(t, tr, WithRoutes(routes...), WithSubsetRand(newSeededRand(7)),
+	front, client := newFront(t, tr, WithRoutes(routes...), WithSubsetRand(testutil.NewRand(7, 8)),
 		WithSubsetObserver(func(service, subset string) {
 			f.mu.Lock()
 			f.seen[service+"/"+subset]++

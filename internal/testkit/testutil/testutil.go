@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -70,4 +71,29 @@ func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// Rand is a seeded source of the balancer's randomness (balancer.Rand)
+// that is safe for concurrent use, for tests whose picks must repeat.
+type Rand struct {
+	mu sync.Mutex
+	r  *rand.Rand
+}
+
+// NewRand returns a Rand over math/rand/v2's PCG seeded with seed1 and
+// seed2.
+func NewRand(seed1, seed2 uint64) *Rand { return &Rand{r: rand.New(rand.NewPCG(seed1, seed2))} }
+
+// IntN returns a number in [0, n).
+func (l *Rand) IntN(n int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.IntN(n)
+}
+
+// Float64 returns a number in [0, 1).
+func (l *Rand) Float64() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Float64()
 }
