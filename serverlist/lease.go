@@ -173,11 +173,7 @@ func (r *Registry) updateRecord(ctx context.Context, in Instance, revision uint6
 // held, and returns its revision. owner names the holder (Instance.Owner);
 // the lease's value is the owner.
 func (r *Registry) PutLease(ctx context.Context, service, id, owner string) (uint64, error) {
-	key, err := LeaseKey(service, id)
-	if err != nil {
-		return 0, err
-	}
-	rev, err := r.kv.Put(ctx, key, []byte(owner))
+	rev, err := r.writeLease(ctx, service, id, owner, nil)
 	if err != nil {
 		return 0, fmt.Errorf("serverlist: lease %s/%s: %w", service, id, err)
 	}
@@ -189,18 +185,63 @@ func (r *Registry) PutLease(ctx context.Context, service, id, owner string) (uin
 // process or removed), and returns its new revision, or an error wrapping
 // ErrRevisionMismatch.
 func (r *Registry) RefreshLease(ctx context.Context, service, id, owner string, revision uint64) (uint64, error) {
-	key, err := LeaseKey(service, id)
-	if err != nil {
-		return 0, err
-	}
-	rev, err := r.kv.Update(ctx, key, []byte(owner), revision)
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+	rev, err := r.writeLease(ctx, service, id, owner, &revision)
+	if errors.Is(err, ErrRevisionMismatch) {
 		return 0, fmt.Errorf("%w: lease of %s/%s is no longer at revision %d", ErrRevisionMismatch, service, id, revision)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("serverlist: refresh lease %s/%s: %w", service, id, err)
 	}
 	return rev, nil
+}
+
+// LeaseMessage returns the message [Registry.RefreshLease] publishes to
+// renew the instance's lease at revision (or, with revision nil, the one
+// [Registry.PutLease] publishes), for load generators that must write
+// exactly what a publisher writes (internal/testkit/scale). A message
+// published with an expected revision is refused with the JetStream
+// error JSErrCodeStreamWrongLastSequence when the lease moved on.
+func (r *Registry) LeaseMessage(service, id, owner string, revision *uint64) (*nats.Msg, error) {
+	key, err := LeaseKey(service, id)
+	if err != nil {
+		return nil, err
+	}
+	m := nats.NewMsg(r.subject(key))
+	m.Data = []byte(owner)
+	if revision != nil {
+		m.Header.Set(headerExpectLast, strconv.FormatUint(*revision, 10))
+	}
+	if r.scheduledLeases.Load() {
+		ttl := scheduleEvery(r.cfg.TTL)
+		m.Header.Set(headerSchedule, "@every "+ttl.String())
+		m.Header.Set(headerScheduleTarget, r.subject(key[:len(key)-len(leaseSuffix)]+expirySuffix))
+		// The lease never ages out by itself: it would take its schedule
+		// along (a message's TTL cannot exceed the bucket's). Its signal
+		// fires every period until the reaper ends it, so a reaper that
+		// starts late still finds it.
+		m.Header.Set(headerTTL, "never")
+	}
+	return m, nil
+}
+
+// writeLease publishes the instance's lease, conditionally on its revision
+// when expect is not nil, and returns the new revision, or an error
+// wrapping ErrRevisionMismatch.
+func (r *Registry) writeLease(ctx context.Context, service, id, owner string, expect *uint64) (uint64, error) {
+	m, err := r.LeaseMessage(service, id, owner, expect)
+	if err != nil {
+		return 0, err
+	}
+	ack, err := r.js.PublishMsg(ctx, m)
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return 0, fmt.Errorf("%w: %s", ErrRevisionMismatch, m.Subject)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
 }
 
 // LeaseRevision returns the revision of the instance's live lease, or an

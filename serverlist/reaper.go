@@ -86,6 +86,7 @@ type Reaper struct {
 
 	leader, notPermitted, unled                    atomic.Bool
 	terms, leasesEnded, reaped, sweeps, errorsSeen atomic.Uint64
+	plainMessages                                  atomic.Uint64
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -136,6 +137,11 @@ func (r *Reaper) Close() error {
 
 // Leader reports whether this reaper leads now.
 func (r *Reaper) Leader() bool { return r.leader.Load() }
+
+// PlainMessages counts the lease writes and removals this reaper received
+// while leading on the plain path (leases without an expiry signal): every
+// renewal of such a lease is one. Zero while every lease is scheduled.
+func (r *Reaper) PlainMessages() uint64 { return r.plainMessages.Load() }
 
 // Stats returns the reaper's counters.
 func (r *Reaper) Stats() ReaperStats {
@@ -291,6 +297,12 @@ func (r *Reaper) follow(ctx context.Context) error {
 
 // lead reaps while this reaper holds the lock at revision rev, and gives
 // the lock up when ctx ends.
+//
+// With scheduled leases (lease_schedule.go) it consumes the expiry signals
+// alone, one message per lease that ended. It also watches every lease
+// write (the plain path, which receives every renewal) while the bucket
+// cannot schedule, or while its sweeps find plain leases, written by
+// publishers of an earlier release or of another language.
 func (r *Reaper) lead(ctx context.Context, rev uint64) {
 	r.leader.Store(true)
 	r.terms.Add(1)
@@ -304,22 +316,37 @@ func (r *Reaper) lead(ctx context.Context, rev uint64) {
 			cancel()
 		}
 	}()
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w, err := r.reg.kv.Watch(wctx, LeaseKeys)
-	if err != nil {
-		r.errorsSeen.Add(1)
-		r.log.Warn().Err(err).Msg("serverlist: reaper: watch the leases")
-		sleepCtx(ctx, reaperRetry)
-		return
+	scheduled := r.scheduleLeases(ctx)
+	var expiries <-chan jetstream.KeyValueEntry
+	if scheduled {
+		w, stop, err := r.watchKeys(ctx, ExpiryKeys)
+		if err != nil {
+			r.errorsSeen.Add(1)
+			r.log.Warn().Err(err).Msg("serverlist: reaper: watch the lease expiries")
+			sleepCtx(ctx, reaperRetry)
+			return
+		}
+		defer stop()
+		expiries = w.Updates()
 	}
-	defer stopWatcher(w)
+	var plain *plainWatch // nil while off
+	defer func() { plain.stop() }()
+	if !scheduled {
+		var err error
+		if plain, err = r.watchPlain(ctx); err != nil {
+			r.errorsSeen.Add(1)
+			r.log.Warn().Err(err).Msg("serverlist: reaper: watch the leases")
+			sleepCtx(ctx, reaperRetry)
+			return
+		}
+	}
 
 	ttl := r.reg.cfg.TTL
 	renew := time.NewTicker(max(ttl/3, 100*time.Millisecond))
 	defer renew.Stop()
-	var sweep <-chan time.Time
-	live := make(map[string]uint64)       // lease key -> revision
+	sweep := time.NewTimer(0) // the first sweep at once, the next after one TTL
+	defer sweep.Stop()
+	sweepEvery := ttl
 	candidates := make(map[string]uint64) // record key -> revision, without a lease at the last sweep
 	for {
 		select {
@@ -334,32 +361,167 @@ func (r *Reaper) lead(ctx context.Context, rev uint64) {
 				return
 			}
 			rev = next
-		case <-sweep:
-			candidates = r.sweep(ctx, live, candidates)
-			sweep = time.After(r.cfg.SweepInterval)
-		case e, ok := <-w.Updates():
+		case <-sweep.C:
+			var plainLeases int
+			candidates, plainLeases = r.sweep(ctx, candidates)
+			sweep.Reset(sweepEvery)
+			sweepEvery = r.cfg.SweepInterval
+			if !scheduled || (plain != nil) == (plainLeases > 0) || plainLeases < 0 {
+				break
+			}
+			if plain != nil {
+				r.log.Info().Msg("serverlist: reaper: every lease is scheduled now; it no longer receives the renewals")
+				plain.stop()
+				plain = nil
+				break
+			}
+			r.log.Info().Int("plain_leases", plainLeases).
+				Msg("serverlist: reaper: leases without an expiry signal found (publishers of an earlier release, or of another client): watching every lease write until they are gone, at the cost of receiving every renewal")
+			var err error
+			if plain, err = r.watchPlain(ctx); err != nil {
+				r.errorsSeen.Add(1)
+				r.log.Warn().Err(err).Msg("serverlist: reaper: watch the leases")
+				return
+			}
+		case e, ok := <-expiries:
+			switch {
+			case !ok:
+				r.errorsSeen.Add(1)
+				return
+			case e == nil, e.Operation() != jetstream.KeyValuePut:
+				// The end of the expiries still held, or one aging out.
+			default:
+				if rec, ok := RecordOfExpiry(e.Key()); ok {
+					r.leasesEnded.Add(1)
+					r.expire(ctx, rec, e.Revision())
+				}
+			}
+		case e, ok := <-plain.updates():
 			switch {
 			case !ok:
 				r.errorsSeen.Add(1)
 				return
 			case e == nil:
-				// Every live lease is known: mark the records without one.
-				candidates = r.sweep(ctx, live, candidates)
-				sweep = time.After(ttl)
 			case e.Operation() == jetstream.KeyValuePut:
-				live[e.Key()] = e.Revision()
+				r.plainMessages.Add(1)
+				plain.live[e.Key()] = e.Revision()
 			default:
-				delete(live, e.Key())
+				r.plainMessages.Add(1)
+				delete(plain.live, e.Key())
 				if rec, ok := RecordOfLease(e.Key()); ok {
 					r.leasesEnded.Add(1)
-					r.reap(ctx, rec, live)
+					r.reap(ctx, rec, plain.live)
 				}
 			}
 		}
 	}
 }
 
-// reap removes the record under key unless its lease lives again.
+// scheduleLeases reports whether the bucket schedules leases, allowing
+// schedules first when it does not (a bucket made before them). A bucket
+// that cannot is logged once per term: the reaper then receives every
+// renewal.
+func (r *Reaper) scheduleLeases(ctx context.Context) bool {
+	cctx, cancel := context.WithTimeout(ctx, lockWriteTimeout)
+	defer cancel()
+	changed, err := r.reg.allowSchedules(cctx)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			r.log.Warn().Err(err).Str("bucket", r.reg.cfg.Bucket).
+				Msg("serverlist: reaper: the registry bucket cannot schedule lease expiries; reaping from every lease renewal instead (costs the leader about 1 µs of CPU per renewal); allow message schedules on the bucket's stream (nats-server 2.12+) to end that")
+		}
+		return false
+	case changed:
+		r.log.Info().Str("bucket", r.reg.cfg.Bucket).
+			Msg("serverlist: reaper: allowed message schedules on the registry bucket: leases renewed from now on carry their expiry signal")
+	}
+	return true
+}
+
+// watchKeys starts a watch of the keys filter matches, with the entries
+// held first; stop ends it and drains it.
+func (r *Reaper) watchKeys(ctx context.Context, filter string) (w jetstream.KeyWatcher, stop func(), err error) {
+	wctx, cancel := context.WithCancel(ctx)
+	w, err = r.reg.kv.Watch(wctx, filter)
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return w, func() { stopWatcher(w); cancel() }, nil
+}
+
+// plainWatch is the watch of every lease write, with the leases it saw
+// live (key -> revision). A nil *plainWatch is off: its updates channel is
+// nil and stop does nothing.
+type plainWatch struct {
+	w    jetstream.KeyWatcher
+	end  func()
+	live map[string]uint64
+}
+
+func (r *Reaper) watchPlain(ctx context.Context) (*plainWatch, error) {
+	w, stop, err := r.watchKeys(ctx, LeaseKeys)
+	if err != nil {
+		return nil, err
+	}
+	return &plainWatch{w: w, end: stop, live: make(map[string]uint64)}, nil
+}
+
+func (p *plainWatch) updates() <-chan jetstream.KeyValueEntry {
+	if p == nil {
+		return nil
+	}
+	return p.w.Updates()
+}
+
+func (p *plainWatch) stop() {
+	if p != nil {
+		p.end()
+	}
+}
+
+// expire handles the expiry signal at revision sig of the record under
+// key: the lease was not renewed for a whole lease before sig. Unless the
+// lease was renewed after the signal, the reaper ends it (conditionally on
+// its revision, so that a renewal racing the reaper wins), then removes the
+// record if it was written before the signal (not a new holder's).
+func (r *Reaper) expire(ctx context.Context, key string, sig uint64) {
+	lease, err := r.reg.kv.Get(ctx, key+leaseSuffix)
+	switch {
+	case err == nil && lease.Revision() > sig:
+		return // renewed after the signal
+	case err == nil:
+		err = r.reg.kv.Purge(ctx, key+leaseSuffix, jetstream.LastRevision(lease.Revision()))
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+			return // renewed meanwhile
+		}
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		err = nil // ended by its holder, or aged out
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			r.errorsSeen.Add(1)
+			r.log.Warn().Err(err).Str("key", key).Msg("serverlist: reaper: end the lease")
+		}
+		return
+	}
+	rec, err := r.reg.kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		// Withdrawn, or reaped already.
+	case err != nil:
+		if ctx.Err() == nil {
+			r.errorsSeen.Add(1)
+			r.log.Warn().Err(err).Str("key", key).Msg("serverlist: reaper: read the record")
+		}
+	case rec.Revision() < sig:
+		r.remove(ctx, key, rec.Revision(), "lease ended")
+	}
+}
+
+// reap removes the record under key unless its lease lives again (the
+// plain path).
 func (r *Reaper) reap(ctx context.Context, key string, live map[string]uint64) {
 	if _, ok := live[key+leaseSuffix]; ok {
 		return
@@ -395,18 +557,28 @@ func (r *Reaper) remove(ctx context.Context, key string, rev uint64, why string)
 	}
 }
 
-// sweep lists the records and removes those that had no lease at the
-// previous sweep (prev) and still have none, unchanged. It returns the
-// records without a lease now.
-func (r *Reaper) sweep(ctx context.Context, live map[string]uint64, prev map[string]uint64) map[string]uint64 {
+// sweep lists the leases and the records, and removes the records that had
+// no lease at the previous sweep (prev) and still have none, unchanged. It
+// returns the records without a lease now, and the number of live leases
+// written without an expiry signal (-1 when the leases could not be
+// listed).
+func (r *Reaper) sweep(ctx context.Context, prev map[string]uint64) (next map[string]uint64, plain int) {
 	r.sweeps.Add(1)
+	live, plain, err := r.listLeases(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.errorsSeen.Add(1)
+			r.log.Warn().Err(err).Msg("serverlist: reaper: list the leases")
+		}
+		return prev, -1
+	}
 	lister, err := r.reg.kv.ListKeysFiltered(ctx, RecordKeys)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.errorsSeen.Add(1)
 			r.log.Warn().Err(err).Msg("serverlist: reaper: list the records")
 		}
-		return prev
+		return prev, plain
 	}
 	var orphans []string
 	for key := range lister.Keys() {
@@ -414,14 +586,14 @@ func (r *Reaper) sweep(ctx context.Context, live map[string]uint64, prev map[str
 			orphans = append(orphans, key)
 		}
 	}
-	next := make(map[string]uint64, len(orphans))
+	next = make(map[string]uint64, len(orphans))
 	for _, key := range orphans {
 		e, err := r.reg.kv.Get(ctx, key)
 		if err != nil {
 			continue // gone meanwhile, or unreadable: the next sweep tells
 		}
-		if _, ok := live[key+leaseSuffix]; ok {
-			continue
+		if _, err := r.reg.kv.Get(ctx, key+leaseSuffix); err == nil {
+			continue // a lease started since the listing
 		}
 		if prev[key] == e.Revision() {
 			r.remove(ctx, key, e.Revision(), "no lease for a sweep interval")
@@ -429,5 +601,51 @@ func (r *Reaper) sweep(ctx context.Context, live map[string]uint64, prev map[str
 		}
 		next[key] = e.Revision()
 	}
-	return next
+	return next, plain
+}
+
+// listBatch is the number of leases a sweep asks for at a time.
+const listBatch = 4096
+
+// listLeases returns the live lease keys, read from the last message of
+// each (headers only), and how many of them carry no expiry signal.
+func (r *Reaper) listLeases(ctx context.Context) (live map[string]struct{}, plain int, err error) {
+	cons, err := r.reg.js.OrderedConsumer(ctx, "KV_"+r.reg.cfg.Bucket, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{r.reg.subject(LeaseKeys)},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	prefix := r.reg.subject("")
+	live = make(map[string]struct{})
+	pending := cons.CachedInfo().NumPending
+	for pending > 0 {
+		batch, err := cons.Fetch(listBatch, jetstream.FetchMaxWait(lockWriteTimeout))
+		if err != nil {
+			return nil, 0, err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			if md, err := m.Metadata(); err == nil {
+				pending = md.NumPending
+			}
+			if isRemoval(m.Headers()) {
+				continue
+			}
+			live[m.Subject()[len(prefix):]] = struct{}{}
+			if m.Headers().Get(headerSchedule) == "" {
+				plain++
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return nil, 0, err
+		}
+		if got == 0 {
+			return nil, 0, errors.New("the listing of the leases stalled")
+		}
+	}
+	return live, plain, nil
 }

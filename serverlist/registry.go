@@ -151,6 +151,9 @@ type Registry struct {
 	wantReplicas int
 
 	malformed atomic.Uint64
+	// scheduledLeases: the bucket allows message schedules, so leases are
+	// written in their scheduled form (lease_schedule.go).
+	scheduledLeases atomic.Bool
 }
 
 // Open returns a Registry over the bucket cfg names, creating the bucket
@@ -212,6 +215,7 @@ func (r *Registry) create(ctx context.Context) (jetstream.KeyValue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serverlist: create bucket %s: %w", r.cfg.Bucket, err)
 	}
+	r.allowSchedulesOnCreate(ctx)
 	return kv, nil
 }
 
@@ -228,6 +232,7 @@ func (r *Registry) adopt(ctx context.Context, asked time.Duration) error {
 	}
 	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
 		r.cfg.Replicas = max(bs.StreamInfo().Config.Replicas, 1)
+		r.noteSchedules(bs.StreamInfo().Config)
 		if r.wantReplicas > r.cfg.Replicas {
 			r.log.Warn().Str("bucket", r.cfg.Bucket).Int("configured_replicas", r.wantReplicas).Int("bucket_replicas", r.cfg.Replicas).
 				Msg("serverlist: the registry bucket has fewer replicas than configured; it is not changed here (a gateway scales it up at start)")
