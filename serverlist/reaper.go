@@ -87,6 +87,8 @@ type Reaper struct {
 	leader, notPermitted, unled                    atomic.Bool
 	terms, leasesEnded, reaped, sweeps, errorsSeen atomic.Uint64
 	plainMessages                                  atomic.Uint64
+	// leasePurgeRefused: the account may not end leases (scheduled path).
+	leasePurgeRefused atomic.Bool
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -188,13 +190,16 @@ func (r *Reaper) run(ctx context.Context) {
 // refused reports whether err, the answer to a write of the lock, is the
 // server's refusal: a permissions violation is reported asynchronously and
 // the write's request then times out, so the connection's last error tells.
-func (r *Reaper) refused(err error) bool {
+func (r *Reaper) refused(err error) bool { return r.refusedOn(err, ReaperLockKey) }
+
+// refusedOn is refused for a write of key.
+func (r *Reaper) refusedOn(err error, key string) bool {
 	if errors.Is(err, nats.ErrPermissionViolation) {
 		return true
 	}
 	last := r.reg.js.Conn().LastError()
 	return last != nil && errors.Is(last, nats.ErrPermissionViolation) &&
-		strings.Contains(last.Error(), r.reg.subject(ReaperLockKey))
+		strings.Contains(last.Error(), r.reg.subject(key))
 }
 
 // sleepCtx waits d or until ctx ends.
@@ -491,10 +496,19 @@ func (r *Reaper) expire(ctx context.Context, key string, sig uint64) {
 	switch {
 	case err == nil && lease.Revision() > sig:
 		return // renewed after the signal
+	case err == nil && r.leasePurgeRefused.Load():
+		// May not end leases: the record goes alone (below). A holder
+		// that renews late finds its record gone and re-asserts it.
 	case err == nil:
 		err = r.reg.kv.Purge(ctx, key+leaseSuffix, jetstream.LastRevision(lease.Revision()))
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
 			return // renewed meanwhile
+		}
+		if err != nil && r.refusedOn(err, key+leaseSuffix) {
+			r.leasePurgeRefused.Store(true)
+			r.log.Warn().Err(err).Str("bucket", r.reg.cfg.Bucket).
+				Msg("serverlist: reaper: this process may not end leases (purge <service>.<id>.lease, docs/security.md): it removes the records of ended leases alone, and their expiry signals repeat every lease until the leases are ended")
+			err = nil
 		}
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		err = nil // ended by its holder, or aged out
@@ -604,48 +618,67 @@ func (r *Reaper) sweep(ctx context.Context, prev map[string]uint64) (next map[st
 	return next, plain
 }
 
-// listBatch is the number of leases a sweep asks for at a time.
-const listBatch = 4096
-
 // listLeases returns the live lease keys, read from the last message of
-// each (headers only), and how many of them carry no expiry signal.
-func (r *Reaper) listLeases(ctx context.Context) (live map[string]struct{}, plain int, err error) {
-	cons, err := r.reg.js.OrderedConsumer(ctx, "KV_"+r.reg.cfg.Bucket, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{r.reg.subject(LeaseKeys)},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-		HeadersOnly:    true,
-	})
+// each (headers only, through an ordered push consumer, as a KV watch
+// reads: the reaper's permissions are a watcher's), and how many of them
+// carry no expiry signal.
+func (r *Reaper) listLeases(ctx context.Context) (map[string]struct{}, int, error) {
+	js, err := r.reg.js.Conn().JetStream()
 	if err != nil {
 		return nil, 0, err
 	}
 	prefix := r.reg.subject("")
-	live = make(map[string]struct{})
-	pending := cons.CachedInfo().NumPending
-	for pending > 0 {
-		batch, err := cons.Fetch(listBatch, jetstream.FetchMaxWait(lockWriteTimeout))
-		if err != nil {
-			return nil, 0, err
+	var (
+		mu                sync.Mutex // guards what the handler writes
+		live              = make(map[string]struct{})
+		plain             int
+		received, pending uint64
+		done              = make(chan struct{})
+		finished          bool
+	)
+	finish := func() { // with mu held
+		if !finished {
+			finished = true
+			close(done)
 		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			if md, err := m.Metadata(); err == nil {
-				pending = md.NumPending
-			}
-			if isRemoval(m.Headers()) {
-				continue
-			}
-			live[m.Subject()[len(prefix):]] = struct{}{}
-			if m.Headers().Get(headerSchedule) == "" {
+	}
+	mu.Lock()
+	sub, err := js.Subscribe(r.reg.subject(LeaseKeys), func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		md, err := m.Metadata()
+		if finished || err != nil {
+			return
+		}
+		if !isRemoval(m.Header) {
+			live[m.Subject[len(prefix):]] = struct{}{}
+			if m.Header.Get(headerSchedule) == "" {
 				plain++
 			}
 		}
-		if err := batch.Error(); err != nil {
-			return nil, 0, err
+		if received++; received >= pending || md.NumPending == 0 {
+			finish()
 		}
-		if got == 0 {
-			return nil, 0, errors.New("the listing of the leases stalled")
-		}
+	}, nats.BindStream("KV_"+r.reg.cfg.Bucket), nats.OrderedConsumer(), nats.DeliverLastPerSubject(), nats.HeadersOnly(), nats.Context(ctx))
+	if err != nil {
+		mu.Unlock()
+		return nil, 0, err
 	}
+	defer sub.Unsubscribe()
+	pending, err = sub.InitialConsumerPending()
+	if err != nil || pending == 0 {
+		finish()
+	}
+	mu.Unlock()
+	if err != nil {
+		return nil, 0, err
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	}
+	mu.Lock()
+	defer mu.Unlock()
 	return live, plain, nil
 }
