@@ -14,11 +14,12 @@ import (
 //
 // A publisher that claims its ID ([Registry.Claim]) writes its record once,
 // marked to never age out, and proves that it lives by refreshing a second,
-// small key: its lease, "<record key>.lease", which ages out with the
-// bucket's TTL. Gateways watch the record keys only ([RecordKeys]), so a
-// refresh reaches no gateway. A [Reaper] watches the leases and removes the
-// record of a lease that ran out, which every gateway then sees as the
-// instance's removal.
+// small key: its lease, "<record key>.lease". Gateways watch the record
+// keys only ([RecordKeys]), so a refresh reaches no gateway. A lease that
+// is not renewed for a lease fires its expiry signal (a scheduled lease,
+// lease_schedule.go) or ages out with the bucket's TTL (a plain lease, on a
+// bucket that cannot schedule); a [Reaper] then removes the record, which
+// every gateway sees as the instance's removal.
 //
 // A record written by [Registry.Register] (protocol version 1, or a
 // publisher in a language whose client cannot set headers) carries its own

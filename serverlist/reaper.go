@@ -68,13 +68,19 @@ type ReaperStats struct {
 // Many processes may run a Reaper over one bucket (every gateway does by
 // default): they elect one leader with a create-only write of
 // [ReaperLockKey], which the leader renews at a third of the TTL and which
-// ages out with the bucket's TTL when the leader dies. Only the leader
-// watches the leases, so only it receives the fleet's lease refreshes; the
-// others watch the lock key alone. On each lease that ends (removed, or run
-// out: its expiry marker) the leader removes the record of that instance if
-// no new lease was started meanwhile, conditionally on the record's
-// revision, so a record rewritten by a new holder is never removed. Its
-// sweeps remove records that have had no lease for a whole sweep interval.
+// ages out with the bucket's TTL when the leader dies; the others watch the
+// lock key alone. The leader consumes the leases' expiry signals
+// (lease_schedule.go): one message per lease that was not renewed for a
+// lease, none per renewal. For each, unless the lease was renewed after the
+// signal, it ends the lease (conditionally on its revision, so a renewal
+// racing it wins) and removes the record if it was written before the
+// signal, conditionally on its revision, so a record rewritten by a new
+// holder is never removed. Plain leases (a bucket that cannot schedule,
+// publishers of an earlier release) have no signal: while there are any,
+// the leader also watches every lease write, as before scheduled leases,
+// and removes the record of a lease that was removed or ran out. Its sweeps
+// remove records that have had no lease for a whole sweep interval, and
+// tell whether plain leases remain.
 //
 // A process whose NATS account may not write the lock (a gateway with
 // read-only permissions) logs it once and stays out of the election; see
