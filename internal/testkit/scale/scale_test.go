@@ -3,6 +3,7 @@ package scale_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/pushlb/pushlb"
@@ -144,7 +146,7 @@ func loadFleet(tb testing.TB, nb bus, sz scale.Size) (*scale.Fleet, []scale.Reco
 	ctx, cancel := context.WithTimeout(tb.Context(), 5*time.Minute)
 	defer cancel()
 	if plainLeases() {
-		if err := scale.CreatePlainBucket(ctx, nb.connect(tb), fleetTTL, nb.replicas); err != nil {
+		if err := scale.CreatePlainBucket(ctx, nb.connect(tb), fleetTTL, nb.replicas); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 			tb.Fatal(err)
 		}
 	}
@@ -361,19 +363,46 @@ func BenchmarkHeartbeatCPU(b *testing.B) {
 			args   []string
 			leader bool
 		}{{"gateway", []string{"-reaper=false"}, false}, {"reaper", nil, true}} {
-			b.Run(role.name, func(b *testing.B) { heartbeatCPU(b, nb, sz, f, recs, win, warm, role.args, role.leader) })
+			b.Run(role.name, func(b *testing.B) {
+				p, admin, _ := startGateway(b, nb, role.args...)
+				defer p.Stop(b, 30*time.Second)
+				heartbeatCPU(b, p, admin, nb, sz, f, recs, win, warm, role.leader)
+			})
 		}
+	})
+	// "embedded": as a new user runs it (docs/protocol.md's quick start), a
+	// gateway with its embedded NATS server, which leads the reapers, and a
+	// second gateway on that server: the leader's process stores every
+	// renewal besides reaping.
+	b.Run("embedded", func(b *testing.B) {
+		natsAddr := testutil.FreeAddr(b)
+		lead, leadAdmin, _ := startGateway(b, bus{}, "-embedded-nats", natsAddr, "-data-dir", b.TempDir())
+		defer lead.Stop(b, 30*time.Second)
+		url := "nats://" + natsAddr
+		nb := bus{url: url, replicas: 1, connect: func(tb testing.TB) *nats.Conn {
+			nc, err := nats.Connect(url)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			tb.Cleanup(nc.Close)
+			return nc
+		}}
+		f, recs, _ := loadFleet(b, nb, sz)
+		b.Run("reaper", func(b *testing.B) { heartbeatCPU(b, lead, leadAdmin, nb, sz, f, recs, win, warm, true) })
+		b.Run("gateway", func(b *testing.B) {
+			p, admin, _ := startGateway(b, nb, "-reaper=false")
+			defer p.Stop(b, 30*time.Second)
+			heartbeatCPU(b, p, admin, nb, sz, f, recs, win, warm, false)
+		})
 	})
 }
 
-// heartbeatCPU measures one gateway process (run with args) under the
-// fleet's renewals. Its sleeps are the measurement windows themselves (CPU
+// heartbeatCPU measures the gateway process p (admin address admin) under
+// the fleet's renewals. Its sleeps are the measurement windows themselves (CPU
 // time over wall time, resident memory sampled every second): they order
 // no event and no absence is checked after one; what the gateway did is
 // read from its /metrics and /proc.
-func heartbeatCPU(b *testing.B, nb bus, sz scale.Size, f *scale.Fleet, recs []scale.Record, win, warm time.Duration, args []string, leader bool) {
-	p, admin, _ := startGateway(b, nb, args...)
-	defer p.Stop(b, 30*time.Second)
+func heartbeatCPU(b *testing.B, p *testutil.Proc, admin string, nb bus, sz scale.Size, f *scale.Fleet, recs []scale.Record, win, warm time.Duration, leader bool) {
 	if leader {
 		testutil.EventuallyWithin(b, time.Minute, "the gateway to lead the reapers", func() bool { return scrape(b, admin).reaperLeader })
 	}
