@@ -79,10 +79,10 @@ var errSchedulesUnsupported = errors.New("the NATS server does not support messa
 var errSchedulesLimited = errors.New("the registry bucket limits its bytes or messages (max_bytes, max_msgs), so it keeps the discard policy \"new\", which message schedules cannot run with")
 
 // allowSchedules turns message schedules on for the bucket's stream when
-// they are off (a bucket created before scheduled leases, or by a client
-// that does not set them), and returns whether it changed the stream. The
-// change adds a capability and alters no stored message: writers of plain
-// leases go on as before. Schedules also need the discard policy "old",
+// they are off, and returns whether it changed the stream; Open calls it on
+// a bucket it just created, never on an existing one (the bucket belongs to
+// the deployment, and nats-server does not let a stream turn schedules off
+// again). The change adds a capability and alters no stored message. Schedules also need the discard policy "old",
 // which a bucket without limits on its bytes and messages can take with no
 // effect; a bucket with such limits is left alone (errSchedulesLimited). It needs the right to update the stream; a
 // server before 2.12 keeps them off (errSchedulesUnsupported).
@@ -116,10 +116,22 @@ func (r *Registry) allowSchedules(ctx context.Context) (changed bool, err error)
 
 // allowSchedulesOnCreate allows message schedules on a bucket Open just
 // created, so that its leases are scheduled from the first; a failure is
-// logged, and the leaders of the reapers try again.
+// logged, and the leases are plain.
 func (r *Registry) allowSchedulesOnCreate(ctx context.Context) {
 	if _, err := r.allowSchedules(ctx); err != nil {
 		r.log.Info().Err(err).Str("bucket", r.cfg.Bucket).
 			Msg("serverlist: the new registry bucket does not allow message schedules: leases are written without their expiry signal, and the leading reaper receives every renewal")
 	}
+}
+
+// readSchedules reads whether the bucket's stream allows message schedules
+// now (an operator may have allowed them since Open), and records it.
+func (r *Registry) readSchedules(ctx context.Context) (bool, error) {
+	st, err := r.js.Stream(ctx, "KV_"+r.cfg.Bucket)
+	if err != nil {
+		return false, fmt.Errorf("read the bucket's stream: %w", err)
+	}
+	cfg := st.CachedInfo().Config
+	r.noteSchedules(cfg)
+	return cfg.AllowMsgSchedules, nil
 }

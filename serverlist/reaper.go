@@ -327,18 +327,24 @@ func (r *Reaper) lead(ctx context.Context, rev uint64) {
 			cancel()
 		}
 	}()
-	scheduled := r.scheduleLeases(ctx)
+	scheduled := r.scheduleLeases(ctx, true)
+	stopExpiries := func() {}
 	var expiries <-chan jetstream.KeyValueEntry
-	if scheduled {
+	watchExpiries := func() bool {
 		w, stop, err := r.watchKeys(ctx, ExpiryKeys)
 		if err != nil {
 			r.errorsSeen.Add(1)
 			r.log.Warn().Err(err).Msg("serverlist: reaper: watch the lease expiries")
-			sleepCtx(ctx, reaperRetry)
-			return
+			return false
 		}
-		defer stop()
+		stopExpiries = stop
 		expiries = w.Updates()
+		return true
+	}
+	defer func() { stopExpiries() }()
+	if scheduled && !watchExpiries() {
+		sleepCtx(ctx, reaperRetry)
+		return
 	}
 	var plain *plainWatch // nil while off
 	defer func() { plain.stop() }()
@@ -377,6 +383,15 @@ func (r *Reaper) lead(ctx context.Context, rev uint64) {
 			candidates, plainLeases = r.sweep(ctx, candidates)
 			sweep.Reset(sweepEvery)
 			sweepEvery = r.cfg.SweepInterval
+			if !scheduled && r.scheduleLeases(ctx, false) {
+				// An operator allowed schedules: leases written from now
+				// on carry their signal.
+				if !watchExpiries() {
+					return
+				}
+				scheduled = true
+				r.log.Info().Str("bucket", r.reg.cfg.Bucket).Msg("serverlist: reaper: the registry bucket allows message schedules now: consuming the lease expiry signals")
+			}
 			if !scheduled || (plain != nil) == (plainLeases > 0) || plainLeases < 0 {
 				break
 			}
@@ -428,26 +443,24 @@ func (r *Reaper) lead(ctx context.Context, rev uint64) {
 	}
 }
 
-// scheduleLeases reports whether the bucket schedules leases, allowing
-// schedules first when it does not (a bucket made before them). A bucket
-// that cannot is logged once per term: the reaper then receives every
-// renewal.
-func (r *Reaper) scheduleLeases(ctx context.Context) bool {
+// scheduleLeases reports whether the bucket allows message schedules, so
+// that its leases carry their expiry signal. It never changes the bucket
+// (it belongs to the deployment, and a stream cannot turn schedules off
+// again): a bucket without them is logged once per term, and the leader
+// then reaps from every renewal; its sweeps read the bucket again.
+func (r *Reaper) scheduleLeases(ctx context.Context, logOff bool) bool {
 	cctx, cancel := context.WithTimeout(ctx, lockWriteTimeout)
 	defer cancel()
-	changed, err := r.reg.allowSchedules(cctx)
+	on, err := r.reg.readSchedules(cctx)
 	switch {
-	case err != nil:
-		if ctx.Err() == nil {
-			r.log.Warn().Err(err).Str("bucket", r.reg.cfg.Bucket).
-				Msg("serverlist: reaper: the registry bucket cannot schedule lease expiries; reaping from every lease renewal instead (costs the leader about 1 µs of CPU per renewal); allow message schedules on the bucket's stream (nats-server 2.12+) to end that")
-		}
-		return false
-	case changed:
-		r.log.Info().Str("bucket", r.reg.cfg.Bucket).
-			Msg("serverlist: reaper: allowed message schedules on the registry bucket: leases renewed from now on carry their expiry signal")
+	case err != nil && ctx.Err() == nil:
+		r.errorsSeen.Add(1)
+		r.log.Warn().Err(err).Msg("serverlist: reaper: read the registry bucket's configuration")
+	case !on && logOff:
+		r.log.Warn().Str("bucket", r.reg.cfg.Bucket).
+			Msg("serverlist: reaper: the registry bucket does not allow message schedules, so leases carry no expiry signal and the leading reaper receives every renewal (docs/protocol.md, \"The reaper by design\": how to allow them, and what it costs the NATS server)")
 	}
-	return true
+	return on
 }
 
 // watchKeys starts a watch of the keys filter matches, with the entries

@@ -81,18 +81,20 @@ func TestReaperScheduledCluster3(t *testing.T) {
 	reapCrash(t, pub, r, 5*time.Second)
 }
 
-// TestReaperMigratesPlainBucket: a bucket made without message schedules
-// (before scheduled leases), with a publisher of plain leases on it. The
-// leading reaper allows schedules, finds the plain lease at its first
-// sweep and watches every lease write while it lives: the plain
-// publisher's crash is reaped as before. A publisher that opens the
-// bucket afterwards writes scheduled leases.
-func TestReaperMigratesPlainBucket(t *testing.T) {
+// TestReaperPlainBucketThenAllowed: a bucket made without message
+// schedules (before scheduled leases, or by the operator), with a
+// publisher of plain leases on it. The leading reaper leaves the bucket
+// alone and reaps from every lease write: the plain publisher's crash is
+// reaped as before. Once the operator allows schedules, a publisher that
+// opens the bucket writes scheduled leases, and the reaper, at its next
+// sweep, consumes their expiry signals.
+func TestReaperPlainBucketThenAllowed(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	js := mustJetStream(t, srv.Connect(t))
-	ctx := testCtx(t, 30*time.Second)
-	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: serverlist.BucketName("lb"), History: 1,
+	ctx := testCtx(t, 60*time.Second)
+	bucket := serverlist.BucketName("lb")
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1,
 		TTL: 2 * time.Second, LimitMarkerTTL: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
@@ -104,18 +106,35 @@ func TestReaperMigratesPlainBucket(t *testing.T) {
 		t.Fatal("a bucket without schedules gives scheduled leases")
 	}
 	claim(t, old, inst("orders", "plain", 1), "o-plain")
-	r := startReaper(t, old, serverlist.ReaperConfig{Node: "r1", SweepInterval: 5 * time.Second})
+	r := startReaper(t, old, serverlist.ReaperConfig{Node: "r1", SweepInterval: 2 * time.Second})
 	testutil.EventuallyWithin(t, 20*time.Second, "the plain lease's record reaped", func() bool { return r.Stats().Reaped == 1 })
 	if r.PlainMessages() == 0 {
 		t.Fatal("the plain lease was reaped without the plain watch")
+	}
+	st, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.CachedInfo().Config.AllowMsgSchedules {
+		t.Fatal("the reaper changed the bucket")
+	}
+
+	// The operator allows schedules.
+	cfg := st.CachedInfo().Config
+	cfg.AllowMsgSchedules, cfg.Discard = true, jetstream.DiscardOld
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
 	}
 	fresh, err := serverlist.Open(ctx, mustJetStream(t, srv.Connect(t)), serverlist.RegistryConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !fresh.ScheduledLeases() {
-		t.Fatal("after the reaper's migration a new publisher writes plain leases")
+		t.Fatal("on a bucket that allows schedules a new publisher writes plain leases")
 	}
 	claim(t, fresh, inst("orders", "scheduled", 2), "o-new")
-	testutil.EventuallyWithin(t, 20*time.Second, "the scheduled lease's record reaped", func() bool { return r.Stats().Reaped == 2 })
+	testutil.EventuallyWithin(t, 30*time.Second, "the scheduled lease's record reaped", func() bool { return r.Stats().Reaped == 2 })
+	if _, err := fresh.LeaseRevision(ctx, "orders", "scheduled"); err == nil {
+		t.Fatal("the scheduled lease was not ended")
+	}
 }
