@@ -138,3 +138,26 @@ func TestReaperPlainBucketThenAllowed(t *testing.T) {
 		t.Fatal("the scheduled lease was not ended")
 	}
 }
+
+// TestOpenPlainLeases: with PlainLeases, Open creates the bucket without
+// message schedules and writes plain leases; without, it allows them.
+func TestOpenPlainLeases(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	ctx := testCtx(t, 10*time.Second)
+	for _, plain := range []bool{true, false} {
+		js := mustJetStream(t, srv.Connect(t))
+		bucket := "plain_" + map[bool]string{true: "yes", false: "no"}[plain]
+		reg, err := serverlist.Open(ctx, js, serverlist.RegistryConfig{Bucket: bucket, PlainLeases: plain})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := js.Stream(ctx, "KV_"+bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if allowed := st.CachedInfo().Config.AllowMsgSchedules; allowed == plain || reg.ScheduledLeases() == plain {
+			t.Errorf("PlainLeases %v: the bucket allows schedules: %v, scheduled leases: %v", plain, allowed, reg.ScheduledLeases())
+		}
+	}
+}

@@ -61,6 +61,14 @@ type RegistryConfig struct {
 	// otherwise be ignored without a word.
 	RequireTTL bool
 
+	// PlainLeases makes Open create a missing bucket without message
+	// schedules, so that leases carry no expiry signal and the leading
+	// reaper receives every renewal, which costs the NATS server less
+	// (docs/protocol.md, "The reaper by design"): for a gateway that
+	// embeds the NATS server. False allows schedules on a bucket Open
+	// creates. An existing bucket is never changed either way.
+	PlainLeases bool
+
 	// MarkerTTL is how long the marker left by an expiry stays in the bucket
 	// (JetStream's LimitMarkerTTL), used when Open creates the bucket. Live watchers see the marker as soon as
 	// it is written; the TTL only matters to watchers that start later. Zero
@@ -215,7 +223,9 @@ func (r *Registry) create(ctx context.Context) (jetstream.KeyValue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serverlist: create bucket %s: %w", r.cfg.Bucket, err)
 	}
-	r.allowSchedulesOnCreate(ctx)
+	if !r.cfg.PlainLeases {
+		r.allowSchedulesOnCreate(ctx)
+	}
 	return kv, nil
 }
 
