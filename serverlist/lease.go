@@ -87,15 +87,21 @@ func (r *Registry) writePersistent(ctx context.Context, key string, val []byte, 
 	m.Header.Set(headerTTL, "never")
 	m.Header.Set(headerExpectLast, strconv.FormatUint(expect, 10))
 	ack, err := r.js.PublishMsg(ctx, m)
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+	if wrongLastSequence(err) {
 		return 0, fmt.Errorf("%w: %s is no longer at revision %d", ErrRevisionMismatch, key, expect)
 	}
 	if err != nil {
 		return 0, err
 	}
 	return ack.Sequence, nil
+}
+
+// wrongLastSequence reports whether err is JetStream's refusal of a
+// conditional write: the subject is no longer at the expected sequence.
+func wrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // subject is the subject a write of key is published on.
@@ -234,9 +240,7 @@ func (r *Registry) writeLease(ctx context.Context, service, id, owner string, ex
 		return 0, err
 	}
 	ack, err := r.js.PublishMsg(ctx, m)
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+	if wrongLastSequence(err) {
 		return 0, fmt.Errorf("%w: %s", ErrRevisionMismatch, m.Subject)
 	}
 	if err != nil {
