@@ -14,11 +14,12 @@ import (
 //
 // A publisher that claims its ID ([Registry.Claim]) writes its record once,
 // marked to never age out, and proves that it lives by refreshing a second,
-// small key: its lease, "<record key>.lease", which ages out with the
-// bucket's TTL. Gateways watch the record keys only ([RecordKeys]), so a
-// refresh reaches no gateway. A [Reaper] watches the leases and removes the
-// record of a lease that ran out, which every gateway then sees as the
-// instance's removal.
+// small key: its lease, "<record key>.lease". Gateways watch the record
+// keys only ([RecordKeys]), so a refresh reaches no gateway. A lease that
+// is not renewed for a lease fires its expiry signal (a scheduled lease,
+// lease_schedule.go) or ages out with the bucket's TTL (a plain lease, on a
+// bucket that cannot schedule); a [Reaper] then removes the record, which
+// every gateway sees as the instance's removal.
 //
 // A record written by [Registry.Register] (protocol version 1, or a
 // publisher in a language whose client cannot set headers) carries its own
@@ -86,15 +87,21 @@ func (r *Registry) writePersistent(ctx context.Context, key string, val []byte, 
 	m.Header.Set(headerTTL, "never")
 	m.Header.Set(headerExpectLast, strconv.FormatUint(expect, 10))
 	ack, err := r.js.PublishMsg(ctx, m)
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+	if wrongLastSequence(err) {
 		return 0, fmt.Errorf("%w: %s is no longer at revision %d", ErrRevisionMismatch, key, expect)
 	}
 	if err != nil {
 		return 0, err
 	}
 	return ack.Sequence, nil
+}
+
+// wrongLastSequence reports whether err is JetStream's refusal of a
+// conditional write: the subject is no longer at the expected sequence.
+func wrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // subject is the subject a write of key is published on.
@@ -173,11 +180,7 @@ func (r *Registry) updateRecord(ctx context.Context, in Instance, revision uint6
 // held, and returns its revision. owner names the holder (Instance.Owner);
 // the lease's value is the owner.
 func (r *Registry) PutLease(ctx context.Context, service, id, owner string) (uint64, error) {
-	key, err := LeaseKey(service, id)
-	if err != nil {
-		return 0, err
-	}
-	rev, err := r.kv.Put(ctx, key, []byte(owner))
+	rev, err := r.writeLease(ctx, service, id, owner, nil)
 	if err != nil {
 		return 0, fmt.Errorf("serverlist: lease %s/%s: %w", service, id, err)
 	}
@@ -189,18 +192,61 @@ func (r *Registry) PutLease(ctx context.Context, service, id, owner string) (uin
 // process or removed), and returns its new revision, or an error wrapping
 // ErrRevisionMismatch.
 func (r *Registry) RefreshLease(ctx context.Context, service, id, owner string, revision uint64) (uint64, error) {
-	key, err := LeaseKey(service, id)
-	if err != nil {
-		return 0, err
-	}
-	rev, err := r.kv.Update(ctx, key, []byte(owner), revision)
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+	rev, err := r.writeLease(ctx, service, id, owner, &revision)
+	if errors.Is(err, ErrRevisionMismatch) {
 		return 0, fmt.Errorf("%w: lease of %s/%s is no longer at revision %d", ErrRevisionMismatch, service, id, revision)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("serverlist: refresh lease %s/%s: %w", service, id, err)
 	}
 	return rev, nil
+}
+
+// LeaseMessage returns the message [Registry.RefreshLease] publishes to
+// renew the instance's lease at revision (or, with revision nil, the one
+// [Registry.PutLease] publishes), for load generators that must write
+// exactly what a publisher writes (internal/testkit/scale). A message
+// published with an expected revision is refused with the JetStream
+// error JSErrCodeStreamWrongLastSequence when the lease moved on.
+func (r *Registry) LeaseMessage(service, id, owner string, revision *uint64) (*nats.Msg, error) {
+	key, err := LeaseKey(service, id)
+	if err != nil {
+		return nil, err
+	}
+	m := nats.NewMsg(r.subject(key))
+	m.Data = []byte(owner)
+	if revision != nil {
+		m.Header.Set(headerExpectLast, strconv.FormatUint(*revision, 10))
+	}
+	if r.scheduledLeases.Load() {
+		ttl := scheduleEvery(r.cfg.TTL)
+		m.Header.Set(headerSchedule, "@every "+ttl.String())
+		m.Header.Set(headerScheduleTarget, r.subject(key[:len(key)-len(leaseSuffix)]+expirySuffix))
+		// The lease never ages out by itself: it would take its schedule
+		// along (a message's TTL cannot exceed the bucket's). Its signal
+		// fires every period until the reaper ends it, so a reaper that
+		// starts late still finds it.
+		m.Header.Set(headerTTL, "never")
+	}
+	return m, nil
+}
+
+// writeLease publishes the instance's lease, conditionally on its revision
+// when expect is not nil, and returns the new revision, or an error
+// wrapping ErrRevisionMismatch.
+func (r *Registry) writeLease(ctx context.Context, service, id, owner string, expect *uint64) (uint64, error) {
+	m, err := r.LeaseMessage(service, id, owner, expect)
+	if err != nil {
+		return 0, err
+	}
+	ack, err := r.js.PublishMsg(ctx, m)
+	if wrongLastSequence(err) {
+		return 0, fmt.Errorf("%w: %s", ErrRevisionMismatch, m.Subject)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
 }
 
 // LeaseRevision returns the revision of the instance's live lease, or an

@@ -68,13 +68,19 @@ type ReaperStats struct {
 // Many processes may run a Reaper over one bucket (every gateway does by
 // default): they elect one leader with a create-only write of
 // [ReaperLockKey], which the leader renews at a third of the TTL and which
-// ages out with the bucket's TTL when the leader dies. Only the leader
-// watches the leases, so only it receives the fleet's lease refreshes; the
-// others watch the lock key alone. On each lease that ends (removed, or run
-// out: its expiry marker) the leader removes the record of that instance if
-// no new lease was started meanwhile, conditionally on the record's
-// revision, so a record rewritten by a new holder is never removed. Its
-// sweeps remove records that have had no lease for a whole sweep interval.
+// ages out with the bucket's TTL when the leader dies; the others watch the
+// lock key alone. The leader consumes the leases' expiry signals
+// (lease_schedule.go): one message per lease that was not renewed for a
+// lease, none per renewal. For each, unless the lease was renewed after the
+// signal, it ends the lease (conditionally on its revision, so a renewal
+// racing it wins) and removes the record if it was written before the
+// signal, conditionally on its revision, so a record rewritten by a new
+// holder is never removed. Plain leases (a bucket that cannot schedule,
+// publishers of an earlier release) have no signal: while there are any,
+// the leader also watches every lease write, as before scheduled leases,
+// and removes the record of a lease that was removed or ran out. Its sweeps
+// remove records that have had no lease for a whole sweep interval, and
+// tell whether plain leases remain.
 //
 // A process whose NATS account may not write the lock (a gateway with
 // read-only permissions) logs it once and stays out of the election; see
@@ -86,6 +92,9 @@ type Reaper struct {
 
 	leader, notPermitted, unled                    atomic.Bool
 	terms, leasesEnded, reaped, sweeps, errorsSeen atomic.Uint64
+	plainMessages                                  atomic.Uint64
+	// leasePurgeRefused: the account may not end leases (scheduled path).
+	leasePurgeRefused atomic.Bool
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -137,6 +146,11 @@ func (r *Reaper) Close() error {
 // Leader reports whether this reaper leads now.
 func (r *Reaper) Leader() bool { return r.leader.Load() }
 
+// PlainMessages counts the lease writes and removals this reaper received
+// while leading on the plain path (leases without an expiry signal): every
+// renewal of such a lease is one. Zero while every lease is scheduled.
+func (r *Reaper) PlainMessages() uint64 { return r.plainMessages.Load() }
+
 // Stats returns the reaper's counters.
 func (r *Reaper) Stats() ReaperStats {
 	return ReaperStats{
@@ -182,13 +196,16 @@ func (r *Reaper) run(ctx context.Context) {
 // refused reports whether err, the answer to a write of the lock, is the
 // server's refusal: a permissions violation is reported asynchronously and
 // the write's request then times out, so the connection's last error tells.
-func (r *Reaper) refused(err error) bool {
+func (r *Reaper) refused(err error) bool { return r.refusedOn(err, ReaperLockKey) }
+
+// refusedOn is refused for a write of key.
+func (r *Reaper) refusedOn(err error, key string) bool {
 	if errors.Is(err, nats.ErrPermissionViolation) {
 		return true
 	}
 	last := r.reg.js.Conn().LastError()
 	return last != nil && errors.Is(last, nats.ErrPermissionViolation) &&
-		strings.Contains(last.Error(), r.reg.subject(ReaperLockKey))
+		strings.Contains(last.Error(), r.reg.subject(key))
 }
 
 // sleepCtx waits d or until ctx ends.
@@ -291,6 +308,12 @@ func (r *Reaper) follow(ctx context.Context) error {
 
 // lead reaps while this reaper holds the lock at revision rev, and gives
 // the lock up when ctx ends.
+//
+// With scheduled leases (lease_schedule.go) it consumes the expiry signals
+// alone, one message per lease that ended. It also watches every lease
+// write (the plain path, which receives every renewal) while the bucket
+// cannot schedule, or while its sweeps find plain leases, written by
+// publishers of an earlier release or of another language.
 func (r *Reaper) lead(ctx context.Context, rev uint64) {
 	r.leader.Store(true)
 	r.terms.Add(1)
@@ -304,22 +327,43 @@ func (r *Reaper) lead(ctx context.Context, rev uint64) {
 			cancel()
 		}
 	}()
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w, err := r.reg.kv.Watch(wctx, LeaseKeys)
-	if err != nil {
-		r.errorsSeen.Add(1)
-		r.log.Warn().Err(err).Msg("serverlist: reaper: watch the leases")
+	scheduled := r.scheduleLeases(ctx, true)
+	stopExpiries := func() {}
+	var expiries <-chan jetstream.KeyValueEntry
+	watchExpiries := func() bool {
+		w, stop, err := r.watchKeys(ctx, ExpiryKeys)
+		if err != nil {
+			r.errorsSeen.Add(1)
+			r.log.Warn().Err(err).Msg("serverlist: reaper: watch the lease expiries")
+			return false
+		}
+		stopExpiries = stop
+		expiries = w.Updates()
+		return true
+	}
+	defer func() { stopExpiries() }()
+	if scheduled && !watchExpiries() {
 		sleepCtx(ctx, reaperRetry)
 		return
 	}
-	defer stopWatcher(w)
+	var plain *plainWatch // nil while off
+	defer func() { plain.stop() }()
+	if !scheduled {
+		var err error
+		if plain, err = r.watchPlain(ctx); err != nil {
+			r.errorsSeen.Add(1)
+			r.log.Warn().Err(err).Msg("serverlist: reaper: watch the leases")
+			sleepCtx(ctx, reaperRetry)
+			return
+		}
+	}
 
 	ttl := r.reg.cfg.TTL
 	renew := time.NewTicker(max(ttl/3, 100*time.Millisecond))
 	defer renew.Stop()
-	var sweep <-chan time.Time
-	live := make(map[string]uint64)       // lease key -> revision
+	sweep := time.NewTimer(0) // the first sweep at once, the next after one TTL
+	defer sweep.Stop()
+	sweepEvery := ttl
 	candidates := make(map[string]uint64) // record key -> revision, without a lease at the last sweep
 	for {
 		select {
@@ -334,32 +378,183 @@ func (r *Reaper) lead(ctx context.Context, rev uint64) {
 				return
 			}
 			rev = next
-		case <-sweep:
-			candidates = r.sweep(ctx, live, candidates)
-			sweep = time.After(r.cfg.SweepInterval)
-		case e, ok := <-w.Updates():
+		case <-sweep.C:
+			var plainLeases int
+			candidates, plainLeases = r.sweep(ctx, candidates)
+			sweep.Reset(sweepEvery)
+			sweepEvery = r.cfg.SweepInterval
+			if !scheduled && r.scheduleLeases(ctx, false) {
+				// An operator allowed schedules: leases written from now
+				// on carry their signal.
+				if !watchExpiries() {
+					return
+				}
+				scheduled = true
+				r.log.Info().Str("bucket", r.reg.cfg.Bucket).Msg("serverlist: reaper: the registry bucket allows message schedules now: consuming the lease expiry signals")
+			}
+			if !scheduled || (plain != nil) == (plainLeases > 0) || plainLeases < 0 {
+				break
+			}
+			if plain != nil {
+				r.log.Info().Msg("serverlist: reaper: every lease is scheduled now; it no longer receives the renewals")
+				plain.stop()
+				plain = nil
+				break
+			}
+			r.log.Info().Int("plain_leases", plainLeases).
+				Msg("serverlist: reaper: leases without an expiry signal found (publishers of an earlier release, or of another client): watching every lease write until they are gone, at the cost of receiving every renewal")
+			var err error
+			if plain, err = r.watchPlain(ctx); err != nil {
+				r.errorsSeen.Add(1)
+				r.log.Warn().Err(err).Msg("serverlist: reaper: watch the leases")
+				return
+			}
+		case e, ok := <-expiries:
+			switch {
+			case !ok:
+				r.errorsSeen.Add(1)
+				return
+			case e == nil, e.Operation() != jetstream.KeyValuePut:
+				// The end of the expiries still held, or one aging out.
+			default:
+				if rec, ok := RecordOfExpiry(e.Key()); ok {
+					r.leasesEnded.Add(1)
+					r.expire(ctx, rec, e.Revision())
+				}
+			}
+		case e, ok := <-plain.updates():
 			switch {
 			case !ok:
 				r.errorsSeen.Add(1)
 				return
 			case e == nil:
-				// Every live lease is known: mark the records without one.
-				candidates = r.sweep(ctx, live, candidates)
-				sweep = time.After(ttl)
 			case e.Operation() == jetstream.KeyValuePut:
-				live[e.Key()] = e.Revision()
+				r.plainMessages.Add(1)
+				plain.live[e.Key()] = e.Revision()
 			default:
-				delete(live, e.Key())
+				r.plainMessages.Add(1)
+				delete(plain.live, e.Key())
 				if rec, ok := RecordOfLease(e.Key()); ok {
 					r.leasesEnded.Add(1)
-					r.reap(ctx, rec, live)
+					r.reap(ctx, rec, plain.live)
 				}
 			}
 		}
 	}
 }
 
-// reap removes the record under key unless its lease lives again.
+// scheduleLeases reports whether the bucket allows message schedules, so
+// that its leases carry their expiry signal. It never changes the bucket
+// (it belongs to the deployment, and a stream cannot turn schedules off
+// again): a bucket without them is logged once per term, and the leader
+// then reaps from every renewal; its sweeps read the bucket again.
+func (r *Reaper) scheduleLeases(ctx context.Context, logOff bool) bool {
+	cctx, cancel := context.WithTimeout(ctx, lockWriteTimeout)
+	defer cancel()
+	on, err := r.reg.readSchedules(cctx)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		r.errorsSeen.Add(1)
+		r.log.Warn().Err(err).Msg("serverlist: reaper: read the registry bucket's configuration")
+	case !on && logOff:
+		r.log.Warn().Str("bucket", r.reg.cfg.Bucket).
+			Msg("serverlist: reaper: the registry bucket does not allow message schedules, so leases carry no expiry signal and the leading reaper receives every renewal (docs/protocol.md, \"The reaper by design\": how to allow them, and what it costs the NATS server)")
+	}
+	return on
+}
+
+// watchKeys starts a watch of the keys filter matches, with the entries
+// held first; stop ends it and drains it.
+func (r *Reaper) watchKeys(ctx context.Context, filter string) (w jetstream.KeyWatcher, stop func(), err error) {
+	wctx, cancel := context.WithCancel(ctx)
+	w, err = r.reg.kv.Watch(wctx, filter)
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return w, func() { stopWatcher(w); cancel() }, nil
+}
+
+// plainWatch is the watch of every lease write, with the leases it saw
+// live (key -> revision). A nil *plainWatch is off: its updates channel is
+// nil and stop does nothing.
+type plainWatch struct {
+	w    jetstream.KeyWatcher
+	end  func()
+	live map[string]uint64
+}
+
+func (r *Reaper) watchPlain(ctx context.Context) (*plainWatch, error) {
+	w, stop, err := r.watchKeys(ctx, LeaseKeys)
+	if err != nil {
+		return nil, err
+	}
+	return &plainWatch{w: w, end: stop, live: make(map[string]uint64)}, nil
+}
+
+func (p *plainWatch) updates() <-chan jetstream.KeyValueEntry {
+	if p == nil {
+		return nil
+	}
+	return p.w.Updates()
+}
+
+func (p *plainWatch) stop() {
+	if p != nil {
+		p.end()
+	}
+}
+
+// expire handles the expiry signal at revision sig of the record under
+// key: the lease was not renewed for a whole lease before sig. Unless the
+// lease was renewed after the signal, the reaper ends it (conditionally on
+// its revision, so that a renewal racing the reaper wins), then removes the
+// record if it was written before the signal (not a new holder's).
+func (r *Reaper) expire(ctx context.Context, key string, sig uint64) {
+	lease, err := r.reg.kv.Get(ctx, key+leaseSuffix)
+	switch {
+	case err == nil && lease.Revision() > sig:
+		return // renewed after the signal
+	case err == nil && r.leasePurgeRefused.Load():
+		// May not end leases: the record goes alone (below). A holder
+		// that renews late finds its record gone and re-asserts it.
+	case err == nil:
+		err = r.reg.kv.Purge(ctx, key+leaseSuffix, jetstream.LastRevision(lease.Revision()))
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+			return // renewed meanwhile
+		}
+		if err != nil && r.refusedOn(err, key+leaseSuffix) {
+			r.leasePurgeRefused.Store(true)
+			r.log.Warn().Err(err).Str("bucket", r.reg.cfg.Bucket).
+				Msg("serverlist: reaper: this process may not end leases (purge <service>.<id>.lease, docs/security.md): it removes the records of ended leases alone, and their expiry signals repeat every lease until the leases are ended")
+			err = nil
+		}
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		err = nil // ended by its holder, or aged out
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			r.errorsSeen.Add(1)
+			r.log.Warn().Err(err).Str("key", key).Msg("serverlist: reaper: end the lease")
+		}
+		return
+	}
+	rec, err := r.reg.kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		// Withdrawn, or reaped already.
+	case err != nil:
+		if ctx.Err() == nil {
+			r.errorsSeen.Add(1)
+			r.log.Warn().Err(err).Str("key", key).Msg("serverlist: reaper: read the record")
+		}
+	case rec.Revision() < sig:
+		r.remove(ctx, key, rec.Revision(), "lease ended")
+	}
+}
+
+// reap removes the record under key unless its lease lives again (the
+// plain path).
 func (r *Reaper) reap(ctx context.Context, key string, live map[string]uint64) {
 	if _, ok := live[key+leaseSuffix]; ok {
 		return
@@ -395,18 +590,28 @@ func (r *Reaper) remove(ctx context.Context, key string, rev uint64, why string)
 	}
 }
 
-// sweep lists the records and removes those that had no lease at the
-// previous sweep (prev) and still have none, unchanged. It returns the
-// records without a lease now.
-func (r *Reaper) sweep(ctx context.Context, live map[string]uint64, prev map[string]uint64) map[string]uint64 {
+// sweep lists the leases and the records, and removes the records that had
+// no lease at the previous sweep (prev) and still have none, unchanged. It
+// returns the records without a lease now, and the number of live leases
+// written without an expiry signal (-1 when the leases could not be
+// listed).
+func (r *Reaper) sweep(ctx context.Context, prev map[string]uint64) (next map[string]uint64, plain int) {
 	r.sweeps.Add(1)
+	live, plain, err := r.listLeases(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.errorsSeen.Add(1)
+			r.log.Warn().Err(err).Msg("serverlist: reaper: list the leases")
+		}
+		return prev, -1
+	}
 	lister, err := r.reg.kv.ListKeysFiltered(ctx, RecordKeys)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.errorsSeen.Add(1)
 			r.log.Warn().Err(err).Msg("serverlist: reaper: list the records")
 		}
-		return prev
+		return prev, plain
 	}
 	var orphans []string
 	for key := range lister.Keys() {
@@ -414,14 +619,14 @@ func (r *Reaper) sweep(ctx context.Context, live map[string]uint64, prev map[str
 			orphans = append(orphans, key)
 		}
 	}
-	next := make(map[string]uint64, len(orphans))
+	next = make(map[string]uint64, len(orphans))
 	for _, key := range orphans {
 		e, err := r.reg.kv.Get(ctx, key)
 		if err != nil {
 			continue // gone meanwhile, or unreadable: the next sweep tells
 		}
-		if _, ok := live[key+leaseSuffix]; ok {
-			continue
+		if _, err := r.reg.kv.Get(ctx, key+leaseSuffix); err == nil {
+			continue // a lease started since the listing
 		}
 		if prev[key] == e.Revision() {
 			r.remove(ctx, key, e.Revision(), "no lease for a sweep interval")
@@ -429,5 +634,70 @@ func (r *Reaper) sweep(ctx context.Context, live map[string]uint64, prev map[str
 		}
 		next[key] = e.Revision()
 	}
-	return next
+	return next, plain
+}
+
+// listLeases returns the live lease keys, read from the last message of
+// each (headers only, through an ordered push consumer, as a KV watch
+// reads: the reaper's permissions are a watcher's), and how many of them
+// carry no expiry signal.
+func (r *Reaper) listLeases(ctx context.Context) (map[string]struct{}, int, error) {
+	js, err := r.reg.js.Conn().JetStream()
+	if err != nil {
+		return nil, 0, err
+	}
+	prefix := r.reg.subject("")
+	var (
+		mu                sync.Mutex // guards what the handler writes
+		live              = make(map[string]struct{})
+		plain             int
+		received, pending uint64
+		done              = make(chan struct{})
+		finished          bool
+	)
+	finish := func() { // with mu held
+		if !finished {
+			finished = true
+			close(done)
+		}
+	}
+	mu.Lock()
+	sub, err := js.Subscribe(r.reg.subject(LeaseKeys), func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		md, err := m.Metadata()
+		if finished || err != nil {
+			return
+		}
+		if !isRemoval(m.Header) {
+			live[m.Subject[len(prefix):]] = struct{}{}
+			if m.Header.Get(headerSchedule) == "" {
+				plain++
+			}
+		}
+		if received++; received >= pending || md.NumPending == 0 {
+			finish()
+		}
+	}, nats.BindStream("KV_"+r.reg.cfg.Bucket), nats.OrderedConsumer(), nats.DeliverLastPerSubject(), nats.HeadersOnly(), nats.Context(ctx))
+	if err != nil {
+		mu.Unlock()
+		return nil, 0, err
+	}
+	defer sub.Unsubscribe()
+	pending, err = sub.InitialConsumerPending()
+	if err != nil || pending == 0 {
+		finish()
+	}
+	mu.Unlock()
+	if err != nil {
+		return nil, 0, err
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return live, plain, nil
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // claim claims in for owner and returns what Claim wrote.
-func claim(t *testing.T, reg *serverlist.Registry, in serverlist.Instance, owner string) serverlist.Claimed {
+func claim(t testing.TB, reg *serverlist.Registry, in serverlist.Instance, owner string) serverlist.Claimed {
 	t.Helper()
 	in.Owner = owner
 	c, err := reg.Claim(testCtx(t, 5*time.Second), in, serverlist.ClaimOptions{})

@@ -61,6 +61,14 @@ type RegistryConfig struct {
 	// otherwise be ignored without a word.
 	RequireTTL bool
 
+	// PlainLeases makes Open create a missing bucket without message
+	// schedules, so that leases carry no expiry signal and the leading
+	// reaper receives every renewal, which costs the NATS server less
+	// (docs/protocol.md, "The reaper by design"): for a gateway that
+	// embeds the NATS server. False allows schedules on a bucket Open
+	// creates. An existing bucket is never changed either way.
+	PlainLeases bool
+
 	// MarkerTTL is how long the marker left by an expiry stays in the bucket
 	// (JetStream's LimitMarkerTTL), used when Open creates the bucket. Live watchers see the marker as soon as
 	// it is written; the TTL only matters to watchers that start later. Zero
@@ -151,6 +159,9 @@ type Registry struct {
 	wantReplicas int
 
 	malformed atomic.Uint64
+	// scheduledLeases: the bucket allows message schedules, so leases are
+	// written in their scheduled form (lease_schedule.go).
+	scheduledLeases atomic.Bool
 }
 
 // Open returns a Registry over the bucket cfg names, creating the bucket
@@ -212,6 +223,9 @@ func (r *Registry) create(ctx context.Context) (jetstream.KeyValue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serverlist: create bucket %s: %w", r.cfg.Bucket, err)
 	}
+	if !r.cfg.PlainLeases {
+		r.allowSchedulesOnCreate(ctx)
+	}
 	return kv, nil
 }
 
@@ -228,6 +242,7 @@ func (r *Registry) adopt(ctx context.Context, asked time.Duration) error {
 	}
 	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
 		r.cfg.Replicas = max(bs.StreamInfo().Config.Replicas, 1)
+		r.noteSchedules(bs.StreamInfo().Config)
 		if r.wantReplicas > r.cfg.Replicas {
 			r.log.Warn().Str("bucket", r.cfg.Bucket).Int("configured_replicas", r.wantReplicas).Int("bucket_replicas", r.cfg.Replicas).
 				Msg("serverlist: the registry bucket has fewer replicas than configured; it is not changed here (a gateway scales it up at start)")

@@ -60,7 +60,7 @@ func TestHeartbeats(t *testing.T) {
 	defer sub.Unsubscribe()
 
 	const period = 200 * time.Millisecond // 200 puts/s for 40 records
-	h, err := scale.NewHeartbeats(srv.Connect(t), recs, period, 16)
+	h, err := scale.NewHeartbeats(srv.Connect(t), f, recs, period, 64)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,9 +56,13 @@ type Fleet struct {
 	Size Size
 	KV   jetstream.KeyValue
 	js   jetstream.JetStream
+	// reg writes the leases' messages exactly as a publisher's registry
+	// does (Registry.LeaseMessage): scheduled when the bucket allows it.
+	reg *serverlist.Registry
 
 	mu          sync.Mutex
 	incarnation int64
+	leaseRevs   map[string]uint64 // lease subject -> revision of its last acknowledged write
 }
 
 // ServiceName is the name of service s.
@@ -95,7 +99,25 @@ func NewFleet(ctx context.Context, nc *nats.Conn, size Size, ttl time.Duration, 
 	if err != nil {
 		return nil, err
 	}
-	return &Fleet{Size: size, KV: reg.KeyValue(), js: js}, nil
+	return &Fleet{Size: size, KV: reg.KeyValue(), js: js, reg: reg, leaseRevs: make(map[string]uint64)}, nil
+}
+
+// CreatePlainBucket creates the registry bucket of the default prefix as
+// pushlb did before scheduled leases (no message schedules), so that a
+// fleet opened on it afterwards writes plain leases, as publishers of that
+// release do: the "before" of docs/perf.md's reaper figures. Run before
+// NewFleet; a gateway whose reaper leads then allows schedules on it, but
+// the fleet's leases stay plain.
+func CreatePlainBucket(ctx context.Context, nc *nats.Conn, ttl time.Duration, replicas int) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: serverlist.BucketName(events.DefaultPrefix), History: 1, TTL: ttl, LimitMarkerTTL: ttl,
+		MaxValueSize: serverlist.MaxValueSize, Replicas: replicas,
+	})
+	return err
 }
 
 // Load opens the registry as NewFleet does and registers generation 0 of
@@ -113,10 +135,11 @@ func Load(ctx context.Context, nc *nats.Conn, size Size, ttl time.Duration, repl
 	return f, ins, nil
 }
 
-// Record is one registry entry to write: its key and JSON value.
+// Record is one registry entry to write: its key and JSON value, and the
+// instance it names.
 type Record struct {
-	key string
-	val []byte
+	key, service, id string
+	val              []byte
 }
 
 // Encode returns the registry entries of ins.
@@ -131,7 +154,7 @@ func Encode(ins ...serverlist.Instance) ([]Record, error) {
 		if err != nil {
 			return nil, err
 		}
-		out[i] = Record{key, val}
+		out[i] = Record{key: key, service: in.Service, id: in.InstanceID, val: val}
 	}
 	return out, nil
 }
@@ -188,7 +211,8 @@ func (f *Fleet) Purge(ctx context.Context, recs []Record) error {
 			}})
 		}
 	}
-	return f.publish(ctx, msgs)
+	_, err := f.publish(ctx, msgs)
+	return err
 }
 
 // Announce publishes the events of kind k (online or offline) of ins on nc,
@@ -211,27 +235,75 @@ func Announce(nc *nats.Conn, k events.Kind, ins ...serverlist.Instance) error {
 const putWindow = 2048
 
 // Put writes records to the bucket as Registry.Claim does, each record
-// marked to never age out and followed by its lease, with asynchronous
-// publishes (up to putWindow in flight), and returns once the server
-// acknowledged all of them.
+// marked to never age out and followed by its lease (Registry.PutLease's
+// message), with asynchronous publishes (up to putWindow in flight), and
+// returns once the server acknowledged all of them. It keeps the leases'
+// revisions, which Heartbeats renews by compare-and-set.
 func (f *Fleet) Put(ctx context.Context, recs []Record) error {
 	msgs := make([]*nats.Msg, 0, 2*len(recs))
 	for _, r := range recs {
+		lease, err := f.leaseMsg(r, 0)
+		if err != nil {
+			return err
+		}
 		msgs = append(msgs,
 			&nats.Msg{Subject: kvSubject(r.key), Data: r.val, Header: nats.Header{"Nats-TTL": []string{"never"}}},
-			&nats.Msg{Subject: kvSubject(r.key + leaseSuffix), Data: leaseValue})
+			lease)
 	}
-	return f.publish(ctx, msgs)
+	seqs, err := f.publish(ctx, msgs)
+	if err != nil {
+		return err
+	}
+	for i := 1; i < len(msgs); i += 2 {
+		f.setLeaseRevision(msgs[i].Subject, seqs[i])
+	}
+	return nil
 }
 
+// leaseMsg is the message that writes r's lease as a publisher does:
+// Registry.RefreshLease's, a compare-and-set on rev, or with rev 0
+// Registry.PutLease's.
+func (f *Fleet) leaseMsg(r Record, rev uint64) (*nats.Msg, error) {
+	var expect *uint64
+	if rev != 0 {
+		expect = &rev
+	}
+	return f.reg.LeaseMessage(r.service, r.id, string(leaseValue), expect)
+}
+
+// leaseRevision is the last acknowledged revision of the lease on subject
+// (written by Put or a heartbeat), 0 if unknown (a record put by
+// Heartbeats.Replace: its first renewal is then a put).
+func (f *Fleet) leaseRevision(subject string) uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.leaseRevs[subject]
+}
+
+// setLeaseRevision records the revision a lease write was acknowledged at.
+func (f *Fleet) setLeaseRevision(subject string, rev uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.leaseRevs[subject] = rev
+}
+
+// ScheduledLeases reports whether the fleet's leases carry their expiry
+// signal (the bucket allows message schedules).
+func (f *Fleet) ScheduledLeases() bool { return f.reg.ScheduledLeases() }
+
 // RenewLeases renews the leases of recs once, as their publishers'
-// renewals do.
+// renewals do (Registry.PutLease's message).
 func (f *Fleet) RenewLeases(ctx context.Context, recs []Record) error {
 	msgs := make([]*nats.Msg, len(recs))
 	for i, r := range recs {
-		msgs[i] = &nats.Msg{Subject: kvSubject(r.key + leaseSuffix), Data: leaseValue}
+		m, err := f.leaseMsg(r, 0)
+		if err != nil {
+			return err
+		}
+		msgs[i] = m
 	}
-	return f.publish(ctx, msgs)
+	_, err := f.publish(ctx, msgs)
+	return err
 }
 
 // RefreshRecords puts recs again, unchanged and without the never-expire
@@ -242,7 +314,8 @@ func (f *Fleet) RefreshRecords(ctx context.Context, recs []Record) error {
 	for i, r := range recs {
 		msgs[i] = &nats.Msg{Subject: kvSubject(r.key), Data: r.val}
 	}
-	return f.publish(ctx, msgs)
+	_, err := f.publish(ctx, msgs)
+	return err
 }
 
 // leaseSuffix ends a lease's key (serverlist.LeaseKey); leaseValue is the
@@ -251,30 +324,32 @@ const leaseSuffix = ".lease"
 
 var leaseValue = []byte("scale-fleet")
 
-// publish sends msgs to the bucket's stream, putWindow at a time, and waits
-// for their acknowledgements.
-func (f *Fleet) publish(ctx context.Context, msgs []*nats.Msg) error {
+// publish sends msgs to the bucket's stream, putWindow at a time, waits
+// for their acknowledgements, and returns the sequence each was stored at.
+func (f *Fleet) publish(ctx context.Context, msgs []*nats.Msg) ([]uint64, error) {
+	seqs := make([]uint64, 0, len(msgs))
 	for start := 0; start < len(msgs); start += putWindow {
 		end := min(start+putWindow, len(msgs))
 		futures := make([]jetstream.PubAckFuture, 0, end-start)
 		for _, m := range msgs[start:end] {
 			fut, err := f.js.PublishMsgAsync(m)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			futures = append(futures, fut)
 		}
 		for _, fut := range futures {
 			select {
-			case <-fut.Ok():
+			case ack := <-fut.Ok():
+				seqs = append(seqs, ack.Sequence)
 			case err := <-fut.Err():
-				return err
+				return nil, err
 			case <-ctx.Done():
-				return ctx.Err()
+				return nil, ctx.Err()
 			}
 		}
 	}
-	return nil
+	return seqs, nil
 }
 
 // kvSubject is the subject a put of key is published on.
@@ -316,12 +391,16 @@ func (s HeartbeatStats) KeptUp() bool {
 const heartbeatTick = 5 * time.Millisecond
 
 // Heartbeats renews a fleet's leases, as its publishers do: every record's
-// lease once per period, spread evenly. Build it with
-// NewHeartbeats, run it with Run; Replace changes a record while it runs (a
-// churn wave's new instances refresh, the replaced ones stop).
+// lease once per period, spread evenly, each renewal a compare-and-set on
+// the lease's last revision (Registry.RefreshLease's message, built by the
+// registry itself), the revision taken from the previous write's
+// acknowledgement. Build it with NewHeartbeats, run it with Run; Replace
+// changes a record while it runs (a churn wave's new instances refresh,
+// the replaced ones stop).
 type Heartbeats struct {
 	nc            *nats.Conn
 	js            jetstream.JetStream
+	fleet         *Fleet
 	period        time.Duration
 	acked, failed atomic.Int64
 	mu            sync.Mutex // guards recs and subjects against Replace
@@ -329,14 +408,14 @@ type Heartbeats struct {
 	subjects      []string
 }
 
-// NewHeartbeats returns heartbeats of recs (a copy is kept) every period on
-// nc, with at most maxInFlight puts awaiting their acknowledgement (the
-// generator waits beyond).
-func NewHeartbeats(nc *nats.Conn, recs []Record, period time.Duration, maxInFlight int) (*Heartbeats, error) {
+// NewHeartbeats returns heartbeats of recs (a copy is kept), leases of f,
+// every period on nc, with at most maxInFlight puts awaiting their
+// acknowledgement (the generator waits beyond).
+func NewHeartbeats(nc *nats.Conn, f *Fleet, recs []Record, period time.Duration, maxInFlight int) (*Heartbeats, error) {
 	if len(recs) == 0 || period <= 0 || maxInFlight < 1 {
 		return nil, fmt.Errorf("scale: heartbeats of %d records every %v, %d in flight", len(recs), period, maxInFlight)
 	}
-	h := &Heartbeats{nc: nc, period: period, recs: slices.Clone(recs), subjects: make([]string, len(recs))}
+	h := &Heartbeats{nc: nc, fleet: f, period: period, recs: slices.Clone(recs), subjects: make([]string, len(recs))}
 	for i, r := range recs {
 		h.subjects[i] = kvSubject(r.key + leaseSuffix)
 	}
@@ -344,7 +423,10 @@ func NewHeartbeats(nc *nats.Conn, recs []Record, period time.Duration, maxInFlig
 	h.js, err = jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(maxInFlight),
 		jetstream.WithPublishAsyncTimeout(ackWait),
-		jetstream.WithPublishAsyncAckHandler(func(jetstream.JetStream, *nats.Msg, *jetstream.PubAck) { h.acked.Add(1) }),
+		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
+			f.setLeaseRevision(m.Subject, ack.Sequence)
+			h.acked.Add(1)
+		}),
 		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { h.failed.Add(1) }))
 	if err != nil {
 		return nil, err
@@ -420,7 +502,11 @@ func (h *Heartbeats) send(ctx context.Context, st *HeartbeatStats, next *int) er
 			*next = (*next + 1) % len(h.recs)
 			continue
 		}
-		_, err := h.js.PublishAsync(h.subjects[*next], leaseValue, jetstream.WithStallWait(heartbeatTick))
+		m, err := h.fleet.leaseMsg(h.recs[*next], h.fleet.leaseRevision(h.subjects[*next]))
+		if err != nil {
+			return err
+		}
+		_, err = h.js.PublishMsgAsync(m, jetstream.WithStallWait(heartbeatTick))
 		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
 			st.Stalls++
 			return nil // acknowledgements are late: go on at the next tick

@@ -3,6 +3,7 @@ package scale_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/pushlb/pushlb"
@@ -88,6 +90,16 @@ func size(tb testing.TB) scale.Size {
 	return s
 }
 
+// fleetTTL is the bucket's lease in the benchmarks: long enough that no
+// lease ends while a gateway starts against a large fleet (what a renewal
+// costs does not depend on it).
+const fleetTTL = 10 * time.Minute
+
+// plainLeases reports whether PUSHLB_LEASES=plain asks for a fleet that
+// writes plain leases (no expiry signal) into a bucket made without
+// message schedules, as pushlb did before issue 22: the "before" figures.
+func plainLeases() bool { return os.Getenv("PUSHLB_LEASES") == "plain" }
+
 // full reports whether the run asked for a fleet size of its own: then
 // measurement windows are long enough for stable figures.
 func full() bool { return os.Getenv("PUSHLB_SCALE") != "" }
@@ -133,7 +145,12 @@ func eachDeployment(b *testing.B, f func(b *testing.B, nb bus)) {
 func loadFleet(tb testing.TB, nb bus, sz scale.Size) (*scale.Fleet, []scale.Record, time.Duration) {
 	ctx, cancel := context.WithTimeout(tb.Context(), 5*time.Minute)
 	defer cancel()
-	f, err := scale.NewFleet(ctx, nb.connect(tb), sz, 10*time.Minute, nb.replicas)
+	if plainLeases() {
+		if err := scale.CreatePlainBucket(ctx, nb.connect(tb), fleetTTL, nb.replicas); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			tb.Fatal(err)
+		}
+	}
+	f, err := scale.NewFleet(ctx, nb.connect(tb), sz, fleetTTL, nb.replicas)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -151,8 +168,8 @@ func loadFleet(tb testing.TB, nb bus, sz scale.Size) (*scale.Fleet, []scale.Reco
 // fleetHeartbeats refreshes recs every leasePeriod on a connection of its
 // own, as the fleet's announcers do, until the returned stop is called;
 // stop returns what was sent and fails tb if the generator broke.
-func fleetHeartbeats(tb testing.TB, nb bus, recs []scale.Record) (h *scale.Heartbeats, stop func() scale.HeartbeatStats) {
-	h, err := scale.NewHeartbeats(nb.connect(tb), recs, leasePeriod, maxInFlight)
+func fleetHeartbeats(tb testing.TB, nb bus, f *scale.Fleet, recs []scale.Record) (h *scale.Heartbeats, stop func() scale.HeartbeatStats) {
+	h, err := scale.NewHeartbeats(nb.connect(tb), f, recs, leasePeriod, maxInFlight)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -318,19 +335,25 @@ func BenchmarkColdStart(b *testing.B) {
 	})
 }
 
-// BenchmarkHeartbeatCPU: the fleet refreshes its leases every 10 s with
-// unchanged content (its instance count / 10 puts per second); the gateway
-// process's CPU over the window (20 s at a size of its own), as a share of
-// one core, beside its CPU over an idle window before; the CPU per refresh
-// the gateway saw beyond idle; its resident memory at the start of the
-// window and its peak over each half of it. The heartbeats run a while
-// before the window opens.
+// BenchmarkHeartbeatCPU: the fleet renews its leases every 10 s in
+// announce's form (Registry.RefreshLease's message, a compare-and-set on
+// the lease's last revision; its instance count / 10 renewals per second),
+// with the records written once as Registry.Claim does. Measured: the whole
+// gateway process (the real binary, user+sys from /proc/<pid>/stat) over
+// the window (30 s at a size of its own), once every lease was renewed
+// (one lease period after the renewals start), as a share of one core,
+// beside its CPU over an idle window before; the CPU per renewal beyond
+// idle; its resident memory at the start of the window and its peak over
+// each half of it. PUSHLB_LEASES=plain gives the fleet plain leases (the
+// form before issue 22); PUSHLB_GATEWAY_BIN runs another build.
 func BenchmarkHeartbeatCPU(b *testing.B) {
 	sz := size(b)
-	win := window(20*time.Second, time.Second)
-	warm := window(3*time.Second, 200*time.Millisecond)
+	win := window(30*time.Second, time.Second)
+	// Settled: every lease renewed once by compare-and-set, and the
+	// garbage of the first round collected, before the window opens.
+	warm := window(leasePeriod+2*time.Second, 200*time.Millisecond)
 	eachDeployment(b, func(b *testing.B, nb bus) {
-		_, recs, _ := loadFleet(b, nb, sz)
+		f, recs, _ := loadFleet(b, nb, sz)
 		gateway(b)
 		// "gateway": a gateway that does not lead the reapers (-reaper=false
 		// here; a follower costs the same), which no renewal reaches.
@@ -340,19 +363,46 @@ func BenchmarkHeartbeatCPU(b *testing.B) {
 			args   []string
 			leader bool
 		}{{"gateway", []string{"-reaper=false"}, false}, {"reaper", nil, true}} {
-			b.Run(role.name, func(b *testing.B) { heartbeatCPU(b, nb, sz, recs, win, warm, role.args, role.leader) })
+			b.Run(role.name, func(b *testing.B) {
+				p, admin, _ := startGateway(b, nb, role.args...)
+				defer p.Stop(b, 30*time.Second)
+				heartbeatCPU(b, p, admin, nb, sz, f, recs, win, warm, role.leader)
+			})
 		}
+	})
+	// "embedded": as a new user runs it (docs/protocol.md's quick start), a
+	// gateway with its embedded NATS server, which leads the reapers, and a
+	// second gateway on that server: the leader's process stores every
+	// renewal besides reaping.
+	b.Run("embedded", func(b *testing.B) {
+		natsAddr := testutil.FreeAddr(b)
+		lead, leadAdmin, _ := startGateway(b, bus{}, "-embedded-nats", natsAddr, "-data-dir", b.TempDir())
+		defer lead.Stop(b, 30*time.Second)
+		url := "nats://" + natsAddr
+		nb := bus{url: url, replicas: 1, connect: func(tb testing.TB) *nats.Conn {
+			nc, err := nats.Connect(url)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			tb.Cleanup(nc.Close)
+			return nc
+		}}
+		f, recs, _ := loadFleet(b, nb, sz)
+		b.Run("reaper", func(b *testing.B) { heartbeatCPU(b, lead, leadAdmin, nb, sz, f, recs, win, warm, true) })
+		b.Run("gateway", func(b *testing.B) {
+			p, admin, _ := startGateway(b, nb, "-reaper=false")
+			defer p.Stop(b, 30*time.Second)
+			heartbeatCPU(b, p, admin, nb, sz, f, recs, win, warm, false)
+		})
 	})
 }
 
-// heartbeatCPU measures one gateway process (run with args) under the
-// fleet's renewals. Its sleeps are the measurement windows themselves (CPU
+// heartbeatCPU measures the gateway process p (admin address admin) under
+// the fleet's renewals. Its sleeps are the measurement windows themselves (CPU
 // time over wall time, resident memory sampled every second): they order
 // no event and no absence is checked after one; what the gateway did is
 // read from its /metrics and /proc.
-func heartbeatCPU(b *testing.B, nb bus, sz scale.Size, recs []scale.Record, win, warm time.Duration, args []string, leader bool) {
-	p, admin, _ := startGateway(b, nb, args...)
-	defer p.Stop(b, 30*time.Second)
+func heartbeatCPU(b *testing.B, p *testutil.Proc, admin string, nb bus, sz scale.Size, f *scale.Fleet, recs []scale.Record, win, warm time.Duration, leader bool) {
 	if leader {
 		testutil.EventuallyWithin(b, time.Minute, "the gateway to lead the reapers", func() bool { return scrape(b, admin).reaperLeader })
 	}
@@ -371,7 +421,7 @@ func heartbeatCPU(b *testing.B, nb bus, sz scale.Size, recs []scale.Record, win,
 	var rss0, rssHalf1, rssHalf2 int64
 	var hb scale.HeartbeatStats
 	for b.Loop() {
-		_, stop := fleetHeartbeats(b, nb, recs)
+		_, stop := fleetHeartbeats(b, nb, f, recs)
 		time.Sleep(warm)
 		// A scrape costs the gateway CPU: it stays out of the window.
 		m0 := scrape(b, admin)
@@ -515,7 +565,7 @@ func BenchmarkPropagation(b *testing.B) {
 		if err := pub.Flush(); err != nil {
 			b.Fatal(err)
 		}
-		_, stop := fleetHeartbeats(b, nb, recs)
+		_, stop := fleetHeartbeats(b, nb, f, recs)
 		defer stop()
 		time.Sleep(window(3*time.Second, 200*time.Millisecond)) // the heartbeats in full swing
 
@@ -702,7 +752,7 @@ func BenchmarkChurn(b *testing.B) {
 		current := f.Generation(0)
 		gws := gateways(b, nb, sz.Gateways, nil, nil)
 		pub := nb.connect(b)
-		hb, stop := fleetHeartbeats(b, nb, recs)
+		hb, stop := fleetHeartbeats(b, nb, f, recs)
 		defer stop()
 		time.Sleep(window(3*time.Second, 200*time.Millisecond))
 
