@@ -143,7 +143,7 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("pushlb: jetstream: %w", err)
 	}
-	reg, err := serverlist.Open(ctx, js, serverlist.RegistryConfig{Prefix: o.Prefix, TTL: o.Lease, RequireTTL: o.Lease != 0, Replicas: o.RegistryReplicas, Logger: o.log})
+	reg, err := serverlist.Open(ctx, js, serverlist.RegistryConfig{Prefix: o.Prefix, TTL: o.Lease, RequireTTL: o.Lease != 0, Replicas: o.RegistryReplicas, PlainLeases: o.PlainLeases, Logger: o.log})
 	if err != nil {
 		return nil, fmt.Errorf("pushlb: registry: %w", err)
 	}

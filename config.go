@@ -78,10 +78,19 @@ type Config struct {
 	EmptyListHold time.Duration
 	// Limits bound what announcements alone can make the client hold.
 	Limits Limits
+	// PlainLeases makes a registry bucket this client creates carry no
+	// message schedules: the leading reaper then receives every lease
+	// renewal instead of one expiry message per lease that ends. For a
+	// process that embeds the NATS server, where storing the schedules
+	// costs more than the reaper saves (docs/protocol.md, "The reaper by
+	// design"); the gateway sets it when it runs its embedded server. An
+	// existing bucket is never changed. Default false.
+	PlainLeases bool
 	// Reaper makes the client take part in the election of the registry's
 	// reaper, which removes the record of an instance whose lease ended (a
 	// crash that gossip did not report first). Of the processes that take
-	// part, one leads and alone receives the fleet's lease renewals; one
+	// part, one leads and alone receives the leases' expiry messages (the
+	// renewals, on a bucket without message schedules); one
 	// whose NATS user may not write the reaper's lock logs it once and
 	// stays out. Default false: a program that only routes does not reap.
 	// The gateway binary turns it on; a deployment needs at least one

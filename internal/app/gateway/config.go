@@ -110,8 +110,9 @@ type Config struct {
 	// Reaper makes the gateway take part in the election of the registry's
 	// reaper, which removes the record of an instance whose lease ended
 	// (pushlb.Config.Reaper). Default true: the gateway reaps, a library
-	// client only when asked. The leader alone receives the
-	// fleet's lease renewals; a gateway whose NATS user may not write the
+	// client only when asked. The leader alone receives the leases'
+	// expiry messages (the renewals, on a bucket without message
+	// schedules); a gateway whose NATS user may not write the
 	// reaper's lock logs it once and stays out. Keep at least one process
 	// of the deployment able to reap (docs/security.md).
 	Reaper bool `yaml:"reaper"`

@@ -148,9 +148,14 @@ func (g *Gateway) clientConfig() pushlb.Config {
 		Coalesce:         c.Subscriber.Coalesce,
 		AntiEntropy:      c.Subscriber.AntiEntropy,
 		ServiceGrace:     c.ServiceGrace,
-		EmptyListHold:    c.EmptyListHold,
-		Limits:           c.Limits,
-		Reaper:           c.Reaper,
+		// A bucket this gateway creates on its embedded server gets no
+		// message schedules: with the server in the process, storing the
+		// schedules costs more than the reaper saves (docs/protocol.md,
+		// "The reaper by design").
+		PlainLeases:   g.embedded != nil,
+		EmptyListHold: c.EmptyListHold,
+		Limits:        c.Limits,
+		Reaper:        c.Reaper,
 	}
 	if c.Gossip.Enabled() {
 		// Validate checked the settings.

@@ -152,7 +152,7 @@ var (
 	descUnregistered    = prometheus.NewDesc("pushlb_lists_unregistered_total", "Lists of unknown services that named no registered instance and built no balancer.", nil, nil)
 	descServicesRemoved = prometheus.NewDesc("pushlb_services_removed_total", "Balancers removed after their service had no instance and no request for the grace period.", nil, nil)
 	descUpdates         = prometheus.NewDesc("pushlb_list_updates_total", "Changes of a service's server list.", []string{"service"}, nil)
-	descReaperLeader    = prometheus.NewDesc("pushlb_reaper_leader", "1 while this gateway leads the registry's reapers (it alone receives the lease renewals), else 0.", nil, nil)
+	descReaperLeader    = prometheus.NewDesc("pushlb_reaper_leader", "1 while this gateway leads the registry's reapers (it alone receives the leases' expiry messages, or the renewals on a bucket without schedules), else 0.", nil, nil)
 	descReaperReaped    = prometheus.NewDesc("pushlb_reaper_removed_total", "Records this gateway's reaper removed because their lease ended (crashes not reported by gossip first).", nil, nil)
 	descReaperUnled     = prometheus.NewDesc("pushlb_reaper_unled", "1 while this gateway, which may not reap, has seen no reaper lead for more than a lease: the records of crashed instances are not removed.", nil, nil)
 	descRemovalsBy      = prometheus.NewDesc("pushlb_instance_removals_total", "Instances taken out of a service's list, by cause: graceful (an offline event), advisory (the NATS server's client-disconnect advisory, confirmed by a probe), gossip (declared dead or gone), lease (the record removed without an event: a lease's end, an operator).", []string{"cause"}, nil)
