@@ -460,3 +460,32 @@ func TestBalancerNoInstances(t *testing.T) {
 		t.Fatal("the RPC hung until its deadline")
 	}
 }
+
+// TestBalancerOutlierEjection: a server whose RPCs answer a server error
+// status (its handler's Unavailable) is ejected after five in a row
+// (outlierDetection), RoundRobin included, while its breaker stays
+// closed: it answers.
+func TestBalancerOutlierEjection(t *testing.T) {
+	srv := natstest.Start(t)
+	c := startClient(t, srv)
+	nc := srv.Connect(t)
+	bad, good := newTestServer(t), newTestServer(t)
+	testpub.AnnounceAddr(t, nc, "orders", "z1", "bad", bad.addr)
+	testpub.AnnounceAddr(t, nc, "orders", "z1", "good", good.addr)
+	const cfg = `{"rule":"RoundRobin","outlierDetection":{"consecutive5xx":5,"baseEjectionTime":"1h","maxEjectionTime":"1h","maxEjectionPercent":50}}`
+	conn := dialPushlb(t, c, "pushlb:///orders", "", pushlbConfig(cfg, false))
+	waitReady(t, conn, bad.addr, good.addr)
+	bad.appErr.Store(true)
+	errs := 0
+	for range 60 {
+		if _, err := checkCtx(t.Context(), conn); status.Code(err) == codes.Unavailable {
+			errs++
+		}
+	}
+	if errs != 5 {
+		t.Fatalf("%d of 60 RPCs met the bad server's errors, want 5: it should be ejected after 5 in a row", errs)
+	}
+	if seen := spread(t, t.Context(), conn, 40); seen[good.addr] != 40 {
+		t.Fatalf("after the ejection: %v, want every RPC on the good server", seen)
+	}
+}
