@@ -508,10 +508,11 @@ func (a *attempt) report() {
 	}
 	p := a.pick
 	a.pick = balancer.Pick{}
-	if _, answered := a.repl.Get(statusPlaceholder); answered {
+	if st, answered := a.repl.Get(statusPlaceholder); answered {
 		latency, _ := a.repl.Get(latencyPlaceholder)
 		d, _ := latency.(time.Duration)
-		p.Done(balancer.DoneInfo{ResponseTime: d})
+		code, _ := st.(int)
+		p.Done(balancer.DoneInfo{ResponseTime: d, ServerError: code >= 500})
 		return
 	}
 	p.Done(balancer.DoneInfo{Err: errNoResponse, ConnectFailure: true})
