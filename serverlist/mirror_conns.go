@@ -81,7 +81,7 @@ func (x *connIndex) rebuild(fresh map[string]map[string]*mirrorEntry) {
 	servers := make(map[string]string)
 	for service, ids := range fresh {
 		for id, e := range ids {
-			if c := e.in.Connection(); !c.IsZero() {
+			if c := e.connection(); !c.IsZero() {
 				m[c] = append(m[c], instanceKey{service, id})
 				servers[c.ServerID] = c.ServerID
 			}
