@@ -141,3 +141,26 @@ func equalLabels(a, b labels) bool {
 	}
 	return true
 }
+
+// TestMirrorVersions: Versions yields every instance of a service with the
+// incarnation and revision Entries reports, and stops when told to.
+func TestMirrorVersions(t *testing.T) {
+	m, _ := refreshFleet(t, 2, 5, MirrorConfig{})
+	want := make(map[string]Version)
+	for _, e := range m.Entries("svc-1") {
+		want[e.InstanceID] = Version{Incarnation: e.Incarnation, Revision: e.Revision}
+	}
+	got := maps.Collect(m.Versions("svc-1"))
+	if len(want) != 5 || !maps.Equal(got, want) {
+		t.Fatalf("Versions = %v, want %v", got, want)
+	}
+	n := 0
+	for range m.Versions("svc-1") {
+		if n++; n == 2 {
+			break
+		}
+	}
+	if n != 2 || len(maps.Collect(m.Versions("none"))) != 0 {
+		t.Fatalf("stopped after %d, or a service without instances yields", n)
+	}
+}

@@ -7,6 +7,7 @@ package serverlist
 
 import (
 	"hash/maphash"
+	"iter"
 	"maps"
 	"slices"
 	"sync/atomic"
@@ -132,6 +133,27 @@ func (m *Mirror) Entries(service string) []Entry {
 	}
 	slices.SortFunc(out, func(a, b Entry) int { return compareInstances(a.Instance, b.Instance) })
 	return out
+}
+
+// Version is what a reconciliation needs of an entry: its instance's
+// incarnation and the revision of its last put.
+type Version struct {
+	Incarnation int64
+	Revision    uint64
+}
+
+// Versions yields the ID and Version of every instance of service, in no
+// particular order, from one state of the service, without copying any
+// record (Entries copies each, its metadata included, and sorts them).
+func (m *Mirror) Versions(service string) iter.Seq2[string, Version] {
+	ids := m.state.Load().instances(service)
+	return func(yield func(string, Version) bool) {
+		for id, e := range ids {
+			if !yield(id, Version{Incarnation: e.rec.incarnation, Revision: e.rev.Load()}) {
+				return
+			}
+		}
+	}
 }
 
 // Services returns the names of the services that have instances, sorted.
