@@ -38,6 +38,10 @@ import (
 // The nats-server shares the process: both profiles include its part,
 // which -focus or -ignore set apart.
 func BenchmarkColdStartInProcess(b *testing.B) {
+	// A finer heap profile than the default (one sample per 512 KiB), so
+	// that client-MB and the profiles' sites hold to a few percent; set
+	// before the client allocates anything.
+	runtime.MemProfileRate = 16 << 10
 	sz := size(b)
 	for _, shape := range []struct {
 		name   string
