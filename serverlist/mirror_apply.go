@@ -30,7 +30,7 @@ func (m *Mirror) entryChange(e jetstream.KeyValueEntry) (service, id string, in 
 		m.removals.Add(1)
 		return service, id, Instance{}, true, true
 	}
-	in, err = decodeValue(service, id, e.Value())
+	in, err = decodeValueShared(service, id, e.Value(), &m.shared)
 	if err != nil {
 		m.malformedValues.Add(1)
 		m.log.Warn().Err(err).Str("key", e.Key()).Msg("serverlist: skipping malformed registry entry")
@@ -55,10 +55,10 @@ func (m *Mirror) applyFresh(fresh map[string]map[string]*mirrorEntry, e jetstrea
 	}
 	ids := fresh[service]
 	if ids == nil {
-		// Named by the decoded value's copy of the name: the key's is
-		// part of a whole message's subject.
+		// Named by a copy: the key's name is part of a whole message's
+		// subject.
 		ids = make(map[string]*mirrorEntry)
-		fresh[in.Service] = ids
+		fresh[strings.Clone(service)] = ids
 	}
 	ids[id] = m.compact(in, id, m.valueSum(e.Value()), rev)
 }

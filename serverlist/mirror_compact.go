@@ -45,6 +45,18 @@ func (x *interner) intern(s string) string {
 	return s
 }
 
+// internBytes is intern of string(b), which it copies only when it keeps
+// a new string or holds none (a nil interner copies).
+func (x *interner) internBytes(b []byte) string {
+	if x == nil {
+		return string(b)
+	}
+	if c, ok := x.m[string(b)]; ok {
+		return c
+	}
+	return x.intern(string(b))
+}
+
 // label is one metadata entry.
 type label struct{ key, value string }
 
