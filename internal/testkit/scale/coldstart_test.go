@@ -40,7 +40,9 @@ import (
 func BenchmarkColdStartInProcess(b *testing.B) {
 	// A finer heap profile than the default (one sample per 512 KiB), so
 	// that client-MB and the profiles' sites hold to a few percent; set
-	// before the client allocates anything.
+	// before the client allocates anything, and restored for the
+	// benchmarks that follow.
+	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
 	runtime.MemProfileRate = 16 << 10
 	sz := size(b)
 	for _, shape := range []struct {
