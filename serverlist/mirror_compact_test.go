@@ -3,6 +3,7 @@ package serverlist
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -162,5 +163,47 @@ func TestMirrorVersions(t *testing.T) {
 	}
 	if n != 2 || len(maps.Collect(m.Versions("none"))) != 0 {
 		t.Fatalf("stopped after %d, or a service without instances yields", n)
+	}
+}
+
+// TestConnIndexOneAndMore: a connection moves between the index's two
+// maps as it comes to hold one record, several, and one again, and keys
+// always lists what it holds; a slice handed to a reader is never
+// modified.
+func TestConnIndexOneAndMore(t *testing.T) {
+	var x connIndex
+	c, other := Connection{ServerID: "S", ClientID: 1}, Connection{ServerID: "S", ClientID: 2}
+	a, b, d := instanceKey{"s", "a"}, instanceKey{"s", "b"}, instanceKey{"s", "d"}
+	check := func(step string, want ...instanceKey) {
+		t.Helper()
+		got := slices.Clone(x.keys(c))
+		slices.SortFunc(got, func(p, q instanceKey) int { return strings.Compare(p.id, q.id) })
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: keys %v, want %v", step, got, want)
+		}
+		_, inOne := x.one[c]
+		_, inMore := x.more[c]
+		if inOne && inMore || inOne != (len(want) == 1) || inMore != (len(want) > 1) {
+			t.Fatalf("%s: in one %v, in more %v, for %d records", step, inOne, inMore, len(want))
+		}
+	}
+	x.update(a.service, a.id, Connection{}, c)
+	check("one record", a)
+	x.update(b.service, b.id, Connection{}, c)
+	check("two", a, b)
+	held := x.keys(c)
+	x.update(d.service, d.id, Connection{}, c)
+	check("three", a, b, d)
+	if len(held) != 2 {
+		t.Fatalf("a reader's slice changed: %v", held)
+	}
+	x.update(a.service, a.id, c, other)
+	check("a moved away", b, d)
+	x.update(d.service, d.id, c, Connection{})
+	check("d removed", b)
+	x.update(b.service, b.id, c, Connection{})
+	check("none")
+	if got := x.keys(other); !slices.Equal(got, []instanceKey{a}) {
+		t.Fatalf("other: %v", got)
 	}
 }
