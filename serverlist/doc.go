@@ -67,7 +67,13 @@
 // only updates it and calls OnRefresh, so it costs no copy and no rebuild;
 // one that re-puts the stored bytes is found by a keyed hash of them,
 // without decoding the value or allocating (about 0.2 µs in a mirror of
-// 100,000 instances, BenchmarkMirrorRefresh).
+// 100,000 instances, BenchmarkMirrorRefresh). Its records are compact (a
+// cold start loads them all): the strings records repeat (zones, labels,
+// NATS server IDs) are kept once, metadata as sorted labels rather than a
+// map per instance, and values in the shape publishers write are decoded
+// without encoding/json; readers still get Instances of their own.
+// [Mirror.Versions] gives a reconciliation what it needs (incarnation and
+// revision) without copying records.
 // Revisions are the server's, so no client can forge their order; the
 // subscriber orders membership by them. When the bucket is gone (a server
 // restarted without its store, a deleted bucket), the mirror recreates it

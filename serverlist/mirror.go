@@ -150,6 +150,9 @@ type Mirror struct {
 	seeds [2]maphash.Seed // of valueSum
 
 	conns connIndex // records by the NATS connection that holds them (mirror_conns.go)
+	// shared keeps one copy of the zones and labels records repeat
+	// (mirror_compact.go); only the mirror's goroutine uses it.
+	shared interner
 
 	// Only the mirror's goroutine touches these.
 	bucketCreated time.Time // creation time of the bucket's stream, to tell a new bucket

@@ -30,7 +30,7 @@ func (m *Mirror) entryChange(e jetstream.KeyValueEntry) (service, id string, in 
 		m.removals.Add(1)
 		return service, id, Instance{}, true, true
 	}
-	in, err = decodeValue(service, id, e.Value())
+	in, err = decodeValueShared(service, id, e.Value(), &m.shared)
 	if err != nil {
 		m.malformedValues.Add(1)
 		m.log.Warn().Err(err).Str("key", e.Key()).Msg("serverlist: skipping malformed registry entry")
@@ -53,23 +53,14 @@ func (m *Mirror) applyFresh(fresh map[string]map[string]*mirrorEntry, e jetstrea
 		}
 		return
 	}
-	if fresh[service] == nil {
-		fresh[service] = make(map[string]*mirrorEntry)
+	ids := fresh[service]
+	if ids == nil {
+		// Named by a copy: the key's name is part of a whole message's
+		// subject.
+		ids = make(map[string]*mirrorEntry)
+		fresh[strings.Clone(service)] = ids
 	}
-	in.Service, in.InstanceID = sharedService(fresh[service], in.Service), id
-	in.NATSServerID = m.conns.intern(in.NATSServerID)
-	fresh[service][id] = newMirrorEntry(in, m.valueSum(e.Value()), rev)
-}
-
-// sharedService returns the service name that the entries of ids already
-// hold, or name for the first one, so that a mirror of many instances keeps
-// one copy of each service's name. An entry's InstanceID is likewise the
-// string its map key holds.
-func sharedService(ids map[string]*mirrorEntry, name string) string {
-	for _, e := range ids {
-		return e.in.Service
-	}
-	return name
+	ids[id] = m.compact(in, id, m.valueSum(e.Value()), rev)
 }
 
 // apply applies a live entry at (mirror) revision rev and calls OnChange or
@@ -81,9 +72,9 @@ func sharedService(ids map[string]*mirrorEntry, name string) string {
 // since it arrives for every instance every lease period. Anything else is decoded
 // and validated.
 func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
-	if old := m.sameBytes(e); old != nil {
+	if svc, old := m.sameBytes(e); old != nil {
 		m.puts.Add(1)
-		m.refresh(old, rev)
+		m.refresh(svc.name, old, rev)
 		return
 	}
 	service, id, in, remove, ok := m.entryChange(e)
@@ -100,12 +91,12 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
 	switch {
 	case remove && !had:
 		return
-	case !remove && had && old.in.Equal(in):
+	case !remove && had && old.holds(in):
 		// The same instance in other bytes (a publisher that encodes
 		// differently, another field order): a refresh. Keep these bytes
 		// so that the next refresh takes the cheap path.
 		old.sum = m.valueSum(e.Value())
-		m.refresh(old, rev)
+		m.refresh(svc.name, old, rev)
 		return
 	}
 	next := maps.Clone(ids)
@@ -114,16 +105,15 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
 	}
 	var oldConn, curConn Connection
 	if had {
-		oldConn = old.in.Connection()
+		oldConn = old.connection()
 	}
 	if remove {
 		delete(next, id)
 		m.instances.Add(-1)
 	} else {
-		in.Service, in.InstanceID = sharedService(next, in.Service), id
-		in.NATSServerID = m.conns.intern(in.NATSServerID)
-		curConn = in.Connection()
-		next[id] = newMirrorEntry(in, m.valueSum(e.Value()), rev)
+		ne := m.compact(in, id, m.valueSum(e.Value()), rev)
+		curConn = ne.connection()
+		next[id] = ne
 		if !had {
 			m.instances.Add(1)
 		}
@@ -138,7 +128,8 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
 		if services == nil {
 			services = make(map[string]*mirrorService, 1)
 		}
-		services[strings.Clone(service)] = newMirrorService(next)
+		svc = newMirrorService(strings.Clone(service), next)
+		services[svc.name] = svc
 		m.state.Store(&mirrorState{services: services})
 	default:
 		// The service's last instance went.
@@ -148,20 +139,20 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
 	}
 	// After the state: a reader that finds the instance through the index
 	// finds its record (ByConnection checks it).
-	m.conns.update(service, id, oldConn, curConn)
+	m.conns.update(svc.name, id, oldConn, curConn)
 	if m.cfg.OnChange != nil {
-		m.cfg.OnChange(service)
+		m.cfg.OnChange(svc.name)
 	}
 }
 
 // refresh records a put that left old's instance as it was: a new revision,
 // nothing else. The entry's revision is the one mutable field of the state,
 // so a refresh copies nothing.
-func (m *Mirror) refresh(old *mirrorEntry, rev uint64) {
+func (m *Mirror) refresh(service string, old *mirrorEntry, rev uint64) {
 	old.rev.Store(rev)
 	m.refreshes.Add(1)
 	if m.cfg.OnRefresh != nil {
-		m.cfg.OnRefresh(old.in.Service, old.in.InstanceID, old.in.Incarnation, rev)
+		m.cfg.OnRefresh(service, old.rec.id, old.rec.incarnation, rev)
 	}
 }
 
@@ -176,28 +167,28 @@ const maxEncodedID = (events.MaxInstanceIDLength*8 + 5) / 6
 // decoded on the stack, and a map read with string(bytes) copies nothing.
 // A key accepted here is canonical (see DecodeKey), so it is the key of
 // the entry found, which was validated when stored.
-func (m *Mirror) sameBytes(e jetstream.KeyValueEntry) *mirrorEntry {
+func (m *Mirror) sameBytes(e jetstream.KeyValueEntry) (*mirrorService, *mirrorEntry) {
 	if e.Operation() != jetstream.KeyValuePut {
-		return nil
+		return nil, nil
 	}
 	service, enc, ok := strings.Cut(e.Key(), ".")
 	if !ok || len(enc) > maxEncodedID {
-		return nil
+		return nil, nil
 	}
-	ids := m.state.Load().instances(service)
-	if ids == nil {
-		return nil
+	svc := m.state.Load().services[service]
+	if svc == nil {
+		return nil, nil
 	}
 	var buf [events.MaxInstanceIDLength]byte
 	n, err := keyEncoding.Decode(buf[:], []byte(enc))
 	if err != nil || keyEncoding.EncodedLen(n) != len(enc) {
-		return nil
+		return nil, nil
 	}
-	old := ids[string(buf[:n])]
+	old := (*svc.ids.Load())[string(buf[:n])]
 	if old == nil || old.sum != m.valueSum(e.Value()) {
-		return nil
+		return nil, nil
 	}
-	return old
+	return svc, old
 }
 
 // swap installs a freshly synced copy, whose last entry has revision rev,
@@ -208,7 +199,7 @@ func (m *Mirror) swap(fresh map[string]map[string]*mirrorEntry, rev uint64) {
 	services := make(map[string]*mirrorService, len(fresh))
 	for service, ids := range fresh {
 		count += len(ids)
-		services[service] = newMirrorService(ids)
+		services[service] = newMirrorService(service, ids)
 	}
 	old := m.state.Swap(&mirrorState{services: services})
 	m.conns.rebuild(fresh)
@@ -234,7 +225,7 @@ func (m *Mirror) swap(fresh map[string]map[string]*mirrorEntry, rev uint64) {
 		if m.cfg.OnRefresh != nil {
 			for id, e := range ids {
 				if r := e.rev.Load(); r > before[id].rev.Load() {
-					m.cfg.OnRefresh(service, id, e.in.Incarnation, r)
+					m.cfg.OnRefresh(service, id, e.rec.incarnation, r)
 				}
 			}
 		}

@@ -7,6 +7,7 @@ package serverlist
 
 import (
 	"hash/maphash"
+	"iter"
 	"maps"
 	"slices"
 	"sync/atomic"
@@ -24,11 +25,12 @@ type mirrorState struct {
 // mirrorService holds the instances of one service. The map it points to is
 // never modified once stored.
 type mirrorService struct {
-	ids atomic.Pointer[map[string]*mirrorEntry] // instance ID → entry
+	name string                                  // the one copy of the service's name its entries share
+	ids  atomic.Pointer[map[string]*mirrorEntry] // instance ID → entry
 }
 
-func newMirrorService(ids map[string]*mirrorEntry) *mirrorService {
-	s := &mirrorService{}
+func newMirrorService(name string, ids map[string]*mirrorEntry) *mirrorService {
+	s := &mirrorService{name: name}
 	s.ids.Store(&ids)
 	return s
 }
@@ -46,19 +48,13 @@ func (st *mirrorState) instances(service string) map[string]*mirrorEntry {
 // instance never changes once stored; the revision does (a refresh), which
 // is why it is atomic: a refresh then costs no copy of the state.
 type mirrorEntry struct {
-	in  Instance
+	rec record // mirror_compact.go
 	rev atomic.Uint64
 	// sum is the keyed hash of the value the last put stored (see
 	// valueSum), so that a refresh (the same bytes again) is told from a
 	// change without decoding. Only the mirror's goroutine reads or writes
 	// it: readers never see it.
 	sum valueSum
-}
-
-func newMirrorEntry(in Instance, sum valueSum, rev uint64) *mirrorEntry {
-	e := &mirrorEntry{in: in, sum: sum}
-	e.rev.Store(rev)
-	return e
 }
 
 // valueSum is a 128-bit keyed hash of a registry value: two maphash sums
@@ -77,38 +73,48 @@ func (m *Mirror) valueSum(value []byte) valueSum {
 	return valueSum{maphash.Bytes(m.seeds[0], value), maphash.Bytes(m.seeds[1], value)}
 }
 
-func (e *mirrorEntry) entry() Entry {
-	return Entry{Instance: e.in.Clone(), Revision: e.rev.Load()}
+func (e *mirrorEntry) entry(service string) Entry {
+	return Entry{Instance: e.instance(service), Revision: e.rev.Load()}
 }
-
-func sameInstance(a, b *mirrorEntry) bool { return a.in.Equal(b.in) }
 
 // Get returns the instance service/id if the mirror holds it.
 func (m *Mirror) Get(service, id string) (Instance, bool) {
-	e, ok := m.state.Load().instances(service)[id]
+	svc := m.state.Load().services[service]
+	if svc == nil {
+		return Instance{}, false
+	}
+	e, ok := (*svc.ids.Load())[id]
 	if !ok {
 		return Instance{}, false
 	}
-	return e.in.Clone(), true
+	return e.instance(svc.name), true
 }
 
 // Entry is Get with the revision of the instance's last put (see
 // MirrorStats.Revision on how revisions stay ordered across a recreated
 // bucket).
 func (m *Mirror) Entry(service, id string) (Entry, bool) {
-	e, ok := m.state.Load().instances(service)[id]
+	svc := m.state.Load().services[service]
+	if svc == nil {
+		return Entry{}, false
+	}
+	e, ok := (*svc.ids.Load())[id]
 	if !ok {
 		return Entry{}, false
 	}
-	return e.entry(), true
+	return e.entry(svc.name), true
 }
 
 // Service returns the instances of one service, sorted by instance ID.
 func (m *Mirror) Service(service string) []Instance {
-	ids := m.state.Load().instances(service)
+	svc := m.state.Load().services[service]
+	if svc == nil {
+		return []Instance{}
+	}
+	ids := *svc.ids.Load()
 	out := make([]Instance, 0, len(ids))
 	for _, e := range ids {
-		out = append(out, e.in.Clone())
+		out = append(out, e.instance(svc.name))
 	}
 	slices.SortFunc(out, compareInstances)
 	return out
@@ -116,13 +122,38 @@ func (m *Mirror) Service(service string) []Instance {
 
 // Entries is Service with each instance's revision.
 func (m *Mirror) Entries(service string) []Entry {
-	ids := m.state.Load().instances(service)
+	svc := m.state.Load().services[service]
+	if svc == nil {
+		return []Entry{}
+	}
+	ids := *svc.ids.Load()
 	out := make([]Entry, 0, len(ids))
 	for _, e := range ids {
-		out = append(out, e.entry())
+		out = append(out, e.entry(svc.name))
 	}
 	slices.SortFunc(out, func(a, b Entry) int { return compareInstances(a.Instance, b.Instance) })
 	return out
+}
+
+// Version is what a reconciliation needs of an entry: its instance's
+// incarnation and the revision of its last put.
+type Version struct {
+	Incarnation int64
+	Revision    uint64
+}
+
+// Versions yields the ID and Version of every instance of service, in no
+// particular order, from one state of the service, without copying any
+// record (Entries copies each, its metadata included, and sorts them).
+func (m *Mirror) Versions(service string) iter.Seq2[string, Version] {
+	ids := m.state.Load().instances(service)
+	return func(yield func(string, Version) bool) {
+		for id, e := range ids {
+			if !yield(id, Version{Incarnation: e.rec.incarnation, Revision: e.rev.Load()}) {
+				return
+			}
+		}
+	}
 }
 
 // Services returns the names of the services that have instances, sorted.

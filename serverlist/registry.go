@@ -545,12 +545,20 @@ func decodeEntry(key string, value []byte) (Instance, error) {
 // decodeValue decodes and validates the value stored under the key of
 // service/id. A value that names another instance than its key is invalid.
 func decodeValue(service, id string, value []byte) (Instance, error) {
+	return decodeValueShared(service, id, value, nil)
+}
+
+// decodeValueShared is decodeValue taking the strings records repeat from
+// x (nil: none), through parseInstance when the value has the usual shape.
+func decodeValueShared(service, id string, value []byte, x *interner) (Instance, error) {
 	if len(value) > MaxValueSize {
 		return Instance{}, fmt.Errorf("%w: %s/%s: value of %d bytes, limit %d", ErrInvalidInstance, service, id, len(value), MaxValueSize)
 	}
-	var in Instance
-	if err := json.Unmarshal(value, &in); err != nil {
-		return Instance{}, fmt.Errorf("%w: %s/%s: %w", ErrInvalidInstance, service, id, err)
+	in, ok := parseInstance(value, service, id, x)
+	if !ok {
+		if err := json.Unmarshal(value, &in); err != nil {
+			return Instance{}, fmt.Errorf("%w: %s/%s: %w", ErrInvalidInstance, service, id, err)
+		}
 	}
 	if err := in.Validate(); err != nil {
 		return Instance{}, err

@@ -24,17 +24,23 @@ const (
 // back with the registry's incarnation, whatever incarnation the offline
 // claimed. Incarnations only order events about the life the registry last
 // showed (or a newer one an event announced since).
+//
+// The table holds one per instance (100,000 in a large fleet): its fields
+// are ordered, and its time kept as a duration, so that it takes 40 bytes
+// (a 48-byte allocation, against 64 with a time.Time).
 type member struct {
 	incarnation int64
 	// rev is the registry revision (the mirror's, see
 	// serverlist.MirrorStats.Revision) of the entry last seen; 0: none yet.
 	rev uint64
-	// off says why the instance is offline; offNone means it is live.
-	off offReason
 	// offRev is, while offline, the mirror's revision when the offline was
 	// recorded: a registry write above it is newer than the offline.
-	offRev  uint64
-	changed time.Time // when it last went online or offline; tombstones are collected by age
+	offRev uint64
+	// changed is when it last went online or offline, since the table's
+	// epoch (membership.stamp); tombstones are collected by age.
+	changed time.Duration
+	// off says why the instance is offline; offNone means it is live.
+	off offReason
 	// confirmed says the registry has held the instance: only events or
 	// gossip know an unconfirmed member, and the table keeps few of them,
 	// for a short while (see membership.expire).
@@ -69,6 +75,8 @@ const (
 // Subscriber guards it with its mutex.
 type membership struct {
 	services map[string]map[string]*member
+	// epoch is the time members' changes are stamped from (stamp).
+	epoch time.Time
 
 	// Unconfirmed members (known from events or gossip only), oldest
 	// first, so expire can drop those the registry never confirmed.
@@ -87,8 +95,12 @@ type pendingMember struct {
 }
 
 func newMembership() *membership {
-	return &membership{services: make(map[string]map[string]*member), confirmedIn: make(map[string]int)}
+	return &membership{services: make(map[string]map[string]*member), confirmedIn: make(map[string]int), epoch: time.Now()}
 }
+
+// stamp is t as a member's change time: the time since the table's epoch
+// (monotonic when both times are).
+func (m *membership) stamp(t time.Time) time.Duration { return t.Sub(m.epoch) }
 
 // hasConfirmed reports whether the registry holds, or held, a member of
 // service that the table still knows.
@@ -253,7 +265,7 @@ func (m *membership) event(service, id string, inc int64, online bool, src sourc
 		// reach us after its gossip.
 		return unchanged
 	case cur == nil:
-		cur = &member{incarnation: inc, changed: now}
+		cur = &member{incarnation: inc, changed: m.stamp(now)}
 		m.add(service, id, cur)
 		m.addUnconfirmed(service, id, now)
 		if !online {
@@ -267,7 +279,7 @@ func (m *membership) event(service, id string, inc int64, online bool, src sourc
 		return stale
 	case inc > cur.incarnation:
 		wasLive := cur.live()
-		cur.incarnation, cur.changed = inc, now
+		cur.incarnation, cur.changed = inc, m.stamp(now)
 		if online {
 			cur.off = offNone
 		} else {
@@ -283,13 +295,13 @@ func (m *membership) event(service, id string, inc int64, online bool, src sourc
 		switch {
 		case src == fromEvent && cur.off != offAnnounced:
 			wasLive := cur.live()
-			cur.off, cur.offRev, cur.changed = offAnnounced, max(cur.offRev, regRev), now
+			cur.off, cur.offRev, cur.changed = offAnnounced, max(cur.offRev, regRev), m.stamp(now)
 			if wasLive {
 				return applied
 			}
 			return unchanged
 		case cur.live():
-			cur.off, cur.offRev, cur.changed = off, regRev, now
+			cur.off, cur.offRev, cur.changed = off, regRev, m.stamp(now)
 			return applied
 		}
 		return duplicate
@@ -298,7 +310,7 @@ func (m *membership) event(service, id string, inc int64, online bool, src sourc
 	case cur.live():
 		return duplicate
 	case src == fromGossip && cur.off == offGossip:
-		cur.off, cur.changed = offNone, now
+		cur.off, cur.changed = offNone, m.stamp(now)
 		return applied
 	}
 	return stale
@@ -317,7 +329,7 @@ func (m *membership) registered(service, id string, inc int64, rev uint64, now t
 	}
 	switch {
 	case cur == nil:
-		m.add(service, id, &member{incarnation: inc, rev: rev, changed: now, confirmed: true})
+		m.add(service, id, &member{incarnation: inc, rev: rev, changed: m.stamp(now), confirmed: true})
 		m.confirmedIn[service]++
 		return applied
 	case rev == 0:
@@ -340,7 +352,7 @@ func (m *membership) registered(service, id string, inc int64, rev uint64, now t
 		// The write came before the offline did: it stays offline.
 		return unchanged
 	}
-	cur.incarnation, cur.off, cur.changed = inc, offNone, now
+	cur.incarnation, cur.off, cur.changed = inc, offNone, m.stamp(now)
 	return applied
 }
 
@@ -356,7 +368,7 @@ func (m *membership) crashed(service, id string, inc int64, recRev uint64, now t
 	if cur == nil || !cur.live() || cur.incarnation != inc || cur.rev > recRev {
 		return unchanged
 	}
-	cur.off, cur.offRev, cur.changed = offAdvisory, recRev, now
+	cur.off, cur.offRev, cur.changed = offAdvisory, recRev, m.stamp(now)
 	return applied
 }
 
@@ -368,7 +380,7 @@ func (m *membership) unregistered(service, id string, asOf uint64, now time.Time
 	if cur == nil || !cur.live() || cur.rev > asOf {
 		return unchanged
 	}
-	cur.off, cur.offRev, cur.changed = offRegistry, asOf, now
+	cur.off, cur.offRev, cur.changed = offRegistry, asOf, m.stamp(now)
 	return applied
 }
 
@@ -432,7 +444,7 @@ func (m *membership) serviceNames() []string {
 func (m *membership) collect(cutoff time.Time) {
 	for service, ids := range m.services {
 		for id, mem := range ids {
-			if !mem.live() && mem.changed.Before(cutoff) {
+			if !mem.live() && mem.changed < m.stamp(cutoff) {
 				m.forget(service, mem)
 				delete(ids, id)
 			}

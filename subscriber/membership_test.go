@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // huge is an incarnation far beyond any real one, as a forger would claim.
@@ -168,5 +169,13 @@ func TestMembershipLimitsAndExpiry(t *testing.T) {
 	changed, dropped = m.expire(t0.Add(2 * time.Second))
 	if dropped != 1 || !slices.Equal(changed, []string{"b"}) || m.services["b"] != nil || m.nUnconfirmed != 0 {
 		t.Fatalf("second expire: changed %v, dropped %d, services %v", changed, dropped, m.serviceNames())
+	}
+}
+
+// TestMemberSize: the table holds one member per instance; it stays in a
+// 48-byte allocation (64 with a time.Time).
+func TestMemberSize(t *testing.T) {
+	if size := unsafe.Sizeof(member{}); size > 48 {
+		t.Errorf("a member takes %d bytes, want at most 48", size)
 	}
 }

@@ -664,8 +664,8 @@ func (s *Subscriber) expireUnconfirmed(now time.Time) {
 func (s *Subscriber) reconcile(ctx context.Context, service string, cause events.Cause) bool {
 	s.stats.reconciles.Add(1)
 	truth := make(map[string]regEntry)
-	for _, e := range s.mirror.Entries(service) {
-		truth[e.InstanceID] = regEntry{inc: e.Incarnation, rev: e.Revision}
+	for id, v := range s.mirror.Versions(service) {
+		truth[id] = regEntry{inc: v.Incarnation, rev: v.Revision}
 	}
 	now := time.Now()
 	s.mu.Lock()

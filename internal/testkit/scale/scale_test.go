@@ -305,8 +305,9 @@ func startGateway(b *testing.B, nb bus, args ...string) (*testutil.Proc, string,
 // BenchmarkColdStart: a gateway process starts against a registry holding
 // the whole fleet; measured from its exec until Start returned (every
 // balancer full, /readyz ready), with its resident memory and Go heap then
-// (both depend on when the last GC ran) and its peak resident memory (the
-// high-water mark) so far. The figures are the last start's.
+// (both depend on when the last GC ran), its peak resident memory (the
+// high-water mark) so far, and its heap in use after a GC (live-MB, see
+// liveHeap). The figures are the last start's.
 func BenchmarkColdStart(b *testing.B) {
 	sz := size(b)
 	eachDeployment(b, func(b *testing.B, nb bus) {
@@ -314,9 +315,9 @@ func BenchmarkColdStart(b *testing.B) {
 		gateway(b)
 		var total time.Duration
 		var rss, peak int64
-		var heap float64
+		var heap, live float64
 		for b.Loop() {
-			p, admin, took := startGateway(b, nb)
+			p, admin, took := startGateway(b, nb, "-pprof")
 			total += took
 			m := scrape(b, admin)
 			if m.routed != sz.Total() {
@@ -324,6 +325,7 @@ func BenchmarkColdStart(b *testing.B) {
 			}
 			_, rss, peak = procStatPeak(b, p.Pid())
 			heap = m.heap
+			live = liveHeap(b, admin, b.Name())
 			p.Stop(b, 30*time.Second)
 		}
 		b.ReportMetric(float64(load.Milliseconds()), "load-ms")
@@ -331,6 +333,7 @@ func BenchmarkColdStart(b *testing.B) {
 		b.ReportMetric(float64(rss)/1e6, "rss-MB")
 		b.ReportMetric(float64(peak)/1e6, "peak-MB")
 		b.ReportMetric(heap/1e6, "heap-MB")
+		b.ReportMetric(live/1e6, "live-MB")
 		b.ReportMetric(float64(sz.Total()), "instances")
 	})
 }

@@ -1,0 +1,174 @@
+package serverlist
+
+// How the mirror keeps 100,000 records small: the strings that many
+// records repeat (zones, metadata keys and values; NATS server IDs in
+// mirror_conns.go) are kept once, and an instance's metadata is a sorted slice of labels, not a
+// map of its own. Only the mirror's goroutine (mirror.go) builds entries;
+// readers get an Instance with a map of its own, as before.
+
+import (
+	"slices"
+	"strings"
+)
+
+// interner returns one copy of each string it is given, so that the
+// records that repeat a string share it. It is bounded: strings longer than
+// maxInternLen, and new strings once it holds maxInterned, are returned as
+// they are (kept per record, as without it). It never forgets a string:
+// what it holds is at most maxInterned x maxInternLen bytes (8 MiB), and in
+// practice the few zones and labels of a deployment. Not safe for
+// concurrent use: only the mirror's goroutine calls it.
+type interner struct {
+	m map[string]string
+}
+
+const (
+	maxInterned  = 1 << 16
+	maxInternLen = 128
+)
+
+func (x *interner) intern(s string) string {
+	if s == "" || len(s) > maxInternLen {
+		return s
+	}
+	if c, ok := x.m[s]; ok {
+		return c
+	}
+	if len(x.m) >= maxInterned {
+		return s
+	}
+	if x.m == nil {
+		x.m = make(map[string]string)
+	}
+	s = strings.Clone(s) // its own bytes, not part of a larger buffer
+	x.m[s] = s
+	return s
+}
+
+// internBytes is intern of string(b), which it copies only when it keeps
+// a new string or holds none (a nil interner copies).
+func (x *interner) internBytes(b []byte) string {
+	if x == nil {
+		return string(b)
+	}
+	if c, ok := x.m[string(b)]; ok {
+		return c
+	}
+	return x.intern(string(b))
+}
+
+// label is one metadata entry.
+type label struct{ key, value string }
+
+// labels is an instance's metadata, sorted by key: nil for none. A map of
+// one entry costs some 300 bytes (a group of eight slots and its header),
+// a label 32.
+type labels []label
+
+// newLabels returns md as labels, its keys and values interned.
+func newLabels(md map[string]string, x *interner) labels {
+	if len(md) == 0 {
+		return nil
+	}
+	out := make(labels, 0, len(md))
+	for k, v := range md {
+		out = append(out, label{x.intern(k), x.intern(v)})
+	}
+	slices.SortFunc(out, func(a, b label) int { return strings.Compare(a.key, b.key) })
+	return out
+}
+
+// toMap returns the labels as a map of the caller's own (nil for none).
+func (l labels) toMap() map[string]string {
+	if len(l) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(l))
+	for _, kv := range l {
+		m[kv.key] = kv.value
+	}
+	return m
+}
+
+// equalMap reports whether l holds exactly md's entries (nil and empty
+// are equal).
+func (l labels) equalMap(md map[string]string) bool {
+	if len(l) != len(md) {
+		return false
+	}
+	for _, kv := range l {
+		if v, ok := md[kv.key]; !ok || v != kv.value {
+			return false
+		}
+	}
+	return true
+}
+
+// record is an instance as the mirror keeps it: its fields in their
+// smallest form, without its service (the service's map holds it:
+// mirrorService.name), its metadata as labels. With its revision and sum,
+// an entry takes 192 bytes, against 224 for an Instance and 300 more for a
+// metadata map of one label.
+type record struct {
+	id, host, zone                            string
+	owner, gossipNode, gossipAddr, natsServer string
+	incarnation                               int64
+	natsClient                                uint64
+	meta                                      labels
+	port, weight                              uint16
+	secure                                    bool
+}
+
+// compact returns the entry of a decoded, valid instance of id: its strings
+// shared with the records that repeat them, its metadata as labels.
+func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64) *mirrorEntry {
+	e := &mirrorEntry{rec: record{
+		id: id, host: in.Host, zone: m.shared.intern(in.Zone),
+		owner: in.Owner, gossipNode: in.GossipNode, gossipAddr: in.GossipAddr,
+		natsServer:  m.conns.intern(in.NATSServerID),
+		incarnation: in.Incarnation, natsClient: in.NATSClientID,
+		meta: newLabels(in.Metadata, &m.shared),
+		// Validated: 1 to 65535, 0 to MaxWeight.
+		port: uint16(in.Port), weight: uint16(in.Weight), secure: in.Secure,
+	}, sum: sum}
+	e.rev.Store(rev)
+	return e
+}
+
+// base returns the entry's instance of service without its metadata.
+func (e *mirrorEntry) base(service string) Instance {
+	r := &e.rec
+	return Instance{
+		Service: service, InstanceID: r.id, Host: r.host, Port: int(r.port), Secure: r.secure,
+		Zone: r.zone, Weight: int(r.weight), Incarnation: r.incarnation,
+		GossipNode: r.gossipNode, GossipAddr: r.gossipAddr, Owner: r.owner,
+		NATSServerID: r.natsServer, NATSClientID: r.natsClient,
+	}
+}
+
+// instance returns the entry's instance of service, with a metadata map of
+// its own.
+func (e *mirrorEntry) instance(service string) Instance {
+	in := e.base(service)
+	in.Metadata = e.rec.meta.toMap()
+	return in
+}
+
+// connection is the NATS connection the entry's record names.
+func (e *mirrorEntry) connection() Connection {
+	return Connection{ServerID: e.rec.natsServer, ClientID: e.rec.natsClient}
+}
+
+// holds reports whether the entry holds in, a decoded instance of its
+// service ([Instance.Equal]).
+func (e *mirrorEntry) holds(in Instance) bool {
+	md := in.Metadata
+	in.Metadata = nil
+	return e.base(in.Service).Equal(in) && e.rec.meta.equalMap(md)
+}
+
+// sameInstance reports whether two entries of one service hold the same
+// instance.
+func sameInstance(a, b *mirrorEntry) bool {
+	return a.base("").Equal(b.base("")) && slices.Equal(a.rec.meta, b.rec.meta)
+}

@@ -1,0 +1,209 @@
+package serverlist
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+// TestMirrorSharesRepeatedStrings: the records of a fleet that repeat a
+// zone or a label share one copy of it in the mirror, its metadata is kept
+// as labels, and readers still get the metadata as a map of their own.
+func TestMirrorSharesRepeatedStrings(t *testing.T) {
+	m, ents := refreshFleet(t, 3, 4, MirrorConfig{})
+	var zone, version *byte
+	for _, service := range m.Services() {
+		for id, e := range m.state.Load().instances(service) {
+			meta := e.rec.meta
+			if len(meta) != 1 || meta[0] != (label{"version", "1.2.3"}) {
+				t.Fatalf("%s/%s: labels %v, want version=1.2.3", service, id, meta)
+			}
+			if zone == nil {
+				zone, version = unsafe.StringData(e.rec.zone), unsafe.StringData(meta[0].value)
+			}
+			if unsafe.StringData(e.rec.zone) != zone || unsafe.StringData(meta[0].value) != version {
+				t.Fatalf("%s/%s: zone or label not shared with the other records", service, id)
+			}
+		}
+	}
+	// The entry's size class (the fields of an Instance, 224 bytes with
+	// its revision and sum, a metadata map beside it).
+	if size := unsafe.Sizeof(mirrorEntry{}); size > 192 {
+		t.Errorf("a mirror entry takes %d bytes, want at most 192", size)
+	}
+
+	// Readers get a map of their own.
+	in, ok := m.Get("svc-1", "svc-1-i2-g0")
+	if !ok || !maps.Equal(in.Metadata, map[string]string{"version": "1.2.3"}) {
+		t.Fatalf("Get = %+v, %v", in, ok)
+	}
+	in.Metadata["version"] = "changed by a reader"
+	if again, _ := m.Get("svc-1", "svc-1-i2-g0"); again.Metadata["version"] != "1.2.3" {
+		t.Fatalf("a reader's change reached the mirror: %v", again.Metadata)
+	}
+
+	// A live change of the metadata is one; the same labels in other
+	// bytes (another order) are a refresh.
+	e := ents[5]
+	var changes, refreshes int
+	m.cfg.OnChange = func(string) { changes++ }
+	m.cfg.OnRefresh = func(string, string, int64, uint64) { refreshes++ }
+	cur, _ := m.Get(serviceOf(e.key), idOf(t, e.key))
+	cur.Metadata = map[string]string{"version": "1.2.4", "track": "canary"}
+	m.apply(put(t, e.key, cur), 1000)
+	if got, _ := m.Get(cur.Service, cur.InstanceID); changes != 1 || !got.Equal(cur) {
+		t.Fatalf("after a change of labels: %d changes, Get = %+v, want %+v", changes, got, cur)
+	}
+	reordered := &fakeEntry{key: e.key, rev: 1001, val: []byte(fmt.Sprintf(
+		`{"metadata":{"track":"canary","version":"1.2.4"},"service":%q,"instanceId":%q,"host":%q,"port":%d,"zone":%q,"incarnation":%d,"owner":%q}`,
+		cur.Service, cur.InstanceID, cur.Host, cur.Port, cur.Zone, cur.Incarnation, cur.Owner))}
+	m.apply(reordered, 1001)
+	if changes != 1 || refreshes != 1 {
+		t.Fatalf("the same labels in another order: %d changes, %d refreshes, want 1 and 1", changes, refreshes)
+	}
+}
+
+func serviceOf(key string) string {
+	s, _, _ := strings.Cut(key, ".")
+	return s
+}
+
+func idOf(t *testing.T, key string) string {
+	_, id, err := DecodeKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func put(t *testing.T, key string, in Instance) *fakeEntry {
+	_, val, err := encodeInstance(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fakeEntry{key: key, val: val}
+}
+
+// TestInternerBounds: the interner keeps one copy of short strings, up to
+// its capacity, and hands longer ones and those beyond it back as they are.
+func TestInternerBounds(t *testing.T) {
+	var x interner
+	a := x.intern(strings.Repeat("z", 3))
+	if b := x.intern(strings.Repeat("z", 3)); unsafe.StringData(a) != unsafe.StringData(b) {
+		t.Fatal("the same short string was not shared")
+	}
+	long := strings.Repeat("l", maxInternLen+1)
+	if got := x.intern(long); unsafe.StringData(got) != unsafe.StringData(long) || len(x.m) != 1 {
+		t.Fatalf("a string of %d bytes was kept (%d held)", len(long), len(x.m))
+	}
+	for i := len(x.m); i < maxInterned; i++ {
+		x.intern(fmt.Sprint(i))
+	}
+	extra := "one more"
+	if got := x.intern(extra); unsafe.StringData(got) != unsafe.StringData(extra) || len(x.m) != maxInterned {
+		t.Fatalf("beyond the bound: %d held, want %d", len(x.m), maxInterned)
+	}
+	if x.intern("") != "" {
+		t.Fatal("empty string")
+	}
+}
+
+// TestLabels: labels hold a map's entries sorted, compare with maps
+// (nil and empty equal), and give back a map of the caller's own.
+func TestLabels(t *testing.T) {
+	var x interner
+	md := map[string]string{"b": "2", "a": "1", "c": ""}
+	l := newLabels(md, &x)
+	if want := (labels{{"a", "1"}, {"b", "2"}, {"c", ""}}); !equalLabels(l, want) {
+		t.Fatalf("newLabels = %v, want %v", l, want)
+	}
+	if !l.equalMap(md) || l.equalMap(map[string]string{"a": "1", "b": "2", "c": "x"}) || l.equalMap(nil) {
+		t.Fatal("equalMap")
+	}
+	if !maps.Equal(l.toMap(), md) {
+		t.Fatalf("toMap = %v", l.toMap())
+	}
+	if newLabels(map[string]string{}, &x) != nil || labels(nil).toMap() != nil || !labels(nil).equalMap(map[string]string{}) {
+		t.Fatal("no labels")
+	}
+}
+
+func equalLabels(a, b labels) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestMirrorVersions: Versions yields every instance of a service with the
+// incarnation and revision Entries reports, and stops when told to.
+func TestMirrorVersions(t *testing.T) {
+	m, _ := refreshFleet(t, 2, 5, MirrorConfig{})
+	want := make(map[string]Version)
+	for _, e := range m.Entries("svc-1") {
+		want[e.InstanceID] = Version{Incarnation: e.Incarnation, Revision: e.Revision}
+	}
+	got := maps.Collect(m.Versions("svc-1"))
+	if len(want) != 5 || !maps.Equal(got, want) {
+		t.Fatalf("Versions = %v, want %v", got, want)
+	}
+	n := 0
+	for range m.Versions("svc-1") {
+		if n++; n == 2 {
+			break
+		}
+	}
+	if n != 2 || len(maps.Collect(m.Versions("none"))) != 0 {
+		t.Fatalf("stopped after %d, or a service without instances yields", n)
+	}
+}
+
+// TestConnIndexOneAndMore: a connection moves between the index's two
+// maps as it comes to hold one record, several, and one again, and keys
+// always lists what it holds; a slice handed to a reader is never
+// modified.
+func TestConnIndexOneAndMore(t *testing.T) {
+	var x connIndex
+	c, other := Connection{ServerID: "S", ClientID: 1}, Connection{ServerID: "S", ClientID: 2}
+	a, b, d := instanceKey{"s", "a"}, instanceKey{"s", "b"}, instanceKey{"s", "d"}
+	check := func(step string, want ...instanceKey) {
+		t.Helper()
+		got := slices.Clone(x.keys(c))
+		slices.SortFunc(got, func(p, q instanceKey) int { return strings.Compare(p.id, q.id) })
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: keys %v, want %v", step, got, want)
+		}
+		_, inOne := x.one[c]
+		_, inMore := x.more[c]
+		if inOne && inMore || inOne != (len(want) == 1) || inMore != (len(want) > 1) {
+			t.Fatalf("%s: in one %v, in more %v, for %d records", step, inOne, inMore, len(want))
+		}
+	}
+	x.update(a.service, a.id, Connection{}, c)
+	check("one record", a)
+	x.update(b.service, b.id, Connection{}, c)
+	check("two", a, b)
+	held := x.keys(c)
+	x.update(d.service, d.id, Connection{}, c)
+	check("three", a, b, d)
+	if len(held) != 2 {
+		t.Fatalf("a reader's slice changed: %v", held)
+	}
+	x.update(a.service, a.id, c, other)
+	check("a moved away", b, d)
+	x.update(d.service, d.id, c, Connection{})
+	check("d removed", b)
+	x.update(b.service, b.id, c, Connection{})
+	check("none")
+	if got := x.keys(other); !slices.Equal(got, []instanceKey{a}) {
+		t.Fatalf("other: %v", got)
+	}
+}
