@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/bits"
 	"math/rand/v2"
@@ -418,6 +419,7 @@ func dedupeLastWins(in []Server) []Server {
 // b.mu held.
 func (b *Balancer) adopt(servers []Server) ([]*Server, map[string]*Server, error) {
 	var errs []error
+	var metadata metadataCopies
 	byID := make(map[string]*Server, len(servers))
 	list := make([]*Server, 0, len(servers))
 	for i := range servers {
@@ -443,7 +445,7 @@ func (b *Balancer) adopt(servers []Server) ([]*Server, map[string]*Server, error
 		// move every loop's s to the heap.
 		ns := new(Server)
 		*ns = s
-		ns.Metadata = cloneMap(s.Metadata)
+		ns.Metadata = metadata.copyOf(s.Metadata)
 		ns.zone = lowerASCII(s.Zone)
 		ns.addr = ns.Addr()
 		if old != nil {
@@ -458,14 +460,30 @@ func (b *Balancer) adopt(servers []Server) ([]*Server, map[string]*Server, error
 	return list, byID, errors.Join(errs...)
 }
 
-func cloneMap(m map[string]string) map[string]string {
+// metadataCopies makes the balancer's copies of its servers' metadata,
+// one copy shared by the servers whose metadata are equal: the instances
+// of a service mostly carry the same labels (a version, a team), and a
+// copy per server was the largest part of a balancer's memory at 100,000
+// servers (docs/perf.md, "Cold start"). The copies are never modified.
+// It remembers the last few distinct maps it copied, which catches runs
+// of equal maps in a list; the zero value is ready to use.
+type metadataCopies struct {
+	recent [4]map[string]string
+	next   int
+}
+
+func (c *metadataCopies) copyOf(m map[string]string) map[string]string {
 	if m == nil {
 		return nil
 	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
+	for _, r := range c.recent {
+		if r != nil && maps.Equal(r, m) {
+			return r
+		}
 	}
+	out := maps.Clone(m)
+	c.recent[c.next] = out
+	c.next = (c.next + 1) % len(c.recent)
 	return out
 }
 

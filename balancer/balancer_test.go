@@ -3,6 +3,7 @@ package balancer
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -349,5 +350,33 @@ func TestServerValue(t *testing.T) {
 	}
 	if got := ids(tb.AllServers()); !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("the list after a refused one: %v", got)
+	}
+}
+
+// TestMetadataCopiesShared: servers with equal metadata share one copy,
+// which is not the caller's map: changing the caller's maps afterwards
+// changes nothing in the balancer.
+func TestMetadataCopiesShared(t *testing.T) {
+	tb := newTest(t, nil, nil)
+	list := make([]Server, 10)
+	for i := range list {
+		meta := map[string]string{"version": "v1"}
+		if i == 9 {
+			meta["version"] = "v2"
+		}
+		list[i] = Server{ID: fmt.Sprint(i), Host: "10.0.0.1", Port: 1000 + i, Metadata: meta}
+	}
+	if err := tb.SetServers(list); err != nil {
+		t.Fatal(err)
+	}
+	all := tb.AllServers()
+	for i := 1; i < 9; i++ {
+		if reflect.ValueOf(all[i].Metadata).UnsafePointer() != reflect.ValueOf(all[0].Metadata).UnsafePointer() {
+			t.Fatalf("server %d has a copy of its own of equal metadata", i)
+		}
+	}
+	list[0].Metadata["version"] = "changed"
+	if all[0].Metadata["version"] != "v1" || all[9].Metadata["version"] != "v2" {
+		t.Fatalf("the balancer's metadata: %v, %v", all[0].Metadata, all[9].Metadata)
 	}
 }
