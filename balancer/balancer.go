@@ -151,6 +151,8 @@ type Balancer struct {
 	// interface call with its PickInfo copied would add half of it again.
 	rr *RoundRobin
 	za *ZoneAvoidance
+	// slow is the slow-start state (slowstart.go), nil when off.
+	slow *slowStart
 
 	mu        sync.Mutex         // serialises list changes; guards the fields below
 	byID      map[string]*Server // the current list by ID
@@ -228,9 +230,10 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 	_, b.ruleWaits = b.rule.(*Retry)
 	b.rr, _ = b.rule.(*RoundRobin)
 	b.za, _ = b.rule.(*ZoneAvoidance)
+	b.slow = newSlowStart(cfg.SlowStart, b.rule)
 	b.shared.zonesChanged = b.refreshZones
 	b.shared.zonesDueAt = b.refreshZonesDue
-	empty := buildSnapshot(0, nil)
+	empty := buildSnapshot(0, nil, nil)
 	empty.decision.Store(b.decideZones(empty, 0))
 	b.shared.zonesDue.Store(math.MaxInt64)
 	b.snap.Store(empty)
@@ -267,6 +270,9 @@ func (b *Balancer) Choose(ctx context.Context) (*Server, error) {
 // returns the time the pick used.
 func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server, int64, error) {
 	snap := b.snap.Load()
+	if snap.ramp != nil {
+		snap, now, hasNow = b.rampDue(snap, now, hasNow) // slowstart.go
+	}
 	v, c, now, hasNow := b.chooseZone(ctx, snap, now, hasNow)
 	if len(v.servers) > 0 {
 		switch {
@@ -459,6 +465,9 @@ func (b *Balancer) installLocked(list []*Server, byID map[string]*Server) {
 		return
 	}
 	b.byID = byID
+	if b.slow != nil {
+		b.slow.noteList(old.all, list, b.shared.nanotime())
+	}
 	b.swapLocked(list)
 	b.nmu.Lock()
 	b.pending = append(b.pending, change{old: old.all, new: list})
@@ -471,7 +480,7 @@ func (b *Balancer) installLocked(list []*Server, byID map[string]*Server) {
 // swapLocked installs a new snapshot of list. Called with b.mu held.
 func (b *Balancer) swapLocked(list []*Server) {
 	b.version++
-	snap := buildSnapshot(b.version, list)
+	snap := buildSnapshot(b.version, list, b.slow.rampAt(list, b.shared.nanotime()))
 	prepareRule(b, b.rule, snap) // BestAvailable's and Maglev's indexes (rules.go)
 	// The zone decision is made with the snapshot (zone.go). A breaker
 	// change while it was made, or a refresh of the old snapshot's, is

@@ -54,6 +54,10 @@ type Config struct {
 	RetryTimeout time.Duration `yaml:"retryTimeout"`
 	// RetrySubRule names the rule Retry wraps. Default RoundRobin.
 	RetrySubRule string `yaml:"retrySubRule"`
+	// SlowStart ramps a new server's traffic up over a window (Envoy's
+	// slow_start_config, Dubbo's warm-up); off by default (see
+	// SlowStartConfig and the package doc, "Slow start").
+	SlowStart SlowStartConfig `yaml:"slowStart"`
 
 	// Ping configures liveness checks; the default pings nothing and treats
 	// every listed server as alive.
@@ -164,6 +168,7 @@ func DefaultConfig() Config {
 		WeightsInterval:           30 * time.Second,
 		RetryTimeout:              500 * time.Millisecond,
 		RetrySubRule:              RuleRoundRobin,
+		SlowStart:                 SlowStartConfig{MinWeightPercent: DefaultSlowStartMinWeightPercent, Aggression: DefaultSlowStartAggression},
 		Ping:                      PingConfig{Kind: PingNone, Path: "/health", Interval: 30 * time.Second, Timeout: 2 * time.Second},
 		ServerListRefreshInterval: 30 * time.Second,
 		ConnectTimeout:            time.Second,
@@ -231,6 +236,9 @@ func (c *Config) Validate() error {
 		return bad("maxAutoRetries", c.MaxAutoRetries, "must not be negative")
 	case c.MaxAutoRetriesNextServer < 0:
 		return bad("maxAutoRetriesNextServer", c.MaxAutoRetriesNextServer, "must not be negative")
+	}
+	if err := c.SlowStart.validate(bad); err != nil {
+		return err
 	}
 	for i, s := range c.ListOfServers {
 		if _, err := ParseServer(s); err != nil {
