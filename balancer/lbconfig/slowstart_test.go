@@ -35,11 +35,11 @@ clients:
 	}
 
 	for src, want := range map[string]string{
-		"clients:\n  x:\n    slowStart: {window: 500ms}\n":                       "line 3: clients.x.slowStart.window: ",
+		"clients:\n  x:\n    slowStart: {window: 500ms}\n":                        "line 3: clients.x.slowStart.window: ",
 		"clients:\n  x:\n    slowStart:\n      window: 1m\n      aggression: 0\n": "line 5: clients.x.slowStart.aggression: ",
-		"clients:\n  x:\n    slowStart: {window: 1m, minWeightPercent: 150}\n":   "line 3: clients.x.slowStart.minWeightPercent: ",
-		"clients:\n  x:\n    slowStart: {window: 1m, minWeight: 5}\n":            `clients.x.slowStart.minWeight: unknown key (did you mean "minWeightPercent"?)`,
-		"clients:\n  x:\n    slowStart: {window: 60}\n":                          "clients.x.slowStart.window: \"60\" is not a duration",
+		"clients:\n  x:\n    slowStart: {window: 1m, minWeightPercent: 150}\n":    "line 3: clients.x.slowStart.minWeightPercent: ",
+		"clients:\n  x:\n    slowStart: {window: 1m, minWeight: 5}\n":             `clients.x.slowStart.minWeight: unknown key (did you mean "minWeightPercent"?)`,
+		"clients:\n  x:\n    slowStart: {window: 60}\n":                           "clients.x.slowStart.window: \"60\" is not a duration",
 	} {
 		_, err := lbconfig.LoadYAML(strings.NewReader(src))
 		if !errors.Is(err, balancer.ErrInvalidConfig) || !strings.Contains(err.Error(), want) {
