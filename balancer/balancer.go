@@ -480,7 +480,7 @@ func (b *Balancer) installLocked(list []*Server, byID map[string]*Server) {
 // swapLocked installs a new snapshot of list. Called with b.mu held.
 func (b *Balancer) swapLocked(list []*Server) {
 	b.version++
-	snap := buildSnapshot(b.version, list, b.slow.rampAt(list, b.shared.nanotime()))
+	snap := buildSnapshot(b.version, list, b.slow.rampAt(list, b.shared))
 	prepareRule(b, b.rule, snap) // BestAvailable's and Maglev's indexes (rules.go)
 	// The zone decision is made with the snapshot (zone.go). A breaker
 	// change while it was made, or a refresh of the old snapshot's, is

@@ -178,13 +178,14 @@ func (s *slowStart) noteList(old, list []*Server, now int64) {
 	}
 }
 
-// rampAt returns the ramp of a snapshot of list at now, or nil when none
-// of its servers is within its window; it forgets the servers whose window
-// ended or that left the list. Called with b.mu held.
-func (s *slowStart) rampAt(list []*Server, now int64) *ramp {
+// rampAt returns the ramp of a snapshot of list as of now on clock, or
+// nil when none of its servers is within its window; it forgets the
+// servers whose window ended or that left the list. Called with b.mu held.
+func (s *slowStart) rampAt(list []*Server, clock *statsShared) *ramp {
 	if s == nil || len(s.started) == 0 {
 		return nil
 	}
+	now := clock.nanotime()
 	window := int64(s.cfg.Window)
 	r := &ramp{factor: make(map[*instance]float64), due: now + int64(s.cfg.refreshPeriod())}
 	started := make(map[*instance]int64, len(s.started))
