@@ -55,36 +55,41 @@ func BenchmarkSlowStart(b *testing.B) {
 
 // BenchmarkSlowStartRefresh is the cost of one refresh of the live weights
 // (a snapshot rebuilt with its weight tables and zone decision) at
-// N = 10,000 with one server ramping, paid by one pick every
+// N = 100 and 10,000 with one server ramping, paid by one pick every
 // max(window / 20, 1 s).
 func BenchmarkSlowStartRefresh(b *testing.B) {
-	const n = 10000
-	for _, rule := range []string{RuleRoundRobin, RuleZoneAvoidance, RuleBestAvailable} {
-		cfg := DefaultConfig()
-		cfg.Rule = rule
-		cfg.SlowStart.Window = 10 * time.Minute
-		bal, err := New("bench", cfg)
-		if err != nil {
-			b.Fatal(err)
+	for _, n := range []int{100, 10000} {
+		for _, rule := range []string{RuleRoundRobin, RuleZoneAvoidance, RuleBestAvailable} {
+			benchRefresh(b, rule, n)
 		}
-		b.Cleanup(func() { bal.Close() })
-		list := benchList(n)
-		if err := bal.SetServers(list[1:]); err != nil {
-			b.Fatal(err)
-		}
-		if err := bal.SetServers(list); err != nil {
-			b.Fatal(err)
-		}
-		b.Run(fmt.Sprintf("%s/N=%d", rule, n), func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				bal.refreshRamps(bal.Snapshot())
-			}
-			if len(bal.Ramping()) != 1 {
-				b.Fatal("not ramping")
-			}
-		})
 	}
+}
+
+func benchRefresh(b *testing.B, rule string, n int) {
+	cfg := DefaultConfig()
+	cfg.Rule = rule
+	cfg.SlowStart.Window = 10 * time.Minute
+	bal, err := New("bench", cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { bal.Close() })
+	list := benchList(n)
+	if err := bal.SetServers(list[1:]); err != nil {
+		b.Fatal(err)
+	}
+	if err := bal.SetServers(list); err != nil {
+		b.Fatal(err)
+	}
+	b.Run(fmt.Sprintf("%s/N=%d", rule, n), func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			bal.refreshRamps(bal.Snapshot())
+		}
+		if len(bal.Ramping()) != 1 {
+			b.Fatal("not ramping")
+		}
+	})
 }
 
 // benchList is benchBalancer's list of n servers in three zones.
