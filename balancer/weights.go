@@ -132,7 +132,7 @@ func (t *weightTable) mod(y uint64) uint64 {
 
 // roundRobin returns the index of round-robin position k.
 func (t *weightTable) roundRobin(k uint64) int {
-	return t.at(t.mod(t.mod(k) * t.stride)) // < total^2 <= 10^14: no overflow
+	return t.at(t.mod(t.mod(k) * t.stride)) // < total^2 < 2^62 (slow start keeps total < 2^31): no overflow
 }
 
 // random returns the index of a server drawn in proportion to the weights,
