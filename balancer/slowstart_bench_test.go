@@ -18,28 +18,28 @@ func BenchmarkSlowStart(b *testing.B) {
 	const n = 10000
 	for _, rule := range []string{RuleRoundRobin, RuleRandom, RuleZoneAvoidance, RuleLeastRequest, RuleBestAvailable} {
 		for _, mode := range []string{"off", "steady", "ramping"} {
-			var opts []Option
-			bal := benchBalancer(b, rule, n, opts...)
+			// The three built the same way: only the window differs.
+			cfg := DefaultConfig()
+			cfg.Rule = rule
 			if mode != "off" {
-				cfg := bal.Config()
 				cfg.SlowStart.Window = 10 * time.Minute
-				var err error
-				if bal, err = New("bench", cfg); err != nil {
+			}
+			bal, err := New("bench", cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { bal.Close() })
+			list := benchList(n)
+			if mode == "ramping" {
+				if err := bal.SetServers(list[1:]); err != nil {
 					b.Fatal(err)
 				}
-				b.Cleanup(func() { bal.Close() })
-				list := benchList(n)
-				if mode == "ramping" {
-					if err := bal.SetServers(list[1:]); err != nil {
-						b.Fatal(err)
-					}
-				}
-				if err := bal.SetServers(list); err != nil {
-					b.Fatal(err)
-				}
-				if got := len(bal.Ramping()); got != map[string]int{"steady": 0, "ramping": 1}[mode] {
-					b.Fatalf("%s: %d servers ramping", mode, got)
-				}
+			}
+			if err := bal.SetServers(list); err != nil {
+				b.Fatal(err)
+			}
+			if got := len(bal.Ramping()); got != map[string]int{"off": 0, "steady": 0, "ramping": 1}[mode] {
+				b.Fatalf("%s: %d servers ramping", mode, got)
 			}
 			if err := bal.Start(context.Background()); err != nil {
 				b.Fatal(err)
