@@ -158,6 +158,8 @@ type Balancer struct {
 	// told of panic changes (outlier.go).
 	ejectRR *counter
 	onPanic PanicListener
+	// slow is the slow-start state (slowstart.go), nil when off.
+	slow *slowStart
 
 	mu        sync.Mutex         // serialises list changes; guards the fields below
 	byID      map[string]*Server // the current list by ID
@@ -240,9 +242,10 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 	if cfg.OutlierDetection.Consecutive5xx > 0 {
 		b.shared.ejectionAllowed = b.ejectionAllowed
 	}
+	b.slow = newSlowStart(cfg.SlowStart, b.rule)
 	b.shared.zonesChanged = b.refreshZones
 	b.shared.zonesDueAt = b.refreshZonesDue
-	empty := buildSnapshot(0, nil)
+	empty := buildSnapshot(0, nil, nil)
 	empty.decision.Store(b.decideZones(empty, 0)) // not in panic: no server
 	b.shared.zonesDue.Store(math.MaxInt64)
 	b.snap.Store(empty)
@@ -278,6 +281,9 @@ func (b *Balancer) Choose(ctx context.Context) (*Server, error) {
 // choose is Choose at the pick's time now when hasNow (Pick reads it), and
 // returns the time the pick used.
 func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server, int64, error) {
+	if snap := b.snap.Load(); snap.ramp != nil {
+		_, now, hasNow = b.rampDue(snap, now, hasNow) // slowstart.go: the live weights refreshed when due
+	}
 	snap, err := b.snapshotFor(ctx) // subset.go: the current snapshot, or a subset's
 	if err != nil {
 		return nil, now, err
@@ -495,6 +501,9 @@ func (b *Balancer) installLocked(list []*Server, byID map[string]*Server) {
 		return
 	}
 	b.byID = byID
+	if b.slow != nil {
+		b.slow.noteList(old.all, list, b.shared.nanotime())
+	}
 	b.swapLocked(list)
 	b.nmu.Lock()
 	b.pending = append(b.pending, change{old: old.all, new: list})
@@ -507,7 +516,7 @@ func (b *Balancer) installLocked(list []*Server, byID map[string]*Server) {
 // swapLocked installs a new snapshot of list. Called with b.mu held.
 func (b *Balancer) swapLocked(list []*Server) {
 	b.version++
-	snap := buildSnapshot(b.version, list)
+	snap := buildSnapshot(b.version, list, b.slow.rampAt(list, b.shared))
 	prepareRule(b, b.rule, snap) // BestAvailable's and Maglev's indexes (rules.go)
 	// The zone decision is made with the snapshot (zone.go). A breaker
 	// change while it was made, or a refresh of the old snapshot's, is

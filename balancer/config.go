@@ -54,6 +54,10 @@ type Config struct {
 	RetryTimeout time.Duration `yaml:"retryTimeout"`
 	// RetrySubRule names the rule Retry wraps. Default RoundRobin.
 	RetrySubRule string `yaml:"retrySubRule"`
+	// SlowStart ramps a new server's traffic up over a window (Envoy's
+	// slow_start_config, Dubbo's warm-up); off by default (see
+	// SlowStartConfig and the package doc, "Slow start").
+	SlowStart SlowStartConfig `yaml:"slowStart"`
 
 	// Ping configures liveness checks; the default pings nothing and treats
 	// every listed server as alive.
@@ -199,6 +203,7 @@ func DefaultConfig() Config {
 		WeightsInterval:           30 * time.Second,
 		RetryTimeout:              500 * time.Millisecond,
 		RetrySubRule:              RuleRoundRobin,
+		SlowStart:                 SlowStartConfig{MinWeightPercent: DefaultSlowStartMinWeightPercent, Aggression: DefaultSlowStartAggression},
 		Ping:                      PingConfig{Kind: PingNone, Path: "/health", Interval: 30 * time.Second, Timeout: 2 * time.Second},
 		ServerListRefreshInterval: 30 * time.Second,
 		ConnectTimeout:            time.Second,
@@ -277,6 +282,9 @@ func (c *Config) Validate() error {
 		return bad("outlierDetection.maxEjectionPercent", c.OutlierDetection.MaxEjectionPercent, "must be within 0 and 100")
 	case c.PanicThreshold < 0 || c.PanicThreshold > 100:
 		return bad("panicThreshold", c.PanicThreshold, "must be within 0 and 100 (0: off)")
+	}
+	if err := c.SlowStart.validate(bad); err != nil {
+		return err
 	}
 	for i, s := range c.ListOfServers {
 		if _, err := ParseServer(s); err != nil {

@@ -109,6 +109,19 @@
 // A subset is a snapshot of its own over the parent's servers, indexed per
 // key set on list change: statistics and breakers are shared, and the
 // zone choice and the rule apply inside it. See subset.go.
+// # Slow start
+//
+// With Config.SlowStart (a window; off by default), a server new to the
+// list, or listed again with another Server.Incarnation, ramps its weight
+// from MinWeightPercent (10 %) to full over the window on Envoy's
+// slow_start_config curve (Dubbo's warm-up): its weight is scaled by
+// max(MinWeightPercent/100, (max(t, 1 s)/window)^(1/Aggression)), t the
+// time since it was listed. Every rule that weighs servers follows (not
+// the keyed ones, Maglev and Rendezvous). The servers of a balancer's
+// first non-empty list do not ramp (a gateway's cold start). The live
+// weights are built into the snapshot and recomputed by the pick that
+// finds them due (every window/20, at least 1 s): no goroutine, and a
+// pick when nothing ramps pays one nil check (slowstart.go).
 //
 // # Lifecycle
 //

@@ -35,9 +35,11 @@ type activeTree struct {
 	levels  [][]atomic.Uint64
 	shared  *statsShared
 	version uint64 // the snapshot's, so watches never go back to an older tree
-	// weights are the servers' weights when the view's differ (nil when
+	// weights are the servers' live weights, in units of 1/scale of a
+	// weight (weightTable.weight), when the view's differ (nil when
 	// equal: the keys are the counts).
-	weights []uint16
+	weights []uint32
+	scale   uint64
 	full    bool // the snapshot's full view (else a zone's)
 
 	due    atomic.Int64 // nanotime of the next resync
@@ -111,6 +113,7 @@ func leafWord(st *ServerStats, now int64, decay bool) (w uint64, expiry int64) {
 // differ, the key of a server's count is the count divided by its weight,
 // scaled by MaxWeight (a server of weight 1,000 keys its count, one of
 // weight 100 ten times it), so the least key is the least load per weight.
+// A weight in slow start is its live weight (slowstart.go).
 func (t *activeTree) leafWord(i int, st *ServerStats, now int64, decay bool) (uint64, int64) {
 	w, expiry := leafWord(st, now, decay)
 	if t.weights == nil {
@@ -120,7 +123,7 @@ func (t *activeTree) leafWord(i int, st *ServerStats, now int64, decay bool) (ui
 	if key >= trippedKey {
 		return w, expiry
 	}
-	return word(min(key*MaxWeight/uint64(t.weights[i]), maxActive), 1), expiry
+	return word(min(key*MaxWeight*t.scale/uint64(t.weights[i]), maxActive), 1), expiry
 }
 
 // combine returns the node over kids: their smallest key and how many
@@ -245,10 +248,11 @@ func (t *activeTree) rebuildNodes() {
 func newActiveTree(v *View, shared *statsShared, now int64) *activeTree {
 	t := &activeTree{servers: v.servers, shared: shared}
 	if v.wt != nil {
-		t.weights = make([]uint16, len(v.servers))
-		for i, s := range v.servers {
-			t.weights[i] = uint16(s.EffectiveWeight())
+		t.weights = make([]uint32, len(v.servers))
+		for i := range v.servers {
+			t.weights[i] = uint32(v.wt.weight(i))
 		}
+		t.scale = v.wt.scale
 	}
 	if v.snap != nil {
 		t.version = v.snap.version

@@ -80,8 +80,10 @@ func (r *LeastRequest) chooseWeighted(p *PickInfo) (*Server, error) {
 	rnd := p.Rand()
 	var first *Server
 	var firstActive int64
+	var fi int
 	for range leastRequestDraws {
-		s := v.servers[v.wt.random(rnd)]
+		i := v.wt.random(rnd)
+		s := v.servers[i]
 		if mayBeTripped(s) && p.Tripped(s) {
 			continue
 		}
@@ -90,10 +92,11 @@ func (r *LeastRequest) chooseWeighted(p *PickInfo) (*Server, error) {
 			a = p.ActiveRequests(s)
 		}
 		if first == nil {
-			first, firstActive = s, a
+			first, firstActive, fi = s, a, i
 			continue
 		}
-		if a*int64(first.EffectiveWeight()) < firstActive*int64(s.EffectiveWeight()) {
+		// The live weights (slow start: slowstart.go).
+		if a*int64(v.wt.weight(fi)) < firstActive*int64(v.wt.weight(i)) {
 			return s, nil
 		}
 		return first, nil

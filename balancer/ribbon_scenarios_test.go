@@ -201,7 +201,7 @@ func TestWeightedResponseTimeWeights(t *testing.T) {
 		st.requestStarted()
 		st.requestFinished(time.Duration(ms) * time.Millisecond)
 	}
-	w := buildWeights(tb.Snapshot().Full().servers, 0)
+	w := buildWeights(tb.Snapshot().Full().servers, 0, nil)
 	widths := make([]float64, len(w.cum))
 	prev := 0.0
 	for i, c := range w.cum {

@@ -346,7 +346,7 @@ func (r *WeightedResponseTime) Choose(p PickInfo) (*Server, error) {
 	}
 	w := r.weights(v, p.nanotime())
 	if w.cum == nil {
-		return r.c.roundRobin(v.servers), nil
+		return r.c.roundRobinView(v), nil // weighted, and slowed, as RoundRobin
 	}
 	last := w.cum[len(w.cum)-1]
 	x := p.Rand().Float64() * last
@@ -359,14 +359,19 @@ func (r *WeightedResponseTime) weights(v *View, now int64) *responseWeights {
 	if w != nil && now-w.at < int64(r.interval) && now >= w.at {
 		return w
 	}
-	w = buildWeights(v.servers, now)
+	var rmp *ramp
+	if v.snap != nil {
+		rmp = v.snap.ramp
+	}
+	w = buildWeights(v.servers, now, rmp)
 	v.weights.Store(w)
 	return w
 }
 
 // buildWeights computes Ribbon's cumulative weights: e.g. averages 10, 40,
-// 80, 100 ms give 220, 410, 560, 690.
-func buildWeights(servers []*Server, now int64) *responseWeights {
+// 80, 100 ms give 220, 410, 560, 690. A server in slow start (r) has its
+// weight scaled by its ramp's factor (slowstart.go).
+func buildWeights(servers []*Server, now int64, r *ramp) *responseWeights {
 	w := &responseWeights{at: now}
 	total := 0.0
 	avgs := make([]float64, len(servers))
@@ -378,8 +383,8 @@ func buildWeights(servers []*Server, now int64) *responseWeights {
 	}
 	cum := make([]float64, len(servers))
 	acc := 0.0
-	for i := range servers {
-		acc += total - avgs[i]
+	for i, s := range servers {
+		acc += (total - avgs[i]) * r.factorOf(s)
 		cum[i] = acc
 	}
 	if acc < 0.001 {

@@ -38,6 +38,11 @@ type Server struct {
 	// send a server traffic in proportion to it (see the package doc,
 	// "Weights").
 	Weight int
+	// Incarnation tells one life of the instance from the next (the
+	// registry record's incarnation, which grows with every start); 0
+	// when unknown. A server listed again with another incarnation is a
+	// restarted instance: its slow start begins again (Config.SlowStart).
+	Incarnation int64
 	// Value is the caller's own data for this server: the balancer keeps
 	// it on its copy, compares it with == when the list changes (a new
 	// Value is a changed server, whose statistics stay), and never reads
@@ -146,7 +151,7 @@ func (s *Server) sameAs(o *Server) bool {
 	return s.ID == o.ID && s.Host == o.Host && s.Port == o.Port &&
 		s.URLScheme() == o.URLScheme() && s.Zone == o.Zone &&
 		s.EffectiveWeight() == o.EffectiveWeight() && maps.Equal(s.Metadata, o.Metadata) &&
-		s.Value == o.Value
+		s.Value == o.Value && s.Incarnation == o.Incarnation
 }
 
 // ParseServer parses "host:port", "http://host:port" or "https://host:port"

@@ -24,6 +24,9 @@ type Snapshot struct {
 	// (the Retry rule, through PickInfo.Changed) wake up on list changes
 	// instead of polling.
 	replaced chan struct{}
+	// ramp is the live weights while a server is in its slow-start
+	// window (slowstart.go), nil otherwise.
+	ramp *ramp
 }
 
 // View is a set of candidate servers for one pick: all alive servers of a
@@ -132,9 +135,10 @@ func (s *Snapshot) Zones() []string {
 	return out
 }
 
-// buildSnapshot groups servers by zone. all is kept as given.
-func buildSnapshot(version uint64, all []*Server) *Snapshot {
-	s := &Snapshot{version: version, all: all, replaced: make(chan struct{})}
+// buildSnapshot groups servers by zone, weighed by their live weights
+// (r: nil when no server ramps). all is kept as given.
+func buildSnapshot(version uint64, all []*Server, r *ramp) *Snapshot {
+	s := &Snapshot{version: version, all: all, ramp: r, replaced: make(chan struct{})}
 	up := make([]*Server, 0, len(all))
 	counts := make(map[string]int)
 	for _, srv := range all {
@@ -165,10 +169,10 @@ func buildSnapshot(version uint64, all []*Server) *Snapshot {
 	}
 	s.full = View{zones: s.zones, snap: s}
 	s.full.setServers(up)
-	if s.full.wt = newWeightTable(up); s.full.wt != nil {
+	if s.full.wt = weightTableOf(up, r); s.full.wt != nil {
 		for _, g := range s.zones {
-			g.view.wt = newWeightTable(g.view.servers)
-			g.weight = weightOf(g.view.servers)
+			g.view.wt = weightTableOf(g.view.servers, r)
+			g.weight = weightOf(g.view.servers, r)
 		}
 	}
 	return s

@@ -309,7 +309,7 @@ func (b *Balancer) snapshotFor(ctx context.Context) (*Snapshot, error) {
 	default:
 		return snap, nil
 	}
-	empty := buildSnapshot(snap.version, nil)
+	empty := buildSnapshot(snap.version, nil, nil)
 	empty.replaced = snap.replaced
 	empty.decision.Store(&zoneDecision{due: math.MaxInt64, scope: &empty.full, view: &empty.full})
 	return empty, &NoSubsetError{Subset: s}
@@ -407,7 +407,13 @@ func (b *Balancer) indexSubsets(snap *Snapshot, keySets []string) *subsetIndex {
 // subset's tree never takes them from the parent's; a subset's tree is
 // then kept current by its resyncs only.
 func (b *Balancer) subsetSnapshot(parent *Snapshot, list []*Server, now int64, epoch uint64) *subsetView {
-	s := buildSnapshot(parent.version-1, list)
+	// The parent's live weights (slow start), as of its last refresh: a
+	// refresh makes a new parent, and so new subsets.
+	var r *ramp
+	if parent.ramp != nil {
+		r = &ramp{factor: parent.ramp.factor, scale: parent.ramp.scale, due: math.MaxInt64}
+	}
+	s := buildSnapshot(parent.version-1, list, r)
 	if len(s.full.servers) == 0 {
 		return nil
 	}

@@ -36,29 +36,40 @@ type weightTable struct {
 	inv    uint64 // floor((2^64 - 1) / total), for mod
 	stride uint64
 	alias  []aliasSlot // for weighted random draws
+	// unit is the greatest common divisor the weights were divided by,
+	// scale the ramp's (1 without slow start): server i weighs
+	// weight(i) / scale (slowstart.go).
+	unit, scale uint64
 }
 
 // newWeightTable returns the table of servers, or nil when they all weigh
 // the same (or there are fewer than two).
-func newWeightTable(servers []*Server) *weightTable {
+func newWeightTable(servers []*Server) *weightTable { return weightTableOf(servers, nil) }
+
+// weightTableOf is newWeightTable over the servers' live weights while
+// some ramp (r, nil when none: slowstart.go).
+func weightTableOf(servers []*Server, r *ramp) *weightTable {
 	if len(servers) < 2 {
 		return nil
 	}
-	first := servers[0].EffectiveWeight()
+	first := r.weight(servers[0])
 	g := 0
 	mixed := false
 	for _, s := range servers {
-		w := s.EffectiveWeight()
+		w := r.weight(s)
 		mixed = mixed || w != first
 		g = gcd(g, w)
 	}
 	if !mixed {
 		return nil
 	}
-	t := &weightTable{cum: make([]uint32, len(servers))}
+	t := &weightTable{cum: make([]uint32, len(servers)), unit: uint64(g), scale: 1}
+	if r != nil {
+		t.scale = uint64(r.scale)
+	}
 	acc := uint64(0)
 	for i, s := range servers {
-		acc += uint64(s.EffectiveWeight() / g)
+		acc += uint64(r.weight(s) / g)
 		t.cum[i] = uint32(acc)
 	}
 	t.total = acc
@@ -99,6 +110,15 @@ func (t *weightTable) search(x uint64, lo, hi int) int {
 	return lo
 }
 
+// weight returns server i's weight, in units of 1/scale of a weight.
+func (t *weightTable) weight(i int) uint64 {
+	w := uint64(t.cum[i])
+	if i > 0 {
+		w -= uint64(t.cum[i-1])
+	}
+	return w * t.unit
+}
+
 // mod returns y mod total. The quotient estimated with the reciprocal is
 // at most 2 short, so at most two corrections follow.
 func (t *weightTable) mod(y uint64) uint64 {
@@ -112,7 +132,7 @@ func (t *weightTable) mod(y uint64) uint64 {
 
 // roundRobin returns the index of round-robin position k.
 func (t *weightTable) roundRobin(k uint64) int {
-	return t.at(t.mod(t.mod(k) * t.stride)) // < total^2 <= 10^14: no overflow
+	return t.at(t.mod(t.mod(k) * t.stride)) // < total^2 < 2^62 (slow start keeps total < 2^31): no overflow
 }
 
 // random returns the index of a server drawn in proportion to the weights,
@@ -177,11 +197,11 @@ func (t *weightTable) buildAlias() {
 	}
 }
 
-// weightOf returns the sum of the servers' weights.
-func weightOf(servers []*Server) int {
+// weightOf returns the sum of the servers' live weights.
+func weightOf(servers []*Server, r *ramp) int {
 	sum := 0
 	for _, s := range servers {
-		sum += s.EffectiveWeight()
+		sum += r.weight(s)
 	}
 	return sum
 }

@@ -74,7 +74,7 @@ var allowedKeys = []string{
 	"rule", "filter", "zone", "zoneAware", "zoneAffinity", "zoneAvoidance",
 	"zoneStatsInterval", "breaker", "activeRequestsTimeout",
 	"activeConnectionsLimit", "weightsInterval", "retryTimeout",
-	"retrySubRule", "outlierDetection", "panicThreshold", "hashKey",
+	"retrySubRule", "outlierDetection", "panicThreshold", "slowStart", "hashKey",
 }
 
 // ParseConfig parses the JSON of the balancer's configuration; errors name
