@@ -36,17 +36,18 @@ func (p *Publisher) Down() bool {
 }
 
 // MarkDown takes an announced instance out of every gateway's lists while
-// the process lives on, as a failing health check does: it stops the
-// lease, publishes the offline event with reason (DownReasonPrefix when
-// empty), so gateways stop routing at once, and removes the instance's
-// record and lease, so that no resync, anti-entropy pass or lease probe of
-// a gateway brings it back. The gossip node stays: it is named again by
-// the record MarkUp writes.
+// the process lives on, as a failing health check does: it publishes the
+// offline event with reason (DownReasonPrefix when empty), so gateways
+// stop routing at once, then rewrites the instance's record marked down
+// (serverlist.StatusDown), as Eureka's DOWN status or a failing Consul
+// check: the record and its lease stay, so the registry still shows the
+// instance, while gateways read it as absent, so that no resync,
+// anti-entropy pass or lease probe brings it back. The gossip node stays.
 //
 // The instance is down from the call on, even when the event or the
-// removal fails (then the error says which): the lease is not renewed any
-// more, so the record ends with it. MarkDown of an instance already down
-// does nothing. Before Announce, or after Withdraw, it returns
+// record's write fails (then the error says which, and the lease, which
+// is not renewed then, ends the record). MarkDown of an instance already
+// down does nothing. Before Announce, or after Withdraw, it returns
 // ErrNotAnnounced; once replaced, ErrReplaced; after Close, ErrClosed.
 func (p *Publisher) MarkDown(ctx context.Context, reason string) error {
 	if reason == "" {
@@ -63,11 +64,17 @@ func (p *Publisher) MarkDown(ctx context.Context, reason string) error {
 	}
 	p.stopLeaseLocked()
 	p.down = true
-	in := p.inst
+	in := p.inst.Clone()
+	in.Status = serverlist.StatusDown
 	perr := p.publish(ctx, in, events.Offline, reason)
-	derr := p.reg.DeregisterOwned(ctx, in.Service, in.InstanceID, p.owner)
-	if perr != nil || derr != nil {
-		return fmt.Errorf("publisher: mark %s/%s down: %w", in.Service, in.InstanceID, errors.Join(perr, derr))
+	claimed, werr := p.claim(ctx, in, true)
+	if claimed.Record != 0 {
+		// The lease goes on, and re-asserts the record marked down.
+		p.inst = in
+		p.startLeaseLocked(claimed)
+	}
+	if perr != nil || werr != nil {
+		return fmt.Errorf("publisher: mark %s/%s down: %w", in.Service, in.InstanceID, errors.Join(perr, werr))
 	}
 	return nil
 }
@@ -95,7 +102,9 @@ func (p *Publisher) MarkUp(ctx context.Context) error {
 	if !p.down {
 		return nil
 	}
+	p.stopLeaseLocked() // the lease of the record marked down
 	in := p.inst.Clone()
+	in.Status = "" // serving again
 	held, err := p.reg.GetEntry(ctx, in.Service, in.InstanceID)
 	if err == nil && serverlist.Superseded(in, held.Instance, time.Now()) {
 		p.yield(in, held.Instance)

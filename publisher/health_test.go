@@ -15,6 +15,7 @@ import (
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
 	"github.com/pushlb/pushlb/publisher"
+	"github.com/pushlb/pushlb/serverlist"
 	"github.com/pushlb/pushlb/subscriber"
 )
 
@@ -207,12 +208,25 @@ func TestMarkDownMarkUpRules(t *testing.T) {
 	if r.registered(t, orders.InstanceID) {
 		t.Fatal("registered while down")
 	}
-	// Withdraw of a down instance publishes nothing more.
+	// The record stays, marked down, and its lease goes on.
+	held, err := r.reg.GetEntry(t.Context(), "orders", orders.InstanceID)
+	if err != nil || held.Status != serverlist.StatusDown || held.Owner != p.Owner() {
+		t.Fatalf("record while down: %+v, %v; want it kept, marked down", held, err)
+	}
+	lease, err := r.reg.LeaseRevision(t.Context(), "orders", orders.InstanceID)
+	if err != nil || lease == 0 {
+		t.Fatalf("lease while down: revision %d, %v", lease, err)
+	}
+	// Withdraw of a down instance publishes nothing more, and removes
+	// the record.
 	if err := p.Withdraw(t.Context(), "shutdown"); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.MarkUp(t.Context()); !errors.Is(err, publisher.ErrNotAnnounced) {
 		t.Fatalf("MarkUp after Withdraw: %v", err)
+	}
+	if _, err := r.reg.GetEntry(t.Context(), "orders", orders.InstanceID); !errors.Is(err, serverlist.ErrNotFound) {
+		t.Fatalf("record after Withdraw of a down instance: %v", err)
 	}
 	// The next event is the barrier's: nothing came in between.
 	in2 := orders
@@ -230,7 +244,10 @@ func TestMarkDownMarkUpRules(t *testing.T) {
 }
 
 // TestMarkUpYieldsToANewerProcess: a process that took the ID over while
-// the instance was down keeps it: MarkUp yields.
+// the instance was down keeps it: MarkUp yields. The down instance still
+// holds its record (marked down) and renews its lease, so the newer
+// process takes the ID over with Replace, as a replacement started beside
+// a live process must (the identity rule).
 func TestMarkUpYieldsToANewerProcess(t *testing.T) {
 	r := newRig(t, 3*time.Second)
 	old, err := publisher.New(r.nc, r.reg, publisher.Config{})
@@ -246,7 +263,7 @@ func TestMarkUpYieldsToANewerProcess(t *testing.T) {
 	if err := old.MarkDown(t.Context(), ""); err != nil {
 		t.Fatal(err)
 	}
-	newer, err := publisher.New(r.nc, r.reg, publisher.Config{})
+	newer, err := publisher.New(r.nc, r.reg, publisher.Config{Replace: true})
 	if err != nil {
 		t.Fatal(err)
 	}

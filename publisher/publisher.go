@@ -328,8 +328,8 @@ func (p *Publisher) Withdraw(ctx context.Context, reason string) error {
 	p.announced = false
 	var perr error
 	if p.down {
-		// MarkDown already published the offline event and removed the
-		// record; the removal is repeated in case it failed then.
+		// MarkDown already published the offline event; the record,
+		// marked down, goes now.
 		p.down = false
 	} else {
 		perr = p.publish(ctx, in, events.Offline, reason)

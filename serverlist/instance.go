@@ -62,7 +62,21 @@ type Instance struct {
 	// reconnects.
 	NATSServerID string `json:"natsServerId,omitempty"`
 	NATSClientID uint64 `json:"natsClientId,omitempty"`
+	// Status is empty for an instance that serves, or StatusDown for one
+	// whose health check fails (announce -health-interval,
+	// publisher.MarkDown): its record stays, with its lease, as Eureka's
+	// DOWN status or a failing Consul check, but no gateway routes to it;
+	// a gateway reads the record as absent (Registry.Get, the mirror).
+	// Optional; other values are invalid.
+	Status string `json:"status,omitempty"`
 }
+
+// StatusDown is the Status of an instance marked down (Instance.Status).
+const StatusDown = "down"
+
+// Routable reports whether gateways route to the instance: its record is
+// not marked down.
+func (in Instance) Routable() bool { return in.Status != StatusDown }
 
 // Connection is the NATS connection that holds a record: its server's ID
 // and the client ID that server gave it (Instance.NATSServerID,
@@ -100,6 +114,9 @@ func (in Instance) Validate() error {
 	}
 	if len(in.NATSServerID) > maxServerIDLen {
 		return fmt.Errorf("%w: NATS server ID longer than %d bytes", ErrInvalidInstance, maxServerIDLen)
+	}
+	if in.Status != "" && in.Status != StatusDown {
+		return fmt.Errorf("%w: status %.40q: empty or %q", ErrInvalidInstance, in.Status, StatusDown)
 	}
 	if in.Weight != 0 && (in.Weight < MinWeight || in.Weight > MaxWeight) {
 		return fmt.Errorf("%w: weight %d out of range %d..%d", ErrInvalidInstance, in.Weight, MinWeight, MaxWeight)

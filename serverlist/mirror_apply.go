@@ -36,6 +36,12 @@ func (m *Mirror) entryChange(e jetstream.KeyValueEntry) (service, id string, in 
 		m.log.Warn().Err(err).Str("key", e.Key()).Msg("serverlist: skipping malformed registry entry")
 		return "", "", Instance{}, false, false
 	}
+	if !in.Routable() {
+		// Marked down (its health check fails): as absent to the mirror,
+		// so that no list holds it, until a record that serves again.
+		m.removals.Add(1)
+		return service, id, Instance{}, true, true
+	}
 	m.puts.Add(1)
 	return service, id, in, false, true
 }

@@ -452,3 +452,40 @@ func TestMirrorRecreatesDeletedBucket(t *testing.T) {
 	testutil.Eventually(t, "the mirror to follow the new bucket", func() bool { _, ok := m.Get("orders", "a1"); return ok })
 	t.Logf("revision %d in the new bucket; stats %+v", rev, m.Stats())
 }
+
+// TestMirrorMarkedDownIsAbsent: a record marked down (its health check
+// fails) reads as absent, to the mirror at sync and live, and to Get,
+// while GetEntry shows it; written serving again, it is back.
+func TestMirrorMarkedDownIsAbsent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	ctx := testCtx(t, 10*time.Second)
+	a1, a2 := inst("orders", "a.1", 9001), inst("orders", "a.2", 9002)
+	down := a2
+	down.Status = serverlist.StatusDown
+	register(t, e.reg, a1, down)
+	var ch changes
+	m := startMirror(t, e.reg, serverlist.MirrorConfig{OnChange: ch.record})
+	if got := instanceIDs(m.Service("orders")); !slices.Equal(got, []string{"a.1"}) {
+		t.Fatalf("after sync: %v, want only a.1 (a.2 is marked down)", got)
+	}
+	if _, err := e.reg.Get(ctx, "orders", "a.2"); !errors.Is(err, serverlist.ErrNotFound) {
+		t.Fatalf("Get of a record marked down: %v, want ErrNotFound", err)
+	}
+	if held, err := e.reg.GetEntry(ctx, "orders", "a.2"); err != nil || held.Status != serverlist.StatusDown {
+		t.Fatalf("GetEntry: %+v, %v", held, err)
+	}
+	waitApplied(t, m, register(t, e.reg, a2))
+	if got := instanceIDs(m.Service("orders")); !slices.Equal(got, []string{"a.1", "a.2"}) {
+		t.Fatalf("serving again: %v", got)
+	}
+	waitApplied(t, m, register(t, e.reg, down))
+	if got := instanceIDs(m.Service("orders")); !slices.Equal(got, []string{"a.1"}) {
+		t.Fatalf("marked down live: %v", got)
+	}
+	bad := a1
+	bad.Status = "sleepy"
+	if _, err := e.reg.Register(ctx, bad); !errors.Is(err, serverlist.ErrInvalidInstance) {
+		t.Fatalf("an unknown status: %v, want ErrInvalidInstance", err)
+	}
+}

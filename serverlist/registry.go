@@ -470,7 +470,9 @@ func encodeInstance(in Instance) (key string, val []byte, err error) {
 }
 
 // Get reads one instance from the bucket. It returns an error wrapping
-// ErrNotFound when the instance is absent, deregistered or expired.
+// ErrNotFound when the instance is absent, deregistered or expired, or
+// marked down (Instance.Status): what a gateway may route to. GetEntry
+// returns a record as it is.
 func (r *Registry) Get(ctx context.Context, service, id string) (Instance, error) {
 	key, err := EncodeKey(service, id)
 	if err != nil {
@@ -483,7 +485,11 @@ func (r *Registry) Get(ctx context.Context, service, id string) (Instance, error
 		}
 		return Instance{}, fmt.Errorf("serverlist: get %s/%s: %w", service, id, err)
 	}
-	return decodeValue(service, id, e.Value())
+	in, err := decodeValue(service, id, e.Value())
+	if err == nil && !in.Routable() {
+		return Instance{}, fmt.Errorf("%w: %s/%s is marked down", ErrNotFound, service, id)
+	}
+	return in, err
 }
 
 // List returns the live instances of one service, or of every service when
