@@ -3,15 +3,12 @@ package pushlb_test
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/balancer"
@@ -27,27 +24,8 @@ import (
 // with metadata, through the publisher API over its own connection.
 func announceWith(t *testing.T, srv *natstest.Server, service, id string, md map[string]string, backend *httptest.Server) *publisher.Publisher {
 	t.Helper()
-	nc := srv.Connect(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := serverlist.Open(t.Context(), js, serverlist.RegistryConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := publisher.New(nc, reg, publisher.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	host, port, _ := net.SplitHostPort(backend.Listener.Addr().String())
-	pn, _ := strconv.Atoi(port)
-	in := serverlist.Instance{Service: service, InstanceID: id, Host: host, Port: pn, Metadata: md}
-	if err := p.Announce(t.Context(), in); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return testpub.AnnounceAt(t, srv.Connect(t), backend.Listener.Addr().String(),
+		serverlist.Instance{Service: service, InstanceID: id, Metadata: md})
 }
 
 // Subsets over the push path: instances announced with metadata through

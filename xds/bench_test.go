@@ -12,7 +12,6 @@ import (
 	endpointpb "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/balancer"
@@ -157,18 +156,5 @@ func BenchmarkOfflineToEDSResponse(b *testing.B) {
 // closed at cleanup.
 func newPublisher(b *testing.B, nc *nats.Conn) *publisher.Publisher {
 	b.Helper()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	reg, err := serverlist.Open(b.Context(), js, serverlist.RegistryConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	pub, err := publisher.New(nc, reg, publisher.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { pub.Close() })
-	return pub
+	return testpub.New(b, nc, publisher.Config{})
 }

@@ -42,6 +42,31 @@ func Announce(tb testing.TB, nc *nats.Conn, service, zone string, backend *httpt
 // does.
 func AnnounceAddr(tb testing.TB, nc *nats.Conn, service, zone, id, addr string) *publisher.Publisher {
 	tb.Helper()
+	return AnnounceAt(tb, nc, addr, serverlist.Instance{Service: service, InstanceID: id, Zone: zone})
+}
+
+// AnnounceAt registers and announces in at addr ("host:port": in's Host
+// and Port are set from it) over nc, with a publisher of its own, closed
+// at cleanup: for instances with metadata, weights and the rest.
+func AnnounceAt(tb testing.TB, nc *nats.Conn, addr string, in serverlist.Instance) *publisher.Publisher {
+	tb.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	in.Host = host
+	in.Port, _ = strconv.Atoi(port)
+	p := New(tb, nc, publisher.Config{})
+	if err := p.Announce(tb.Context(), in); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// New opens the registry over nc and returns a publisher of cfg on it,
+// closed at cleanup.
+func New(tb testing.TB, nc *nats.Conn, cfg publisher.Config) *publisher.Publisher {
+	tb.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		tb.Fatal(err)
@@ -50,19 +75,10 @@ func AnnounceAddr(tb testing.TB, nc *nats.Conn, service, zone, id, addr string) 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p, err := publisher.New(nc, reg, publisher.Config{})
+	p, err := publisher.New(nc, reg, cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { p.Close() })
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	pn, _ := strconv.Atoi(port)
-	in := serverlist.Instance{Service: service, InstanceID: id, Host: host, Port: pn, Zone: zone}
-	if err := p.Announce(tb.Context(), in); err != nil {
-		tb.Fatal(err)
-	}
 	return p
 }
