@@ -9,7 +9,6 @@ import (
 	"sync"
 	"testing"
 
-
 	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
