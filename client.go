@@ -159,7 +159,8 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	first := newFirstLists()
 	p.sub, err = subscriber.New(c.nc, reg, func(ctx context.Context, lc events.ListChanged) error {
 		if sv := c.services.lookup(lc.Service); sv != nil {
-			if err := c.guard.check(lc, len(sv.b.AllServers())); err != nil {
+			held := func(id string) bool { _, ok := p.sub.Mirror().Get(lc.Service, id); return ok }
+			if err := c.guard.check(lc, len(sv.b.AllServers()), held); err != nil {
 				return err // the last list stays (subscriber.ErrDeferred)
 			}
 		}

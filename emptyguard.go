@@ -2,6 +2,7 @@ package pushlb
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,12 +64,16 @@ func newEmptyGuard(hold time.Duration, log zerolog.Logger) *emptyGuard {
 
 // check decides on lc, the next list of a service whose balancer lists
 // listed servers now: nil to apply it, an error wrapping
-// subscriber.ErrDeferred to keep the last list.
-func (g *emptyGuard) check(lc events.ListChanged, listed int) error {
+// subscriber.ErrDeferred to keep the last list. held reports whether the
+// registry's mirror holds an instance: a list whose every ID it lacks
+// would be emptied all the same, by the lookups that build the servers
+// (the rest of a purge, already applied to the mirror).
+func (g *emptyGuard) check(lc events.ListChanged, listed int, held func(id string) bool) error {
 	if g.hold <= 0 {
 		return nil
 	}
 	lost := len(lc.InstanceIDs) < listed && registryLost(lc)
+	empty := lost && !slices.ContainsFunc(lc.InstanceIDs, held)
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -81,7 +86,7 @@ func (g *emptyGuard) check(lc events.ListChanged, listed int) error {
 		run, inRun = lossRun{since: now, before: listed}, true
 		g.losing[lc.Service] = run
 	}
-	hold := lost && len(lc.InstanceIDs) == 0 && run.before >= 2
+	hold := lost && empty && run.before >= 2
 	since, holding := g.held[lc.Service]
 	switch {
 	case hold && !holding:
