@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -20,26 +18,19 @@ import (
 //     and twenty keys spread over several;
 //   - the route inherits the zone header: a key with X-Zone: b stays in b.
 func TestHintsSteerRequests(t *testing.T) {
-	dir := t.TempDir()
-	cfgFile := filepath.Join(dir, "gateway.yaml")
-	os.WriteFile(cfgFile, []byte(`
+	g := startConfigured(t, `
 hints: {zoneHeader: X-Zone}
 routes:
   - {prefix: /sticky, service: orders, stripPrefix: true, hashKey: {header: X-User}}
 balancer:
   clients:
     orders: {rule: Rendezvous}
-`), 0o600)
-	g := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t), nats: testutil.FreeAddr(t)}
-	g.Proc = start(t, bin.gateway, "-config", cfgFile, "-listen", g.proxy, "-admin", g.admin,
-		"-embedded-nats", g.nats, "-data-dir", t.TempDir())
-	g.WaitFor(t, "gateway started", lineTimeout)
+`)
 
 	zoneOf := map[string]string{"a1": "a", "a2": "a", "b1": "b", "b2": "b"}
 	for _, name := range []string{"a1", "a2", "b1", "b2"} {
 		b := named(t, name)
-		start(t, bin.announce, "-nats", "nats://"+g.nats, "-service", "orders", "-addr", b.Listener.Addr().String(),
-			"-zone", zoneOf[name], "-drain", "0s")
+		announceHold(t, g, "orders", b.Listener.Addr().String(), "-zone", zoneOf[name])
 	}
 	testutil.Eventually(t, "four backends listed", func() bool { return strings.Count(g.state(t), `"id"`) == 4 })
 

@@ -93,8 +93,25 @@ func (g *gw) metric(series string) float64 {
 	return testutil.Metric(client, "http://"+g.admin+"/metrics", series)
 }
 
-func announceHold(t testing.TB, g *gw, service, addr string) *testutil.Proc {
-	return start(t, bin.announce, "-nats", "nats://"+g.nats, "-service", service, "-addr", addr, "-drain", "0s")
+func announceHold(t testing.TB, g *gw, service, addr string, extra ...string) *testutil.Proc {
+	args := append([]string{"-nats", "nats://" + g.nats, "-service", service, "-addr", addr, "-drain", "0s"}, extra...)
+	return start(t, bin.announce, args...)
+}
+
+// startConfigured starts the gateway binary with the YAML configuration
+// yaml, an embedded NATS server and a data directory of its own, and
+// waits for it to say it started.
+func startConfigured(t testing.TB, yaml string) *gw {
+	t.Helper()
+	cfgFile := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(cfgFile, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t), nats: testutil.FreeAddr(t)}
+	g.Proc = start(t, bin.gateway, "-config", cfgFile, "-listen", g.proxy, "-admin", g.admin,
+		"-embedded-nats", g.nats, "-data-dir", t.TempDir())
+	g.WaitFor(t, "gateway started", lineTimeout)
+	return g
 }
 
 // seenBy sends n requests and returns the bodies of the successful ones,

@@ -3,8 +3,6 @@ package main
 import (
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,22 +15,14 @@ import (
 // three 500s in a row it is ejected, every later request reaches the good
 // backend, and /metrics and /-/lb say so.
 func TestOutlierEjectionThroughTheGateway(t *testing.T) {
-	dir := t.TempDir()
-	cfgFile := filepath.Join(dir, "gateway.yaml")
-	if err := os.WriteFile(cfgFile, []byte(`
+	g := startConfigured(t, `
 balancer:
   clients:
     orders:
       rule: RoundRobin
       maxAutoRetriesNextServer: 0
       outlierDetection: {consecutive5xx: 3, baseEjectionTime: 1h, maxEjectionTime: 1h, maxEjectionPercent: 50}
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	g := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t), nats: testutil.FreeAddr(t)}
-	g.Proc = start(t, bin.gateway, "-config", cfgFile, "-listen", g.proxy, "-admin", g.admin,
-		"-embedded-nats", g.nats, "-data-dir", t.TempDir())
-	g.WaitFor(t, "gateway started", lineTimeout)
+`)
 
 	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "broken", http.StatusInternalServerError)
@@ -40,7 +30,7 @@ balancer:
 	t.Cleanup(bad.Close)
 	good := named(t, "good")
 	for _, b := range []*httptest.Server{bad, good} {
-		start(t, bin.announce, "-nats", "nats://"+g.nats, "-service", "orders", "-addr", b.Listener.Addr().String(), "-drain", "0s")
+		announceHold(t, g, "orders", b.Listener.Addr().String())
 	}
 	testutil.Eventually(t, "two backends listed", func() bool { return strings.Count(g.state(t), `"id"`) == 2 })
 

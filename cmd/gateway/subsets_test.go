@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -23,9 +21,7 @@ import (
 //     -meta hint=canary, an unknown hint every instance;
 //   - the strict route answers 503 naming its selector.
 func TestSubsetsCanaryAndHints(t *testing.T) {
-	dir := t.TempDir()
-	cfgFile := filepath.Join(dir, "gateway.yaml")
-	os.WriteFile(cfgFile, []byte(`
+	g := startConfigured(t, `
 routes:
   - prefix: /canary
     service: orders
@@ -38,11 +34,7 @@ routes:
 balancer:
   clients:
     orders: {rule: RoundRobin}
-`), 0o600)
-	g := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t), nats: testutil.FreeAddr(t)}
-	g.Proc = start(t, bin.gateway, "-config", cfgFile, "-listen", g.proxy, "-admin", g.admin,
-		"-embedded-nats", g.nats, "-data-dir", t.TempDir())
-	g.WaitFor(t, "gateway started", lineTimeout)
+`)
 
 	for name, meta := range map[string][]string{
 		"v1-a": {"-meta", "version=v1"},
@@ -50,8 +42,7 @@ balancer:
 		"v2-a": {"-meta", "version=v2", "-meta", "hint=canary"},
 	} {
 		b := named(t, name)
-		args := append([]string{"-nats", "nats://" + g.nats, "-service", "orders", "-addr", b.Listener.Addr().String(), "-drain", "0s"}, meta...)
-		start(t, bin.announce, args...)
+		announceHold(t, g, "orders", b.Listener.Addr().String(), meta...)
 	}
 	testutil.Eventually(t, "three backends listed", func() bool { return strings.Count(g.state(t), `"id"`) == 3 })
 
