@@ -291,17 +291,37 @@ func TestBalancerZones(t *testing.T) {
 	})
 }
 
+// badAndGood starts a client over an in-process NATS server and two test
+// servers announced as instances "bad" and "good" of orders in zone z1.
+func badAndGood(t *testing.T) (c *pushlb.Client, bad, good *testServer) {
+	t.Helper()
+	srv := natstest.Start(t)
+	c = startClient(t, srv)
+	nc := srv.Connect(t)
+	bad, good = newTestServer(t), newTestServer(t)
+	testpub.AnnounceAddr(t, nc, "orders", "z1", "bad", bad.addr)
+	testpub.AnnounceAddr(t, nc, "orders", "z1", "good", good.addr)
+	return c, bad, good
+}
+
+// unavailable makes n RPCs and counts those that failed with Unavailable.
+func unavailable(t *testing.T, conn *grpc.ClientConn, n int) int {
+	t.Helper()
+	errs := 0
+	for range n {
+		if _, err := checkCtx(t.Context(), conn); status.Code(err) == codes.Unavailable {
+			errs++
+		}
+	}
+	return errs
+}
+
 // TestBalancerBreaker: connect failures reported through Done trip the
 // server's breaker, which keeps RPCs off it; it recovers once the server
 // answers again. An application error status (the server answered) does
 // not trip it.
 func TestBalancerBreaker(t *testing.T) {
-	srv := natstest.Start(t)
-	c := startClient(t, srv)
-	nc := srv.Connect(t)
-	bad, good := newTestServer(t), newTestServer(t)
-	testpub.AnnounceAddr(t, nc, "orders", "z1", "bad", bad.addr)
-	testpub.AnnounceAddr(t, nc, "orders", "z1", "good", good.addr)
+	c, bad, good := badAndGood(t)
 
 	// AvailabilityFiltering: round robin over the servers whose breaker is
 	// closed (Ribbon's RoundRobin ignores breakers). A long blackout: a
@@ -310,12 +330,7 @@ func TestBalancerBreaker(t *testing.T) {
 	noRetry := dialPushlb(t, c, "pushlb:///orders", "", pushlbConfig(long, false))
 	waitReady(t, noRetry, bad.addr, good.addr)
 	bad.appErr.Store(true)
-	appErrs := 0
-	for range 40 {
-		if _, err := checkCtx(t.Context(), noRetry); status.Code(err) == codes.Unavailable {
-			appErrs++
-		}
-	}
+	appErrs := unavailable(t, noRetry, 40)
 	bad.appErr.Store(false)
 	if appErrs != 20 {
 		t.Fatalf("%d of 40 RPCs met the application error, want 20 (round robin)", appErrs)
@@ -466,23 +481,12 @@ func TestBalancerNoInstances(t *testing.T) {
 // (outlierDetection), RoundRobin included, while its breaker stays
 // closed: it answers.
 func TestBalancerOutlierEjection(t *testing.T) {
-	srv := natstest.Start(t)
-	c := startClient(t, srv)
-	nc := srv.Connect(t)
-	bad, good := newTestServer(t), newTestServer(t)
-	testpub.AnnounceAddr(t, nc, "orders", "z1", "bad", bad.addr)
-	testpub.AnnounceAddr(t, nc, "orders", "z1", "good", good.addr)
+	c, bad, good := badAndGood(t)
 	const cfg = `{"rule":"RoundRobin","outlierDetection":{"consecutive5xx":5,"baseEjectionTime":"1h","maxEjectionTime":"1h","maxEjectionPercent":50}}`
 	conn := dialPushlb(t, c, "pushlb:///orders", "", pushlbConfig(cfg, false))
 	waitReady(t, conn, bad.addr, good.addr)
 	bad.appErr.Store(true)
-	errs := 0
-	for range 60 {
-		if _, err := checkCtx(t.Context(), conn); status.Code(err) == codes.Unavailable {
-			errs++
-		}
-	}
-	if errs != 5 {
+	if errs := unavailable(t, conn, 60); errs != 5 {
 		t.Fatalf("%d of 60 RPCs met the bad server's errors, want 5: it should be ejected after 5 in a row", errs)
 	}
 	if seen := spread(t, t.Context(), conn, 40); seen[good.addr] != 40 {
