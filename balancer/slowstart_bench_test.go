@@ -19,25 +19,11 @@ func BenchmarkSlowStart(b *testing.B) {
 	for _, rule := range []string{RuleRoundRobin, RuleRandom, RuleZoneAvoidance, RuleLeastRequest, RuleBestAvailable} {
 		for _, mode := range []string{"off", "steady", "ramping"} {
 			// The three built the same way: only the window differs.
-			cfg := DefaultConfig()
-			cfg.Rule = rule
-			if mode != "off" {
-				cfg.SlowStart.Window = 10 * time.Minute
+			window := 10 * time.Minute
+			if mode == "off" {
+				window = 0
 			}
-			bal, err := New("bench", cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { bal.Close() })
-			list := benchList(n)
-			if mode == "ramping" {
-				if err := bal.SetServers(list[1:]); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if err := bal.SetServers(list); err != nil {
-				b.Fatal(err)
-			}
+			bal := slowStartBalancer(b, rule, n, window, mode == "ramping")
 			if got := len(bal.Ramping()); got != map[string]int{"off": 0, "steady": 0, "ramping": 1}[mode] {
 				b.Fatalf("%s: %d servers ramping", mode, got)
 			}
@@ -65,22 +51,33 @@ func BenchmarkSlowStartRefresh(b *testing.B) {
 	}
 }
 
-func benchRefresh(b *testing.B, rule string, n int) {
+// slowStartBalancer builds a balancer of rule over n servers with a
+// slow-start window (0: off); with ramping, the last list adds one server
+// to a first one, so that it ramps.
+func slowStartBalancer(b *testing.B, rule string, n int, window time.Duration, ramping bool) *Balancer {
+	b.Helper()
 	cfg := DefaultConfig()
 	cfg.Rule = rule
-	cfg.SlowStart.Window = 10 * time.Minute
+	cfg.SlowStart.Window = window
 	bal, err := New("bench", cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { bal.Close() })
 	list := benchList(n)
-	if err := bal.SetServers(list[1:]); err != nil {
-		b.Fatal(err)
+	if ramping {
+		if err := bal.SetServers(list[1:]); err != nil {
+			b.Fatal(err)
+		}
 	}
 	if err := bal.SetServers(list); err != nil {
 		b.Fatal(err)
 	}
+	return bal
+}
+
+func benchRefresh(b *testing.B, rule string, n int) {
+	bal := slowStartBalancer(b, rule, n, 10*time.Minute, true)
 	b.Run(fmt.Sprintf("%s/N=%d", rule, n), func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
