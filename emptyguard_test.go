@@ -39,13 +39,7 @@ func TestRegistryLossKeepsTheLastList(t *testing.T) {
 		pubs = append(pubs, announce(t, srv, "orders", "", b))
 	}
 	c := start(t, srv.Connect(t))
-	listed := func() int {
-		b, err := c.Balancer("orders")
-		if err != nil {
-			return 0
-		}
-		return len(b.Servers())
-	}
+	listed := func() int { return listedOf(c, "orders") }
 	testutil.Eventually(t, "three instances listed", func() bool { return listed() == 3 })
 
 	for _, p := range pubs {
@@ -107,13 +101,7 @@ func TestRegistryLossHoldEnds(t *testing.T) {
 			pubs = append(pubs, announce(t, srv, "orders", "", testpub.Backend(t, name)))
 		}
 		c := startWith(t, srv.Connect(t), pushlb.Config{EmptyListHold: hold})
-		listed := func() int {
-			b, err := c.Balancer("orders")
-			if err != nil {
-				return 0
-			}
-			return len(b.Servers())
-		}
+		listed := func() int { return listedOf(c, "orders") }
 		testutil.Eventually(t, "two instances listed", func() bool { return listed() == 2 })
 		js, err := jetstream.New(srv.Connect(t))
 		if err != nil {
@@ -145,4 +133,14 @@ func TestRegistryLossHoldEnds(t *testing.T) {
 			t.Fatalf("protection off: %d lists held, want 0", got)
 		}
 	}
+}
+
+// listedOf returns how many servers c's balancer of service lists, 0
+// without one.
+func listedOf(c *pushlb.Client, service string) int {
+	b, err := c.Balancer(service)
+	if err != nil {
+		return 0
+	}
+	return len(b.Servers())
 }
