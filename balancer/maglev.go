@@ -138,6 +138,13 @@ func mayBeTripped(s *Server) bool {
 // finaliser. It is the same in every process, as the table is.
 func keyHash(key string) uint64 { return mix64(fnv64(key)) }
 
+// KeyHash is the hash of a key that the keyed rules (Maglev) use:
+// FNV-1a spread by splitmix64's finaliser, so that similar keys
+// ("user-1", "user-2") spread. It is the same in every process and every
+// release, for whatever must agree across gateways on a key (the Proxy's
+// sticky canary splits). It allocates nothing.
+func KeyHash(key string) uint64 { return keyHash(key) }
+
 // maglevSizes are the table sizes, primes (Maglev's permutations need
 // one). The size must not follow the exact number of servers: a list that
 // grows or shrinks by one would move nearly every key. 65,537 is Envoy's

@@ -1,7 +1,6 @@
 package lbhttp
 
 import (
-	"hash/fnv"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -162,7 +161,7 @@ func (p *subsetPlan) subsetFor(key string, env *subsetEnv) *balancer.Subset {
 	total := p.cum[len(p.cum)-1]
 	var x int
 	if key != "" {
-		x = int(keyHash(key) % uint64(total))
+		x = int(balancer.KeyHash(key) % uint64(total))
 	} else if env != nil && env.rnd != nil {
 		x = env.rnd.IntN(total)
 	} else {
@@ -174,20 +173,6 @@ func (p *subsetPlan) subsetFor(key string, env *subsetEnv) *balancer.Subset {
 		}
 	}
 	return p.split[len(p.split)-1] // unreachable: x < total
-}
-
-// keyHash hashes a split key: FNV-1a, then a 64-bit finaliser
-// (splitmix64's) so that similar keys ("user-1", "user-2") spread.
-func keyHash(key string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(key))
-	x := h.Sum64()
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
 }
 
 // subsetEnv is the Proxy's settings for subsets, shared by its routes.
