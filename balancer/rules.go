@@ -156,8 +156,8 @@ func (p availability) ok(s *Server, pi *PickInfo) bool {
 
 // RoundRobin cycles through the alive servers (Ribbon's RoundRobinRule). It
 // ignores the circuit breaker. When weights differ it is weighted round
-// robin: every cycle of the weights' sum (divided by their greatest common
-// divisor) gives each server exactly its share, interleaved (weights.go).
+// robin: over any window of picks each server gets its weight's share, give
+// or take a pick or two, interleaved with the others (weights.go).
 type RoundRobin struct{ c *counter }
 
 // NewRoundRobin returns a RoundRobin rule.
@@ -178,8 +178,8 @@ func (Random) Choose(p PickInfo) (*Server, error) {
 	if len(list) == 0 {
 		return nil, nil
 	}
-	if wt := p.View.wt; wt != nil {
-		return list[wt.random(p.Rand())], nil
+	if p.View.sweep != nil {
+		return p.View.weightedRandom(p.Rand()), nil
 	}
 	return list[intN(p.Rand(), len(list))], nil
 }

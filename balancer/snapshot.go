@@ -42,7 +42,10 @@ type View struct {
 	snap  *Snapshot
 	// wt is the view's weight table (weights.go), nil when its servers
 	// all weigh the same: then the rules take their unweighted paths.
-	wt *weightTable
+	// sweep is its alias table for round robin (weightedAt), held here
+	// beside servers and mod so that a pick reads no other struct.
+	wt    *weightTable
+	sweep []sweepSlot
 	// weights caches WeightedResponseTime's cumulative weights for this view.
 	weights atomic.Pointer[responseWeights]
 	// least is BestAvailable's index of the view's servers by active
@@ -77,16 +80,56 @@ func listView(list []*Server) *View {
 // low 32 bits wrap every 2^32 positions, where one server gets two picks
 // in a row, as grpc-go's round_robin does.
 func (v *View) at(k uint64) *Server {
-	if v.wt != nil {
+	if v.sweep != nil {
 		return v.weightedAt(k)
 	}
 	i, _ := bits.Mul64(v.mod*uint64(uint32(k)), uint64(len(v.servers)))
 	return v.servers[i]
 }
 
-// weightedAt is at for a view whose weights differ, out of line so that
-// at inlines.
-func (v *View) weightedAt(k uint64) *Server { return v.servers[v.wt.roundRobin(k)] }
+// setWeights builds the view's weight table and round robin's slots over
+// its servers' live weights while some ramp (r, nil when none), or clears
+// them when the weights are all equal. It reports whether they differ.
+func (v *View) setWeights(r *ramp) bool {
+	v.wt, v.sweep = weightTableOf(v.servers, r), nil
+	if v.wt != nil {
+		v.sweep = v.wt.sweepOf(v.servers)
+	}
+	return v.wt != nil
+}
+
+// weightedRandom returns a server of a view whose weights differ, drawn in
+// proportion to them: a slot and a fraction at random, and the slot's own
+// server or its alias by the fraction (Walker's alias method, O(1)). The
+// slot and its own server are read side by side and the choice takes no
+// branch, so that a draw waits on one memory read, as the unweighted draw
+// does.
+func (v *View) weightedRandom(r Rand) *Server {
+	x := uint64(intN(r, len(v.sweep)<<aliasBits))
+	slot := x >> aliasBits
+	e := &v.sweep[slot]
+	own, alias := v.servers[slot], e.alias
+	if uint32(x)<<(32-aliasBits) >= e.step {
+		own = alias
+	}
+	return own
+}
+
+// weightedAt is at for a view whose weights differ, out of line so that at
+// inlines: slot k mod N on pass k / N (of k's low 32 bits, which wrap
+// every 2^32 positions), its own server or its alias by the slot's
+// Bresenham rule (weights.go). The quotient and the remainder come from
+// one multiplication by the reciprocal that at uses (Lemire's fastmod).
+func (v *View) weightedAt(k uint64) *Server {
+	pass, low := bits.Mul64(v.mod, uint64(uint32(k)))
+	slot, _ := bits.Mul64(low, uint64(len(v.sweep)))
+	e := &v.sweep[slot]
+	own, alias := v.servers[slot], e.alias
+	if uint32(pass)*e.step+e.phase >= e.step {
+		own = alias
+	}
+	return own
+}
 
 // zoneGroup is the alive servers of one zone.
 type zoneGroup struct {
@@ -169,9 +212,9 @@ func buildSnapshot(version uint64, all []*Server, r *ramp) *Snapshot {
 	}
 	s.full = View{zones: s.zones, snap: s}
 	s.full.setServers(up)
-	if s.full.wt = weightTableOf(up, r); s.full.wt != nil {
+	if s.full.setWeights(r) {
 		for _, g := range s.zones {
-			g.view.wt = weightTableOf(g.view.servers, r)
+			g.view.setWeights(r)
 			g.weight = weightOf(g.view.servers, r)
 		}
 	}

@@ -1,41 +1,39 @@
 package balancer
 
-import "math/bits"
-
 // Instance weights (Server.Weight), as Envoy's and grpc-go's weighted round
 // robin and Nacos's weights: a server gets traffic in proportion to its
 // weight. A view whose servers all weigh the same has no weight table and
 // its rules take the unweighted paths unchanged, so equal weights cost
 // nothing; a view of mixed weights gets a table built with its snapshot.
 
-// weightTable is the cumulative weights of a view's servers, divided by
-// their greatest common divisor: server i owns the points
-// [cum[i-1], cum[i]) of [0, total). A pick maps a point to its server
-// through a guide table, as the guide-table method of sampling does:
-// [0, total) is cut into buckets of 2^shift points, about one per server,
-// and guide[b] is the server owning bucket b's first point, so the server
-// owning a point of bucket b is between guide[b] and guide[b+1]: usually
-// one or two candidates, searched in halves (O(log N) at worst, when many
-// light servers share one bucket). A pick allocates nothing and divides
-// nothing: remainders are computed with a precomputed reciprocal.
+// weightTable is what the rules need of a view's weights, divided by
+// their greatest common divisor: each server's weight (w), and Walker's
+// alias table over them (alias): one slot per server, slot j holding its
+// own server for a share of it and another server (its alias) for the
+// rest, every slot the same size, so that a slot and a fraction drawn
+// uniformly give each server its weight's share.
 //
-// Round robin walks the points in the order k * stride mod total, k the
-// round-robin counter: stride is coprime to total, so every total
-// consecutive picks visit each point once, and each server gets exactly
-// its weight's share; stride near total x 0.618 (the golden ratio) spreads
-// a server's points over the cycle, so a heavy server's picks are
-// interleaved with the others' (smooth, as smooth weighted round robin and
-// EDF are) rather than consecutive.
+// Random draws a slot and a fraction at random (random): O(1), one slot
+// read.
 //
-// Random draws use the alias table instead (random): O(1), one slot read.
+// Round robin (View.weightedAt) sweeps the slots in order, one per pick, as the unweighted
+// round robin sweeps the servers, and each slot alternates between its own
+// server and its alias by Bresenham's rule: on pass p (the p-th sweep)
+// slot j yields its own server when frac(p x share_j + phase_j) < share_j,
+// so over any P consecutive passes it does so floor(P x share_j) or
+// ceil(P x share_j) times. A server's picks over any window of passes are
+// thus its weight's share give or take one per slot it appears in, spread
+// through each pass by the sweep and across passes by the rule (smooth, as
+// smooth weighted round robin and EDF are); the phases, spread by the
+// golden ratio, keep the slots from switching together. A pick is O(1),
+// allocates nothing, divides nothing, takes no branch on the choice, and
+// reads the slots and the servers in order, as the unweighted pick does,
+// with each alias near its slot (buildAlias): a table of 10,000 servers is
+// read from cache, not from memory at random.
 type weightTable struct {
-	cum    []uint32 // cumulative weights; at most 10,000 x 1,000 per 10,000 servers
-	guide  []uint32 // one per bucket, then len(cum)-1
-	shift  uint
-	total  uint64
-	inv    uint64 // floor((2^64 - 1) / total), for mod
-	stride uint64
-	alias  []aliasSlot // for weighted random draws
+	w     []uint32    // weights, divided by unit; below 2^31 in total
+	total uint64      // sum of w
+	alias []aliasSlot // one per server
 	// unit is the greatest common divisor the weights were divided by,
 	// scale the ramp's (1 without slow start): server i weighs
 	// weight(i) / scale (slowstart.go).
@@ -63,77 +61,20 @@ func weightTableOf(servers []*Server, r *ramp) *weightTable {
 	if !mixed {
 		return nil
 	}
-	t := &weightTable{cum: make([]uint32, len(servers)), unit: uint64(g), scale: 1}
+	t := &weightTable{w: make([]uint32, len(servers)), unit: uint64(g), scale: 1}
 	if r != nil {
 		t.scale = uint64(r.scale)
 	}
-	acc := uint64(0)
 	for i, s := range servers {
-		acc += uint64(r.weight(s) / g)
-		t.cum[i] = uint32(acc)
+		t.w[i] = uint32(r.weight(s) / g)
+		t.total += uint64(t.w[i])
 	}
-	t.total = acc
-	t.inv = ^uint64(0) / acc
-	t.stride = coprimeNear(acc, acc*618/1000)
-	// Buckets of 2^shift points, the largest power of two at most the
-	// mean weight: at most 2 x len(cum) buckets.
-	for acc>>(t.shift+1) >= uint64(len(t.cum)) {
-		t.shift++
-	}
-	buckets := (acc + 1<<t.shift - 1) >> t.shift
-	t.guide = make([]uint32, buckets+1)
-	for b := range buckets {
-		t.guide[b] = uint32(t.search(b<<t.shift, 0, len(t.cum)-1))
-	}
-	t.guide[buckets] = uint32(len(t.cum) - 1)
 	t.buildAlias()
 	return t
 }
 
-// at returns the index of the server owning point x (< total): the first
-// i with cum[i] > x.
-func (t *weightTable) at(x uint64) int {
-	b := x >> t.shift
-	return t.search(x, int(t.guide[b]), int(t.guide[b+1]))
-}
-
-// search returns the first i in [lo, hi] with cum[i] > x; there is one.
-func (t *weightTable) search(x uint64, lo, hi int) int {
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		if uint64(t.cum[mid]) > x {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
-	}
-	return lo
-}
-
 // weight returns server i's weight, in units of 1/scale of a weight.
-func (t *weightTable) weight(i int) uint64 {
-	w := uint64(t.cum[i])
-	if i > 0 {
-		w -= uint64(t.cum[i-1])
-	}
-	return w * t.unit
-}
-
-// mod returns y mod total. The quotient estimated with the reciprocal is
-// at most 2 short, so at most two corrections follow.
-func (t *weightTable) mod(y uint64) uint64 {
-	q, _ := bits.Mul64(y, t.inv)
-	r := y - q*t.total
-	for r >= t.total {
-		r -= t.total
-	}
-	return r
-}
-
-// roundRobin returns the index of round-robin position k.
-func (t *weightTable) roundRobin(k uint64) int {
-	return t.at(t.mod(t.mod(k) * t.stride)) // < total^2 < 2^62 (slow start keeps total < 2^31): no overflow
-}
+func (t *weightTable) weight(i int) uint64 { return uint64(t.w[i]) * t.unit }
 
 // random returns the index of a server drawn in proportion to the weights,
 // with Walker's alias method: one random number gives a slot and a
@@ -159,42 +100,73 @@ type aliasSlot struct {
 	alias uint32
 }
 
-// buildAlias makes the alias table of the weights (Vose's method: O(N)).
+// sweepSlot is round robin's copy of an alias slot (View.sweep): step is
+// its own server's share as a fraction of 2^32 (2^32 - 1 for a whole
+// slot), phase its offset in Bresenham's rule, alias its alias server
+// itself, so that a pick reads one slot and no index.
+type sweepSlot struct {
+	step, phase uint32
+	alias       *Server
+}
+
+// buildAlias makes the alias table of the weights, by Vose's method (O(N))
+// with its two work lists walked in index order: a slot's alias is the
+// first server after it, or near it, with weight to spare, so that round
+// robin's sweep reads the aliases near the slots, in order, rather than
+// anywhere in the list.
 func (t *weightTable) buildAlias() {
-	n := len(t.cum)
-	t.alias = make([]aliasSlot, n)
+	n := len(t.w)
 	// Each slot holds n x weight / total of its server, in units of
 	// 2^-aliasBits, as integers so that the table is exact in them.
 	const one = 1 << aliasBits
 	scaled := make([]uint64, n)
-	prev := uint64(0)
-	for i, c := range t.cum {
-		w := uint64(c) - prev
-		prev = uint64(c)
-		scaled[i] = w * uint64(n) * one / t.total
+	small := make([]bool, n) // below one slot at the start
+	t.alias = make([]aliasSlot, n)
+	for i, w := range t.w {
+		scaled[i] = uint64(w) * uint64(n) * one / t.total
+		small[i] = scaled[i] < one
+		t.alias[i] = aliasSlot{share: one, alias: uint32(i)} // a whole slot, unless paired below
 	}
-	var small, large []int
-	for i, v := range scaled {
-		if v < one {
-			small = append(small, i)
-		} else {
-			large = append(large, i)
+	next := func(i int, wantSmall bool) int {
+		for i < n && small[i] != wantSmall {
+			i++
 		}
+		return i
 	}
-	for len(small) > 0 && len(large) > 0 {
-		l, g := small[len(small)-1], large[len(large)-1]
-		small = small[:len(small)-1]
+	// Pair each small server with the current large one, which gives its
+	// slot's rest; a large one left with less than a slot is paired next,
+	// with the large one after it. What is never paired holds (up to
+	// rounding) a whole slot: its own server.
+	s, g, turned := next(0, true), next(0, false), -1
+	for g < n {
+		l := turned
+		if l < 0 {
+			if s >= n {
+				break
+			}
+			l, s = s, next(s+1, true)
+		}
+		turned = -1
 		t.alias[l] = aliasSlot{share: uint32(scaled[l]), alias: uint32(g)}
 		scaled[g] -= one - scaled[l]
 		if scaled[g] < one {
-			large = large[:len(large)-1]
-			small = append(small, g)
+			turned, g = g, next(g+1, false)
 		}
 	}
-	// What is left holds (up to rounding) a whole slot: its own server.
-	for _, i := range append(small, large...) {
-		t.alias[i] = aliasSlot{share: one, alias: uint32(i)}
+}
+
+// sweepOf returns round robin's slots (View.sweep): the alias table's, over
+// servers, the table's.
+func (t *weightTable) sweepOf(servers []*Server) []sweepSlot {
+	sweep := make([]sweepSlot, len(t.alias))
+	for j, e := range t.alias {
+		sweep[j] = sweepSlot{
+			step:  uint32(min(uint64(e.share)<<(32-aliasBits), 1<<32-1)),
+			phase: uint32(j) * 0x9e3779b9, // j x 2^32 / the golden ratio
+			alias: servers[e.alias],
+		}
 	}
+	return sweep
 }
 
 // weightOf returns the sum of the servers' live weights.
@@ -211,17 +183,4 @@ func gcd(a, b int) int {
 		a, b = b, a%b
 	}
 	return a
-}
-
-// coprimeNear returns the first number from near up that is coprime to n
-// (1 for n <= 2).
-func coprimeNear(n, near uint64) uint64 {
-	if n <= 2 {
-		return 1
-	}
-	for s := max(near, 1); ; s++ {
-		if gcd(int(s), int(n)) == 1 {
-			return s
-		}
-	}
 }
