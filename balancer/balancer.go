@@ -129,13 +129,12 @@ type Balancer struct {
 	rule   Rule
 	filter *zoneFilter
 	// avoidZones turns the zone-aware choice on (Config.ZoneAware or a rule
-	// that wants a zone per pick); zonePerPick draws a zone on every pick,
-	// not only when one is avoided.
-	avoidZones, zonePerPick bool
-	rnd                     Rand
-	shared                  *statsShared
-	pinger                  Pinger
-	source                  ServerList
+	// that avoids zones: ZoneAvoidance).
+	avoidZones bool
+	rnd        Rand
+	shared     *statsShared
+	pinger     Pinger
+	source     ServerList
 	// pollDelay is the polling updater's first delay (Ribbon: 1 s).
 	pollDelay time.Duration
 
@@ -227,8 +226,7 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 	if b.filter, err = newZoneFilter(cfg.Filter, &cfg); err != nil {
 		return nil, fmt.Errorf("balancer %q: %w", name, err)
 	}
-	b.zonePerPick = wantsZonePerPick(b.rule)
-	b.avoidZones = cfg.ZoneAware || b.zonePerPick
+	b.avoidZones = cfg.ZoneAware || avoidsZones(b.rule)
 	if b.source == nil && len(cfg.ListOfServers) > 0 {
 		servers, err := cfg.StaticServers()
 		if err != nil {

@@ -87,6 +87,24 @@ func (s *ServerStats) SuccessiveServerErrors() int64 { return s.serverErrors.Loa
 // at now: an ejection ended at the latest at ejectedUntilMax.
 func (sh *statsShared) mayBeEjected(now int64) bool { return now < sh.ejectedUntilMax.Load() }
 
+// quiet reports that no server of the balancer can be tripped or ejected,
+// so that a pick need read none: none has reached its breaker's threshold
+// and none was ever ejected. A failure that reaches a threshold counts in
+// atThreshold, and an ejection raises ejectedUntilMax, before it returns: a
+// pick that starts after either returned sees it. Picks test it first (it
+// inlines), then noneUnavailableNow.
+func (sh *statsShared) quiet() bool {
+	return sh.atThreshold.Load()|sh.ejectedUntilMax.Load() == 0 && sh.breaker.Threshold > 0
+}
+
+// noneUnavailableNow reports, when quiet does not, that no server is
+// tripped or ejected at the pick p all the same: none at its threshold and
+// every ejection over, or the balancer in panic, which ignores both.
+func (sh *statsShared) noneUnavailableNow(p *PickInfo) bool {
+	return sh.breaker.Threshold > 0 && sh.atThreshold.Load() == 0 && !sh.mayBeEjected(p.nanotime()) ||
+		sh.panicking.Load()
+}
+
 // ejectionAllowed reports whether one more server may be ejected at now:
 // when none is, or when the ejected ones, one more included, stay within
 // MaxEjectionPercent of the alive servers. O(servers), once an ejection.

@@ -73,19 +73,8 @@ func (p *PickInfo) Tripped(s *Server) bool {
 		return false
 	}
 	st := &s.inst.stats
-	if b := p.b; b != nil {
-		sh := b.shared
-		if sh.breaker.Threshold > 0 && sh.atThreshold.Load() == 0 &&
-			(sh.ejectedUntilMax.Load() == 0 || !sh.mayBeEjected(p.nanotime())) {
-			// No server of the balancer has reached the threshold nor is
-			// ejected: s need not be read (at N=10,000, a cache miss per
-			// pick, above all when weighted round robin visits the servers
-			// out of order).
-			return false
-		}
-		if sh.panicking.Load() {
-			return false
-		}
+	if b := p.b; b != nil && (b.shared.quiet() || b.shared.noneUnavailableNow(p)) {
+		return false // s need not be read: at N=10,000, a cache miss per pick
 	}
 	now := p.nanotime()
 	return (st.failures.Load() >= int64(st.shared.breaker.Threshold) && st.trippedAt(now)) || st.ejectedAt(now)

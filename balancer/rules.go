@@ -33,14 +33,14 @@ type Rule interface {
 	Choose(p PickInfo) (*Server, error)
 }
 
-// zonePerPick is implemented by the rules that want the balancer to draw
-// one available zone on every pick (ZoneAvoidance), even when no zone is
-// avoided and Config.ZoneAware is off.
-type zonePerPick interface{ wantsZonePerPick() bool }
+// zoneAvoider is implemented by the rules that want the balancer's
+// available-zone computation (ZoneAvoidance: Ribbon's zone predicate), even
+// when Config.ZoneAware is off.
+type zoneAvoider interface{ avoidsZones() bool }
 
-func wantsZonePerPick(r Rule) bool {
-	z, ok := r.(zonePerPick)
-	return ok && z.wantsZonePerPick()
+func avoidsZones(r Rule) bool {
+	z, ok := r.(zoneAvoider)
+	return ok && z.avoidsZones()
 }
 
 // preparer is implemented by the rules that index a snapshot (BestAvailable's
@@ -108,6 +108,9 @@ func (c *counter) roundRobinAvailable(v *View, p availability, pi *PickInfo) *Se
 	if n == 0 {
 		return nil
 	}
+	if p.allPass(pi) {
+		return v.at(c.n.Add(1)) // what the first try would take
+	}
 	for range min(n, roundRobinTries) {
 		if s := v.at(c.n.Add(1)); p.ok(s, pi) {
 			return s
@@ -142,6 +145,13 @@ type availability struct {
 	// ejected, tripped or not (skipEjected, for the rules that ignore the
 	// breaker).
 	ejectedOnly bool
+}
+
+// allPass reports that every server passes at the pick pi without reading
+// any: no limit, and no server of the balancer tripped or ejected
+// (statsShared.noneUnavailable).
+func (p availability) allPass(pi *PickInfo) bool {
+	return p.limit == 0 && !p.ejectedOnly && pi.b != nil && (pi.b.shared.quiet() || pi.b.shared.noneUnavailableNow(pi))
 }
 
 func (p availability) ok(s *Server, pi *PickInfo) bool {
@@ -313,7 +323,7 @@ func (r *ZoneAvoidance) choose(p *PickInfo) *Server {
 	return r.c.roundRobinView(p.View)
 }
 
-func (*ZoneAvoidance) wantsZonePerPick() bool { return true }
+func (*ZoneAvoidance) avoidsZones() bool { return true }
 
 // WeightedResponseTime picks servers with a probability that falls as their
 // average response time rises (Ribbon's WeightedResponseTimeRule): with
@@ -457,7 +467,7 @@ func (r *Retry) retry(p PickInfo) (*Server, error) {
 	}
 }
 
-func (r *Retry) wantsZonePerPick() bool { return wantsZonePerPick(r.Sub) }
+func (r *Retry) avoidsZones() bool { return avoidsZones(r.Sub) }
 
 func (r *Retry) prepare(b *Balancer, s *Snapshot) { prepareRule(b, r.Sub, s) }
 
@@ -626,8 +636,8 @@ var (
 	_ Rule = (*Retry)(nil)
 	_ Rule = (*Rendezvous)(nil)
 
-	_ zonePerPick = (*ZoneAvoidance)(nil)
-	_ zonePerPick = (*Retry)(nil)
+	_ zoneAvoider = (*ZoneAvoidance)(nil)
+	_ zoneAvoider = (*Retry)(nil)
 
 	_ preparer = (*BestAvailable)(nil)
 	_ preparer = (*Maglev)(nil)

@@ -115,8 +115,7 @@ func (v *View) weightedRandom(r Rand) *Server {
 	return own
 }
 
-// weightedAt is at for a view whose weights differ, out of line so that at
-// inlines: slot k mod N on pass k / N (of k's low 32 bits, which wrap
+// weightedAt is at for a view whose weights differ: slot k mod N on pass k / N (of k's low 32 bits, which wrap
 // every 2^32 positions), its own server or its alias by the slot's
 // Bresenham rule (weights.go). The quotient and the remainder come from
 // one multiplication by the reciprocal that at uses (Lemire's fastmod).

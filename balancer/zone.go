@@ -72,11 +72,12 @@ func (b *Balancer) pickInfo(ctx context.Context, snap *Snapshot) PickInfo {
 //  1. a zone forced with WithZone, when it has a server whose breaker is
 //     closed: only that zone;
 //  2. otherwise the zone filter's scope (Candidates), and, when zones are
-//     avoided and the scope spans several, one zone drawn from the
-//     available ones (View): Ribbon's ZoneAwareLoadBalancer and
-//     ZoneAvoidanceRule.getAvailableZones. ZoneAware alone draws a zone
-//     only when some zone is avoided; a rule that asks for a zone
-//     (ZoneAvoidance) gets one on every pick.
+//     avoided, the scope spans several and some are not available, one
+//     zone drawn from the available ones (View): Ribbon's
+//     ZoneAwareLoadBalancer and ZoneAvoidanceRule.getAvailableZones. When
+//     every zone is available the view is the whole scope, over which the
+//     rule goes round robin, as Ribbon's ZoneAvoidanceRule does over the
+//     servers its zone predicate keeps (all of them, then).
 //
 // now is the pick's time when hasNow (Pick reads it); otherwise the clock
 // is read only when the decision may be out of date. It returns the parts
@@ -163,8 +164,9 @@ func (b *Balancer) decideZones(snap *Snapshot, now int64) *zoneDecision {
 //  1. zones with no instance, with a blacked-out share of tripped servers
 //     (>= BlackoutPercentage) or all servers tripped are dropped;
 //  2. if the worst load per server is below TriggeringLoadPerServer and
-//     nothing was dropped, every zone is available: a zone is drawn
-//     (weighted by instance count) only for a rule that asks for one;
+//     nothing was dropped, every zone is available: no draw, the pick uses
+//     the whole scope (ZoneAwareLoadBalancer falls back to the whole list;
+//     ZoneAvoidanceRule's zone predicate keeps every server);
 //  3. otherwise one of the worst zones (highest load per server, ties
 //     within 1e-6) is dropped, chosen at random weighted by instance
 //     count, and a zone is drawn from the others weighted by instance
@@ -200,9 +202,6 @@ func (b *Balancer) avoidZonesOf(d *zoneDecision, zones []*zoneGroup, stats []Zon
 		return // nothing available: every candidate
 	}
 	if maxLoad < b.cfg.ZoneAvoidance.TriggeringLoadPerServer && !limited {
-		if b.zonePerPick {
-			d.setDraw(zones, avail, nil)
-		}
 		return
 	}
 	if bits.OnesCount64(avail) == 1 || worst == 0 {
