@@ -83,8 +83,14 @@ func (v *View) at(k uint64) *Server {
 	if v.sweep != nil {
 		return v.weightedAt(k)
 	}
+	return v.servers[v.index(k)]
+}
+
+// index is the index of round-robin position k in a view whose weights
+// are all equal (at).
+func (v *View) index(k uint64) uint64 {
 	i, _ := bits.Mul64(v.mod*uint64(uint32(k)), uint64(len(v.servers)))
-	return v.servers[i]
+	return i
 }
 
 // setWeights builds the view's weight table and round robin's slots over
