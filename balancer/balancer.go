@@ -151,8 +151,10 @@ type Balancer struct {
 	// ZoneAvoidance (the default), which a pick calls directly: the pick
 	// costs about what grpc-go's round_robin picker's does, and an
 	// interface call with its PickInfo copied would add half of it again.
-	rr *RoundRobin
-	za *ZoneAvoidance
+	// rrCounter is the round-robin counter of whichever it is.
+	rr        *RoundRobin
+	za        *ZoneAvoidance
+	rrCounter *counter
 	// ejectRR walks the servers round robin for skipEjected; onPanic is
 	// told of panic changes (outlier.go).
 	ejectRR *counter
@@ -237,6 +239,12 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 	_, b.ruleWaits = b.rule.(*Retry)
 	b.rr, _ = b.rule.(*RoundRobin)
 	b.za, _ = b.rule.(*ZoneAvoidance)
+	switch {
+	case b.rr != nil:
+		b.rrCounter = b.rr.c
+	case b.za != nil:
+		b.rrCounter = b.za.c
+	}
 	if cfg.OutlierDetection.Consecutive5xx > 0 {
 		b.shared.ejectionAllowed = b.ejectionAllowed
 	}
@@ -295,10 +303,12 @@ func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server,
 	}
 	var srv *Server
 	switch {
-	case len(v.servers) > 0 && b.rr != nil:
-		// RoundRobin's Choose, with View.at written out: at does not
+	case len(v.servers) > 0 && (b.rr != nil || b.za != nil && b.za.pred.limit == 0 && b.shared.quiet()):
+		// RoundRobin's Choose, or ZoneAvoidance's while every server
+		// passes its predicate (its first round-robin position then:
+		// roundRobinAvailable), with View.at written out: at does not
 		// inline, and its call was a fifth of the pick in a profile.
-		if k := b.rr.c.n.Add(1); v.sweep == nil {
+		if k := b.rrCounter.n.Add(1); v.sweep == nil {
 			srv = v.servers[v.index(k)]
 		} else {
 			srv = v.weightedAt(k)
