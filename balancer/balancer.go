@@ -290,9 +290,12 @@ func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server,
 	if snap := b.snap.Load(); snap.ramp != nil {
 		_, now, hasNow = b.rampDue(snap, now, hasNow) // slowstart.go: the live weights refreshed when due
 	}
-	snap, err := b.snapshotFor(ctx) // subset.go: the current snapshot, or a subset's
-	if err != nil {
-		return nil, now, err
+	snap := b.snap.Load()
+	if subsetsAsked.Load() { // checked here, not in the call: no context can carry a subset otherwise
+		var err error
+		if snap, err = b.snapshotFor(ctx); err != nil { // subset.go: the current snapshot, or a subset's
+			return nil, now, err
+		}
 	}
 	var v, c *View
 	if d := snap.decision.Load(); d.draw == nil && !zonesForced.Load() &&
