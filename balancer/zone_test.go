@@ -135,3 +135,25 @@ func TestZoneDrawOfSeveralWorstZones(t *testing.T) {
 		}
 	}
 }
+
+// ZoneAvoidance with every zone available is Ribbon's ZoneAvoidanceRule:
+// round robin over every server its zone predicate keeps (all of them),
+// not a zone drawn at random per pick: each run of 6 picks over 3 zones
+// of 2 servers takes every server once. With a zone avoided (tripped),
+// the others share the picks.
+func TestZoneAvoidanceRoundRobinsAcrossAvailableZones(t *testing.T) {
+	t.Parallel()
+	tb := newTest(t, func(c *Config) { c.Filter = FilterNone }, zoned(2, "a", "b", "c")) // ZoneAvoidance
+	for run := range 50 {
+		counts := tb.pickCounts(t, 6)
+		if len(counts) != 6 {
+			t.Fatalf("run %d of 6 picks: %v, want every server once", run, counts)
+		}
+	}
+	tb.trip(t, "a0", "a1")
+	counts := tb.pickCounts(t, 600)
+	if n := inZone(counts, "a"); n != 0 {
+		t.Fatalf("zone a tripped: picked %d times", n)
+	}
+	withinShare(t, "zone b", inZone(counts, "b"), 600, 0.5, 0.1)
+}
