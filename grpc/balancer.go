@@ -70,7 +70,7 @@ type Config struct {
 	HashKey string
 	// HintKey names the outgoing metadata key whose value is the RPC's
 	// hint (lb.WithHint): the servers announced with metadata hint=<value>
-	// take the RPC, and when none is usable it goes where it would have
+	// take the RPC, and when none is alive it goes where it would have
 	// gone without the hint, as the gateway's X-Pushlb-Hint header.
 	// Empty: DefaultHintKey; "-": no hint key (a hint set on the RPC's
 	// context with lb.WithHint still applies).

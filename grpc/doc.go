@@ -29,6 +29,6 @@
 // metadata (Config.HashKey), and a hint (Config.HintKey, default
 // "x-pushlb-hint", or WithCallHint on the RPC's context): the servers
 // announced with metadata hint=<value> take the RPC, and when none is
-// usable it goes where it would have gone without the hint, as the
+// alive (READY) it goes where it would have gone without the hint, as the
 // gateway's X-Pushlb-Hint header. docs/grpc.md is the user's guide.
 package pushlbgrpc

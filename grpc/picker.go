@@ -23,9 +23,9 @@ func WithCallZone(ctx context.Context, zone string) context.Context {
 
 // WithCallHint returns a context whose RPCs prefer the servers announced
 // with metadata hint=<hint>, falling back to the usual choice when none
-// is usable: the balancer core's WithHint, as an RPC's metadata under the
-// hint key (Config.HintKey, DefaultHintKey) does. The metadata's hint wins
-// over the context's.
+// is alive (READY, or connecting for the first time): the balancer core's
+// WithHint, as an RPC's metadata under the hint key (Config.HintKey,
+// DefaultHintKey) does. The metadata's hint wins over the context's.
 func WithCallHint(ctx context.Context, hint string) context.Context {
 	return lb.WithHint(ctx, hint)
 }
