@@ -10,17 +10,23 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/nats-io/nats.go"
 
+	"github.com/pushlb/pushlb/balancer"
 	pushlbcaddy "github.com/pushlb/pushlb/caddy"
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
 	"github.com/pushlb/pushlb/internal/testkit/testpub"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
+	"github.com/pushlb/pushlb/serverlist"
 )
 
 // fleet announces n instances of service at made-up addresses (nothing
-// is dialled here).
+// is dialled here), every fourth one with metadata hint=canary.
 func fleet(b *testing.B, nc *nats.Conn, service string, n int) {
 	for i := range n {
-		testpub.AnnounceAddr(b, nc, service, fmt.Sprintf("z%d", i%3), fmt.Sprintf("%s-%d", service, i), fmt.Sprintf("127.0.0.1:%d", 20000+i))
+		in := serverlist.Instance{Service: service, InstanceID: fmt.Sprintf("%s-%d", service, i), Zone: fmt.Sprintf("z%d", i%3)}
+		if i%4 == 0 {
+			in.Metadata = map[string]string{balancer.HintKey: "canary"}
+		}
+		testpub.AnnounceAt(b, nc, fmt.Sprintf("127.0.0.1:%d", 20000+i), in)
 	}
 }
 
@@ -62,19 +68,28 @@ func BenchmarkRequestPath(b *testing.B) {
 		}
 		b.Cleanup(func() { sel.Cleanup() })
 		sel.Select(mustUpstreams(b, u, request(nil)), request(nil), nil) // the source learns the policy
-		b.Run(fmt.Sprintf("pushlb/N=%d", n), func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				r := request(nil)
-				ctx, cancel := context.WithCancel(r.Context())
-				r = r.WithContext(ctx)
-				if sel.Select(mustUpstreams(b, u, r), r, nil) == nil {
-					b.Fatal("no upstream")
-				}
-				answered(r)
-				cancel()
+		for _, hint := range []string{"", "canary"} {
+			name := "pushlb"
+			if hint != "" {
+				name = "pushlb-hinted"
 			}
-		})
+			b.Run(fmt.Sprintf("%s/N=%d", name, n), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					r := request(nil)
+					if hint != "" {
+						r.Header.Set(pushlbcaddy.DefaultHintHeader, hint)
+					}
+					ctx, cancel := context.WithCancel(r.Context())
+					r = r.WithContext(ctx)
+					if sel.Select(mustUpstreams(b, u, r), r, nil) == nil {
+						b.Fatal("no upstream")
+					}
+					answered(r)
+					cancel()
+				}
+			})
+		}
 		least := reverseproxy.LeastConnSelection{}
 		other := &pushlbcaddy.Upstreams{Service: service, Registry: pushlbcaddy.Registry{NATS: []string{srv.URL()}}}
 		if err := other.Provision(caddyContextB(b)); err != nil {

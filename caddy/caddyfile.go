@@ -139,6 +139,7 @@ func (u *Upstreams) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 //	lb_policy pushlb {
 //		rule        <rule>     # for pools not from the pushlb source
 //		hash_header <name>     # or hash_cookie <name>, or hash_query <name>
+//		hint_header <name>|-   # default X-Pushlb-Hint; - reads no hint
 //	}
 func (s *Selection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the policy's name
@@ -147,7 +148,7 @@ func (s *Selection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	}
 	for d.NextBlock(0) {
 		dir := d.Val()
-		target := map[string]*string{"rule": &s.Rule, "hash_header": &s.HashHeader, "hash_cookie": &s.HashCookie, "hash_query": &s.HashQuery}[dir]
+		target := map[string]*string{"rule": &s.Rule, "hash_header": &s.HashHeader, "hash_cookie": &s.HashCookie, "hash_query": &s.HashQuery, "hint_header": &s.HintHeader}[dir]
 		if target == nil {
 			return d.Errf("unrecognized pushlb policy subdirective %q", dir)
 		}

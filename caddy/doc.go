@@ -15,6 +15,13 @@
 //		lb_policy pushlb
 //	}
 //
+// Under the pushlb policy a request may name a group of instances with
+// the header X-Pushlb-Hint (lb_policy pushlb { hint_header <name>|- }
+// renames it or turns it off): the instances announced with metadata
+// hint=<value> take it while one of them is alive, and otherwise it goes
+// where it would have gone without the header, as the gateway's
+// hintHeader (balancer.WithHint).
+//
 // It is a Go module of its own (github.com/pushlb/pushlb/caddy), so that
 // pushlb's main module does not depend on Caddy; cmd/caddy builds a caddy
 // binary with Caddy's standard modules and these. docs/caddy.md is the

@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/pushlb/pushlb/balancer"
 )
@@ -33,6 +34,11 @@ func init() {
 // source's zone preferred, the breaker of each instance. Over any other
 // pool (static "to" upstreams, another dynamic source) it keeps a
 // balancer of its own for the pool, with the policy's Rule.
+//
+// A request hint (the header HintHeader, default X-Pushlb-Hint) sends the
+// request to the instances announced with metadata hint=<value>, as the
+// gateway's hintHeader does: when none of them is alive, the request goes
+// where it would have gone without the header (balancer.WithHint).
 //
 // Caddy's own judgement is kept: an upstream Caddy holds unavailable
 // (passive health checks' max_fails, max_requests) is not chosen, and a
@@ -59,10 +65,19 @@ type Selection struct {
 	HashHeader string `json:"hash_header,omitempty"`
 	HashCookie string `json:"hash_cookie,omitempty"`
 	HashQuery  string `json:"hash_query,omitempty"`
+	// HintHeader names the request header whose value is the request's
+	// hint: the instances announced with metadata hint=<value> (-meta
+	// hint=canary) take the request while one of them is alive, and
+	// otherwise it goes where it would have gone without the header
+	// (Spring Cloud LoadBalancer's X-SC-LB-Hint). A request without the
+	// header, or with it empty, has no hint. Empty: DefaultHintHeader;
+	// "-": no hint header.
+	HintHeader string `json:"hint_header,omitempty"`
 
-	cfg     balancer.Config
-	foreign atomic.Pointer[foreignPool]
-	mu      sync.Mutex // serialises rebuilds of foreign
+	hintHeader string // HintHeader as Provision resolved it: "" for none
+	cfg        balancer.Config
+	foreign    atomic.Pointer[foreignPool]
+	mu         sync.Mutex // serialises rebuilds of foreign
 }
 
 // CaddyModule returns the Caddy module information.
@@ -91,8 +106,27 @@ func (s *Selection) Provision(caddy.Context) error {
 	if n > 1 {
 		return errors.New("pushlb policy: hash_header, hash_cookie and hash_query go alone: choose one key")
 	}
+	switch s.HintHeader {
+	case "":
+		s.hintHeader = DefaultHintHeader
+	case noHintHeader:
+		s.hintHeader = ""
+	default:
+		if !httpguts.ValidHeaderFieldName(s.HintHeader) {
+			return fmt.Errorf("pushlb policy: hint_header %q is not a valid header name (%q: none)", s.HintHeader, noHintHeader)
+		}
+		s.hintHeader = s.HintHeader
+	}
 	return nil
 }
+
+// DefaultHintHeader is the request header the policy reads a request's
+// hint from unless HintHeader names another: the gateway's
+// (lbhttp.DefaultHintHeader).
+const DefaultHintHeader = "X-Pushlb-Hint"
+
+// noHintHeader is the HintHeader value that turns the hint header off.
+const noHintHeader = "-"
 
 // Validate checks the rule.
 func (s *Selection) Validate() error {
@@ -147,9 +181,7 @@ func (s *Selection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _ ht
 		}
 		b, pctx, byID = f.b, context.Background(), f.byID
 	}
-	if key, ok := s.key(r); ok {
-		pctx = balancer.WithKey(pctx, key)
-	}
+	pctx = s.pickContext(pctx, r, s.hint(r))
 	previous := a.lastDial()
 	for range maxPicks {
 		p, err := b.Pick(pctx)
@@ -201,16 +233,20 @@ func (s *poolSnapshot) candidates(r *http.Request, sel *Selection) []*reversepro
 	a, _ := caddyhttp.GetVar(r.Context(), attemptVar).(*attempt)
 	a.finish() // Caddy retries: the previous attempt's outcome first
 	avoid := a.lastDial()
-	key, keyed := sel.key(r)
+	hint := sel.hint(r)
+	// The instances the pick chooses among: those of the hint while one is
+	// alive, as the balancer decides; the list's others stand in only for
+	// a request without a hint, or whose hint no instance carries.
+	dials := s.dials
+	if hinted := s.byHint[hint]; len(hinted) > 0 {
+		dials = hinted
+	}
 	pickIn := func(ctx context.Context) (balancer.Pick, bool) {
-		if keyed {
-			ctx = balancer.WithKey(ctx, key)
-		}
-		p, err := s.balancer.Pick(ctx)
+		p, err := s.balancer.Pick(sel.pickContext(ctx, r, hint))
 		if err != nil {
 			return p, false
 		}
-		if p.Server.Addr() == avoid && len(s.dials) > 1 {
+		if p.Server.Addr() == avoid && len(dials) > 1 {
 			p.End() // never sent
 			return p, false
 		}
@@ -227,11 +263,14 @@ func (s *poolSnapshot) candidates(r *http.Request, sel *Selection) []*reversepro
 		pk.add(p.Server.Addr())
 		first = s.byID[p.Server.ID] + 1
 	}
-	for i := range len(s.dials) {
+	if len(dials) != len(s.dials) {
+		first = rand.IntN(len(dials)) // the hint's instances: no index of their own
+	}
+	for i := range len(dials) {
 		if pk.n == maxPicks {
 			break
 		}
-		if d := s.dials[(first+i)%len(s.dials)]; d != avoid && !pk.has(d) {
+		if d := dials[(first+i)%len(dials)]; d != avoid && !pk.has(d) {
 			pk.add(d)
 		}
 	}
@@ -295,6 +334,26 @@ func (s *poolSnapshot) is(pool []*reverseproxy.Upstream) bool {
 // policy's own balancer.
 type picker interface {
 	Pick(context.Context) (balancer.Pick, error)
+}
+
+// pickContext returns ctx with what r says to the balancer: its key for
+// keyed rules, and its hint (Selection.hint's) when not empty.
+func (s *Selection) pickContext(ctx context.Context, r *http.Request, hint string) context.Context {
+	if key, ok := s.key(r); ok {
+		ctx = balancer.WithKey(ctx, key)
+	}
+	if hint != "" {
+		ctx = balancer.WithHint(ctx, hint)
+	}
+	return ctx
+}
+
+// hint returns the request's hint, "" for none.
+func (s *Selection) hint(r *http.Request) string {
+	if s.hintHeader == "" {
+		return ""
+	}
+	return r.Header.Get(s.hintHeader)
 }
 
 // key returns the request's key for keyed rules.

@@ -239,6 +239,10 @@ type poolSnapshot struct {
 	source  *Upstreams
 	dials   []string       // the alive instances' addresses, in list order
 	byID    map[string]int // instance ID → index in dials
+	// byHint holds the addresses of the alive instances carrying each
+	// metadata hint (balancer.HintKey), in list order: the pushlb
+	// policy's stand-ins for a hinted request (candidates).
+	byHint map[string][]string
 	// balancer is the service's balancer in the shared client, which
 	// the pushlb selection policy picks with; hasBalancer is false while
 	// the client has none.
@@ -256,6 +260,12 @@ func newPoolSnapshot(u *Upstreams, service string, servers []*balancer.Server) *
 		}
 		s.byID[srv.ID] = len(s.dials)
 		s.dials = append(s.dials, srv.Addr())
+		if h := srv.Metadata[balancer.HintKey]; h != "" {
+			if s.byHint == nil {
+				s.byHint = make(map[string][]string)
+			}
+			s.byHint[h] = append(s.byHint[h], srv.Addr())
+		}
 	}
 	b, err := u.client.Balancer(service)
 	s.balancer, s.hasBalancer = b, err == nil

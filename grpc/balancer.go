@@ -44,14 +44,15 @@ func RegisterBalancer() { balancer.Register(balancerBuilder{}) }
 // Config is the pushlb balancer's configuration: the JSON object under
 // "pushlb" in a service config's loadBalancingConfig. Its keys are the
 // balancer keys of the gateway's YAML (docs/config.md, "balancer"), in
-// JSON, plus hashKey:
+// JSON, plus hashKey and hintKey:
 //
 //	{"loadBalancingConfig": [{"pushlb": {
 //	    "rule": "ZoneAvoidance",
 //	    "filter": "ZonePreference",
 //	    "zone": "us-east-1a",
 //	    "breaker": {"threshold": 3, "factor": "10s", "max": "30s"},
-//	    "hashKey": "x-user-id"
+//	    "hashKey": "x-user-id",
+//	    "hintKey": "x-pushlb-hint"
 //	}}]}
 //
 // Keys that concern HTTP only (timeouts, retries, pings, static lists)
@@ -67,6 +68,32 @@ type Config struct {
 	// keyed rules (Maglev, Rendezvous): RPCs with equal values go to the
 	// same server. Empty: keyed rules get no key and spread RPCs.
 	HashKey string
+	// HintKey names the outgoing metadata key whose value is the RPC's
+	// hint (lb.WithHint): the servers announced with metadata hint=<value>
+	// take the RPC, and when none is alive it goes where it would have
+	// gone without the hint, as the gateway's X-Pushlb-Hint header.
+	// Empty: DefaultHintKey; "-": no hint key (a hint set on the RPC's
+	// context with lb.WithHint still applies).
+	HintKey string
+}
+
+// DefaultHintKey is the outgoing metadata key an RPC's hint is read from
+// unless Config.HintKey names another: the gateway's hint header
+// (X-Pushlb-Hint), as gRPC metadata keys are lower-case.
+const DefaultHintKey = "x-pushlb-hint"
+
+// noHintKey is the HintKey value that turns the hint key off.
+const noHintKey = "-"
+
+// hintKey returns the metadata key to read the hint from, or "" for none.
+func (c *Config) hintKey() string {
+	switch c.HintKey {
+	case "":
+		return DefaultHintKey
+	case noHintKey:
+		return ""
+	}
+	return c.HintKey
 }
 
 // allowedKeys are the balancer keys that mean something for gRPC.
@@ -74,7 +101,7 @@ var allowedKeys = []string{
 	"rule", "filter", "zone", "zoneAware", "zoneAffinity", "zoneAvoidance",
 	"zoneStatsInterval", "breaker", "activeRequestsTimeout",
 	"activeConnectionsLimit", "weightsInterval", "retryTimeout",
-	"retrySubRule", "outlierDetection", "panicThreshold", "slowStart", "hashKey",
+	"retrySubRule", "outlierDetection", "panicThreshold", "slowStart", "hashKey", "hintKey",
 }
 
 // ParseConfig parses the JSON of the balancer's configuration; errors name
@@ -92,13 +119,16 @@ func ParseConfig(js json.RawMessage) (*Config, error) {
 		if !slices.Contains(allowedKeys, k) {
 			return nil, fmt.Errorf("pushlb: service config: unknown or HTTP-only key %q (gRPC keys: %s)", k, strings.Join(allowedKeys, ", "))
 		}
-		if k == "hashKey" {
-			if err := json.Unmarshal(v, &cfg.HashKey); err != nil {
-				return nil, fmt.Errorf("pushlb: service config: hashKey: %w", err)
+		if target := map[string]*string{"hashKey": &cfg.HashKey, "hintKey": &cfg.HintKey}[k]; target != nil {
+			if err := json.Unmarshal(v, target); err != nil {
+				return nil, fmt.Errorf("pushlb: service config: %s: %w", k, err)
 			}
-			cfg.HashKey = strings.ToLower(cfg.HashKey) // metadata keys are lower-case
+			*target = strings.ToLower(*target) // metadata keys are lower-case
 			delete(fields, k)
 		}
+	}
+	if k := cfg.HintKey; k != "" && k != noHintKey && !validMetadataKey(k) {
+		return nil, fmt.Errorf("pushlb: service config: hintKey %q: not a metadata key (letters, digits, '-', '_', '.'; not -bin; %q: none)", k, noHintKey)
 	}
 	// JSON is YAML: the core's loader reads it with the gateway's rules
 	// (defaults merged key by key, durations as "10s", every value checked).
@@ -112,6 +142,22 @@ func ParseConfig(js json.RawMessage) (*Config, error) {
 	}
 	cfg.Balancer = cc.Defaults
 	return cfg, nil
+}
+
+// validMetadataKey reports whether k, lower-case, is a text metadata key
+// as grpc-go sends it: letters, digits, '-', '_' and '.', not a binary
+// ("-bin") one.
+func validMetadataKey(k string) bool {
+	if strings.HasSuffix(k, "-bin") {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 type balancerBuilder struct{}
@@ -222,7 +268,7 @@ func configEqual(a, b *Config) bool {
 	}
 	aj, _ := json.Marshal(a.Balancer)
 	bj, _ := json.Marshal(b.Balancer)
-	return a.HashKey == b.HashKey && bytes.Equal(aj, bj)
+	return a.HashKey == b.HashKey && a.HintKey == b.HintKey && bytes.Equal(aj, bj)
 }
 
 func serversOf(list []*lb.Server) []lb.Server {
@@ -322,7 +368,7 @@ func (b *pushlbBalancer) UpdateState(s balancer.State) {
 		b.ClientConn.UpdateState(s)
 		return
 	}
-	p := &picker{core: b.core, hashKey: b.cfg.HashKey, untimed: !b.core.TimesPicks()}
+	p := &picker{core: b.core, hashKey: b.cfg.HashKey, hintKey: b.cfg.hintKey(), untimed: !b.core.TimesPicks()}
 	b.mu.Unlock()
 	b.ClientConn.UpdateState(balancer.State{ConnectivityState: connectivity.Ready, Picker: p})
 }

@@ -22,7 +22,13 @@
 // service (ErrNoInstances: `no instances of "orders"`); round_robin says
 // "no children to pick from".
 //
-// The resolver gives grpc-go the list; grpc-go's policy picks. pushlb's
-// rules, zones and breaker as a grpc-go balancer are not part of this
-// package yet.
+// The resolver gives grpc-go the list; grpc-go's policy picks, or the
+// pushlb balancer (RegisterBalancer, {"loadBalancingConfig":[{"pushlb":{}}]})
+// picks with pushlb's rules, zones and breaker (Config). Its picker reads
+// two things from each RPC: a key for keyed rules from the outgoing
+// metadata (Config.HashKey), and a hint (Config.HintKey, default
+// "x-pushlb-hint", or WithCallHint on the RPC's context): the servers
+// announced with metadata hint=<value> take the RPC, and when none is
+// alive (READY) it goes where it would have gone without the hint, as the
+// gateway's X-Pushlb-Hint header. docs/grpc.md is the user's guide.
 package pushlbgrpc

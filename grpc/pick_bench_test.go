@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/balancer"
 	_ "google.golang.org/grpc/balancer/roundrobin" // grpc-go's round_robin, the anchor
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
 )
 
@@ -79,8 +80,8 @@ func (sc *fakeSC) RegisterHealthListener(f func(balancer.SubConnState)) {
 }
 
 // builtPicker builds the named balancer over n READY endpoints spread over
-// zones zones (as the pushlb resolver describes them) and returns its
-// picker.
+// zones zones (as the pushlb resolver describes them; every fourth one
+// with metadata hint=canary) and returns its picker.
 func builtPicker(tb testing.TB, name, config string, n, zones int) balancer.Picker {
 	tb.Helper()
 	bb := balancer.Get(name)
@@ -92,7 +93,11 @@ func builtPicker(tb testing.TB, name, config string, n, zones int) balancer.Pick
 	tb.Cleanup(b.Close)
 	eps := make([]resolver.Endpoint, n)
 	for i := range eps {
-		attrs := attributes.New(instanceIDKey{}, "i"+strconv.Itoa(i)).WithValue(zoneKey{}, "z"+strconv.Itoa(i%zones))
+		var md metadataAttr
+		if i%4 == 0 {
+			md = metadataAttr{"hint": "canary"}
+		}
+		attrs := attributes.New(instanceIDKey{}, "i"+strconv.Itoa(i)).WithValue(zoneKey{}, "z"+strconv.Itoa(i%zones)).WithValue(metadataKey{}, md)
 		eps[i] = resolver.Endpoint{Addresses: []resolver.Address{{Addr: fmt.Sprintf("10.%d.%d.%d:80", i>>16&255, i>>8&255, i&255)}}, Attributes: attrs}
 	}
 	ccs := balancer.ClientConnState{ResolverState: resolver.State{Endpoints: eps, Attributes: attributes.New(clientZoneKey{}, "")}}
@@ -116,8 +121,11 @@ func builtPicker(tb testing.TB, name, config string, n, zones int) balancer.Pick
 	return cc.state.Picker
 }
 
-func pickLoop(b *testing.B, p balancer.Picker) {
-	info := balancer.PickInfo{FullMethodName: "/grpc.health.v1.Health/Check", Ctx: context.Background()}
+func pickLoop(b *testing.B, p balancer.Picker) { pickLoopCtx(b, p, context.Background()) }
+
+// pickLoopCtx picks in parallel for RPCs made with ctx.
+func pickLoopCtx(b *testing.B, p balancer.Picker, ctx context.Context) {
+	info := balancer.PickInfo{FullMethodName: "/grpc.health.v1.Health/Check", Ctx: ctx}
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -155,6 +163,36 @@ func BenchmarkPick(b *testing.B) {
 					pickLoop(b, p)
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkPickHint compares, in one run, the pushlb pick (RoundRobin, 3
+// and 1,000 endpoints in one zone) with the hint key off ("hintKey":"-":
+// the pick as it was before hints), with the default hint key and no
+// hint (an RPC without metadata, and one whose metadata carries another
+// key), and with a hint in the metadata or on the context (a quarter of
+// the endpoints carry it). Both pickers are built before any is timed.
+func BenchmarkPickHint(b *testing.B) {
+	RegisterBalancer()
+	bare := context.Background()
+	other := metadata.AppendToOutgoingContext(bare, "x-user", "u1")
+	for _, n := range []int{3, 1000} {
+		off := builtPicker(b, Name, `{"rule":"RoundRobin","hintKey":"-"}`, n, 1)
+		on := builtPicker(b, Name, `{"rule":"RoundRobin"}`, n, 1)
+		for _, c := range []struct {
+			name string
+			p    balancer.Picker
+			ctx  context.Context
+		}{
+			{"off/no-metadata", off, bare},
+			{"on/no-metadata", on, bare},
+			{"off/other-metadata", off, other},
+			{"on/other-metadata", on, other},
+			{"on/hint-in-metadata", on, metadata.AppendToOutgoingContext(other, DefaultHintKey, "canary")},
+			{"on/hint-on-context", on, WithCallHint(other, "canary")},
+		} {
+			b.Run(fmt.Sprintf("N=%d/%s", n, c.name), func(b *testing.B) { pickLoopCtx(b, c.p, c.ctx) })
 		}
 	}
 }

@@ -21,6 +21,15 @@ func WithCallZone(ctx context.Context, zone string) context.Context {
 	return lb.WithZone(ctx, zone)
 }
 
+// WithCallHint returns a context whose RPCs prefer the servers announced
+// with metadata hint=<hint>, falling back to the usual choice when none
+// is alive (READY, or connecting for the first time): the balancer core's
+// WithHint, as an RPC's metadata under the hint key (Config.HintKey,
+// DefaultHintKey) does. The metadata's hint wins over the context's.
+func WithCallHint(ctx context.Context, hint string) context.Context {
+	return lb.WithHint(ctx, hint)
+}
+
 // picker picks with the core balancer among the READY endpoints, then
 // hands the RPC to that endpoint's pickfirst child.
 //
@@ -33,20 +42,29 @@ func WithCallZone(ctx context.Context, zone string) context.Context {
 type picker struct {
 	core    *lb.Balancer
 	hashKey string
+	hintKey string // "" for none (Config.hintKey)
 	// untimed: the core does not time its picks (lb.WithoutPickTiming),
 	// so a pick's outcome needs only its server, which the endpoint
 	// knows: the pick hands grpc-go the endpoint's own Done.
 	untimed bool
 }
 
-// Pick implements balancer.Picker. Without a hash key it allocates
-// nothing: the outcome is reported through the endpoint's own Done when
-// the core does not time its picks, else through a pooled record.
+// Pick implements balancer.Picker. Without a hash key, and for an RPC
+// whose metadata carries no hint, it allocates nothing: the outcome is
+// reported through the endpoint's own Done when the core does not time its
+// picks, else through a pooled record. A hint (the metadata's, else one
+// set with lb.WithHint on the RPC's context, which the core reads) costs
+// the metadata's copy and a context.
 func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	ctx := info.Ctx
 	if p.hashKey != "" {
 		if v := metadata.ValueFromOutgoingContext(ctx, p.hashKey); len(v) > 0 {
 			ctx = lb.WithKey(ctx, v[0])
+		}
+	}
+	if p.hintKey != "" {
+		if v := metadata.ValueFromOutgoingContext(ctx, p.hintKey); len(v) > 0 && v[0] != "" {
+			ctx = lb.WithHint(ctx, v[0])
 		}
 	}
 	pk, err := p.core.Pick(ctx)
