@@ -40,7 +40,6 @@ type activeTree struct {
 	// equal: the keys are the counts).
 	weights []uint32
 	scale   uint64
-	full    bool // the snapshot's full view (else a zone's)
 
 	due    atomic.Int64 // nanotime of the next resync
 	syncMu sync.Mutex   // one resync at a time
@@ -63,12 +62,19 @@ const (
 	activeResyncDivisor = 16
 )
 
-// activeWatch tells a server's statistics which leaves to update: at most
-// one in the full view's tree and one in its zone's, of one snapshot.
+// activeWatch tells a server's statistics which leaves to update: one in
+// each tree of one snapshot's views that holds the server (the full view's,
+// its zone's) and of the subsets built over that snapshot (subset.go): a
+// request started or ended through any of them is seen by all at once.
 type activeWatch struct {
-	version    uint64
-	full, zone *activeTree
-	fi, zi     int32
+	version uint64
+	leaves  []treeLeaf
+}
+
+// treeLeaf is leaf i of tree t.
+type treeLeaf struct {
+	t *activeTree
+	i int32
 }
 
 // changed is the hook ServerStats calls after a change of its active count
@@ -79,11 +85,8 @@ func (s *ServerStats) changed() {
 	if w == nil {
 		return
 	}
-	if w.full != nil {
-		w.full.update(int(w.fi), s)
-	}
-	if w.zone != nil {
-		w.zone.update(int(w.zi), s)
+	for _, l := range w.leaves {
+		l.t.update(int(l.i), s)
 	}
 }
 
@@ -256,7 +259,6 @@ func newActiveTree(v *View, shared *statsShared, now int64) *activeTree {
 	}
 	if v.snap != nil {
 		t.version = v.snap.version
-		t.full = v == &v.snap.full
 	}
 	n := max(len(v.servers), 1)
 	size := (n + fan - 1) / fan * fan
@@ -283,9 +285,14 @@ func newActiveTree(v *View, shared *statsShared, now int64) *activeTree {
 }
 
 // watch points the servers' statistics at this tree. A server watches the
-// trees of one snapshot: the full view's and its zone's.
+// trees of one snapshot (and of its subsets, which share its version):
+// those of a newer snapshot replace them. The watches and their leaves are
+// allocated in two blocks, as a tree is built for a list change of N
+// servers; a server already watched by more trees than the block holds
+// gets its own.
 func (t *activeTree) watch() {
 	ws := make([]activeWatch, len(t.servers))
+	block := make([]treeLeaf, 0, 2*len(t.servers))
 	for i, s := range t.servers {
 		st := &s.inst.stats
 		nw := &ws[i]
@@ -294,15 +301,18 @@ func (t *activeTree) watch() {
 			if old != nil && old.version > t.version {
 				break // a newer snapshot's tree already watches it
 			}
-			*nw = activeWatch{version: t.version}
+			var kept []treeLeaf
 			if old != nil && old.version == t.version {
-				*nw = *old
+				kept = old.leaves
 			}
-			if t.full {
-				nw.full, nw.fi = t, int32(i)
+			n := len(kept) + 1
+			var leaves []treeLeaf
+			if free := len(block); cap(block)-free >= n {
+				leaves, block = block[free:free:free+n], block[:free+n]
 			} else {
-				nw.zone, nw.zi = t, int32(i)
+				leaves = make([]treeLeaf, 0, n)
 			}
+			*nw = activeWatch{version: t.version, leaves: append(append(leaves, kept...), treeLeaf{t, int32(i)})}
 			if st.watch.CompareAndSwap(old, nw) {
 				break
 			}

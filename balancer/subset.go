@@ -402,10 +402,10 @@ func (b *Balancer) indexSubsets(snap *Snapshot, keySets []string) *subsetIndex {
 // the balancer's filter and zone settings; the rule indexes it as a list
 // change's snapshot. It is replaced together with parent (PickInfo.Changed).
 //
-// Its version is one below parent's: BestAvailable's per-server hooks
-// follow the trees of the newest snapshot only (leastactive.go), so a
-// subset's tree never takes them from the parent's; a subset's tree is
-// then kept current by its resyncs only.
+// Its version is parent's: BestAvailable's trees of a subset are watched
+// by their servers' statistics with those of parent (leastactive.go), so a
+// request started or ended through the whole list or any subset updates
+// every tree that holds its server, and a subset pick sees it at once.
 func (b *Balancer) subsetSnapshot(parent *Snapshot, list []*Server, now int64, epoch uint64) *subsetView {
 	// The parent's live weights (slow start), as of its last refresh: a
 	// refresh makes a new parent, and so new subsets.
@@ -413,7 +413,7 @@ func (b *Balancer) subsetSnapshot(parent *Snapshot, list []*Server, now int64, e
 	if parent.ramp != nil {
 		r = &ramp{factor: parent.ramp.factor, scale: parent.ramp.scale, due: math.MaxInt64}
 	}
-	s := buildSnapshot(parent.version-1, list, r)
+	s := buildSnapshot(parent.version, list, r)
 	if len(s.full.servers) == 0 {
 		return nil
 	}

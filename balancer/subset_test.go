@@ -404,3 +404,111 @@ func BenchmarkSubsetListChange(b *testing.B) {
 		})
 	}
 }
+
+// BestAvailable inside a subset sees requests started and ended anywhere
+// at once, with no resync (the fake clock stands still, so none is due):
+// requests held on a canary instance through the whole list make the
+// canary subset, the hint's subset and the whole list avoid it, and they
+// all pick it again once the requests end. With a client zone, the
+// subset's zone view has its tree too.
+func TestSubsetBestAvailableSeesLoadAtOnce(t *testing.T) {
+	for _, zone := range []string{"", "a"} {
+		t.Run("zone="+zone, func(t *testing.T) {
+			list := append(versioned("v1", "", 2, "a", "b"), versioned("v2", "canary", 2, "a", "b")...)
+			tb := newTest(t, func(c *Config) {
+				c.Rule = RuleBestAvailable
+				c.Zone = zone
+				if zone == "" {
+					c.Filter, c.ZoneAware = FilterNone, false
+				}
+			}, list)
+			ctxs := map[string]context.Context{
+				"whole list": t.Context(),
+				"subset":     WithSubset(t.Context(), mustSubset(t, "version=v2", FallbackNone, "")),
+				"hint":       WithHint(t.Context(), "canary"),
+			}
+			// The candidates of each: the client's zone's only, with one.
+			want := map[string][]string{
+				"whole list": {"v1-a0", "v1-a1", "v1-b0", "v1-b1", "v2-a0", "v2-a1", "v2-b0", "v2-b1"},
+				"subset":     {"v2-a0", "v2-a1", "v2-b0", "v2-b1"},
+				"hint":       {"v2-a0", "v2-a1", "v2-b0", "v2-b1"},
+			}
+			if zone != "" {
+				for name, ids := range want {
+					want[name] = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !strings.Contains(id, "-a") })
+				}
+			}
+			picked := func(name string) map[string]int {
+				t.Helper()
+				counts := map[string]int{}
+				for range 400 {
+					s, err := tb.Choose(ctxs[name])
+					if err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					counts[s.ID]++
+				}
+				return counts
+			}
+			for name := range ctxs {
+				picked(name) // the subsets and their trees are built
+			}
+
+			busy := tb.Server("v2-a0")
+			var held []Pick
+			for range 3 {
+				held = append(held, tb.Begin(busy))
+			}
+			for name := range ctxs {
+				counts := picked(name)
+				if counts["v2-a0"] != 0 {
+					t.Errorf("%s: v2-a0 holds 3 requests, picked %d times: %v", name, counts["v2-a0"], counts)
+				}
+				checkUniform(t, counts, slices.DeleteFunc(slices.Clone(want[name]), func(id string) bool { return id == "v2-a0" }), 400, 0.3)
+			}
+			checkSubsetTrees(t, tb)
+			for _, p := range held {
+				p.Done(DoneInfo{})
+			}
+			for name := range ctxs {
+				checkUniform(t, picked(name), want[name], 400, 0.3)
+			}
+			checkSubsetTrees(t, tb)
+		})
+	}
+}
+
+// checkSubsetTrees verifies that every BestAvailable tree of the subsets
+// indexed matches its servers' statistics, leaf by leaf.
+func checkSubsetTrees(t *testing.T, tb *testBalancer) {
+	t.Helper()
+	idx := tb.subsets.index.Load()
+	if idx == nil {
+		t.Fatal("no subset index")
+	}
+	now := tb.shared.nanotime()
+	trees := 0
+	for _, byValues := range idx.byKeys {
+		for _, sv := range byValues {
+			views := []*View{&sv.snap.full}
+			for _, g := range sv.snap.zones {
+				views = append(views, &g.view)
+			}
+			for _, v := range views {
+				tr := v.least.Load()
+				if tr == nil {
+					continue
+				}
+				trees++
+				for i, s := range tr.servers {
+					if got, want := tr.levels[0][i].Load(), func() uint64 { w, _ := leafWord(&s.inst.stats, now, true); return w }(); got != want {
+						t.Errorf("subset tree: leaf %s = %x, want %x", s.ID, got, want)
+					}
+				}
+			}
+		}
+	}
+	if trees == 0 {
+		t.Fatal("no subset tree built")
+	}
+}
