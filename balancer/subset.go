@@ -360,6 +360,15 @@ func (b *Balancer) buildSubsets(newKeys string) *subsetIndex {
 	return idx
 }
 
+// refreshSubsets rebuilds the subset index over the current snapshot if
+// one was built: the slow-start refresher calls it after a refresh of the
+// live weights, which calls no listener, so that subset picks find it made.
+func (b *Balancer) refreshSubsets() {
+	if b.subsets.index.Load() != nil {
+		b.buildSubsets("")
+	}
+}
+
 // indexSubsets groups the servers of snap by the values of each key set
 // and builds a snapshot per group with an alive server: O(servers x key
 // sets).
