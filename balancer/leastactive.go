@@ -287,12 +287,15 @@ func newActiveTree(v *View, shared *statsShared, now int64) *activeTree {
 // watch points the servers' statistics at this tree. A server watches the
 // trees of one snapshot (and of its subsets, which share its version):
 // those of a newer snapshot replace them. The watches and their leaves are
-// allocated in two blocks, as a tree is built for a list change of N
-// servers; a server already watched by more trees than the block holds
-// gets its own.
+// allocated in two blocks, the leaves' sized by a first pass; a server
+// watched by more trees meanwhile gets leaves of its own.
 func (t *activeTree) watch() {
 	ws := make([]activeWatch, len(t.servers))
-	block := make([]treeLeaf, 0, 2*len(t.servers))
+	size := 0
+	for _, s := range t.servers {
+		size += len(t.kept(s.inst.stats.watch.Load())) + 1
+	}
+	block := make([]treeLeaf, 0, size)
 	for i, s := range t.servers {
 		st := &s.inst.stats
 		nw := &ws[i]
@@ -301,10 +304,7 @@ func (t *activeTree) watch() {
 			if old != nil && old.version > t.version {
 				break // a newer snapshot's tree already watches it
 			}
-			var kept []treeLeaf
-			if old != nil && old.version == t.version {
-				kept = old.leaves
-			}
+			kept := t.kept(old)
 			n := len(kept) + 1
 			var leaves []treeLeaf
 			if free := len(block); cap(block)-free >= n {
@@ -318,6 +318,15 @@ func (t *activeTree) watch() {
 			}
 		}
 	}
+}
+
+// kept returns the leaves of w that a watch for t keeps: those of t's
+// snapshot, none of an older one.
+func (t *activeTree) kept(w *activeWatch) []treeLeaf {
+	if w != nil && w.version == t.version {
+		return w.leaves
+	}
+	return nil
 }
 
 // least returns one of the servers with the fewest active requests whose
