@@ -13,8 +13,9 @@ import (
 // of the least-loaded leaves, chosen uniformly among them by one random
 // number: O(log8 N) word reads (5 levels at 10,000 servers), no lock.
 //
-// Request start and end (and breaker changes) update the server's leaf
-// and the nodes above it through ServerStats.watch, with plain atomic
+// Request start and end (and breaker changes) update the server's leaf,
+// in every tree of the current snapshot and of its subsets that holds the
+// server, and the nodes above it through ServerStats.watch, with plain atomic
 // stores: every writer stores a value computed from what is below, then
 // reads again and stores again if what is below changed meanwhile. The
 // last store to any word is therefore checked against the final state, and
