@@ -62,9 +62,11 @@ func BenchmarkSlowStartRefresh(b *testing.B) {
 // percentiles (a histogram of 16 buckets per power of two, 6 % wide), the
 // mean of the picks that found the weights due (due-ns: the refreshing
 // picks when inline), each pick timed with two system-clock readings, and
-// the refreshes per million picks. The zone statistics are made not to
-// expire (a zone decision is remade by a pick every ZoneStatsInterval,
-// O(N) too: zone.go), so that only the ramp differs; a ramp that ends is
+// the refreshes per million picks. The zone statistics and the active
+// counts are made not to expire (with the fake clock 9 ms a pick, a pick
+// would remake the zone decision every 11 picks, zone.go, and resync
+// BestAvailable's tree every 4,167, leastactive.go: O(N) each, on the
+// request path too), so that only the ramp differs; a ramp that ends is
 // started again between two picks, outside their timings.
 func BenchmarkSlowStartRampPicks(b *testing.B) {
 	const n, picksPerRefresh = 10000, 20000
@@ -75,6 +77,7 @@ func BenchmarkSlowStartRampPicks(b *testing.B) {
 				cfg.Rule = rule
 				cfg.SlowStart.Window = time.Hour
 				cfg.ZoneStatsInterval = 1000 * time.Hour
+				cfg.ActiveRequestsTimeout = 1000 * time.Hour
 				clock := newFakeClock()
 				bal, err := New("bench", cfg, WithClock(clock))
 				if err != nil {
