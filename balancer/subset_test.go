@@ -578,3 +578,42 @@ func checkSubsetTrees(t *testing.T, tb *testBalancer) {
 		t.Fatal("no subset tree built")
 	}
 }
+
+// Under BestAvailable, only the subsets picked from have trees: a subset
+// no pick uses (version=v1 when only the canary is asked for) costs its
+// servers' requests nothing, and a subset picked from before a list
+// change has its tree built with the new index, not by its first pick.
+func TestSubsetTreesOnlyForSubsetsPicked(t *testing.T) {
+	list := append(versioned("v1", "", 3, "a"), versioned("v2", "", 2, "a")...)
+	tb := newTest(t, func(c *Config) {
+		c.Rule = RuleBestAvailable
+		c.Filter, c.ZoneAware = FilterNone, false
+	}, list)
+	v2 := WithSubset(t.Context(), mustSubset(t, "version=v2", FallbackNone, ""))
+	if _, err := tb.Choose(v2); err != nil {
+		t.Fatal(err)
+	}
+	tree := func(version string) *activeTree {
+		t.Helper()
+		v := tb.subsets.index.Load().byKeys["version"][version]
+		if v == nil {
+			t.Fatalf("no subset %s", version)
+		}
+		return v.snap.full.least.Load()
+	}
+	if tree("v1") != nil || tree("v2") == nil {
+		t.Fatalf("trees: v1 %p, v2 %p: want v2's only", tree("v1"), tree("v2"))
+	}
+	if n := len(tb.Server("v1-a0").inst.stats.watch.Load().leaves); n != 1 {
+		t.Fatalf("a v1 server is watched by %d trees, want the whole list's", n)
+	}
+	if n := len(tb.Server("v2-a0").inst.stats.watch.Load().leaves); n != 2 {
+		t.Fatalf("a v2 server is watched by %d trees, want the whole list's and v2's", n)
+	}
+	if err := tb.SetServers(list[1:]); err != nil { // the listener rebuilds the index
+		t.Fatal(err)
+	}
+	if tb.subsets.index.Load().parent != tb.Snapshot() || tree("v1") != nil || tree("v2") == nil {
+		t.Fatal("after a list change: want the new index, with v2's tree built and v1's not")
+	}
+}
