@@ -128,7 +128,8 @@
 //
 // [New] builds a balancer and starts nothing; [Balancer.Start] starts its
 // ping loop and polling updater, if the configuration has any, and
-// [Balancer.Close] stops them. [Balancer.StopPolling] hands the list over
+// [Balancer.Close] stops them, and the slow-start refresher, which a list
+// change starts while a server ramps. [Balancer.StopPolling] hands the list over
 // to the push path for good. A [Factory] builds a balancer per client name
 // on first [Factory.Get] and starts it; its Close closes them all.
 // [Balancers] is the one interface callers (lbhttp, lbvisitor) find
