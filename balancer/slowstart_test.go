@@ -108,7 +108,8 @@ func newcomerShare(f float64, others int) float64 { return f / (float64(others) 
 // settleRamp makes the live weights those of the fake clock's time: while
 // they are due, a pick wakes the refresher (it does not refresh them
 // itself), and settleRamp waits for the snapshot it replaces, a signal,
-// bounded by a timeout. It returns how many refreshes it waited for.
+// bounded by a timeout. It returns how many refreshes it waited for (a
+// refresher that starts late may have made one already).
 func (tb *testBalancer) settleRamp(t testing.TB) int {
 	t.Helper()
 	timeout := time.NewTimer(10 * time.Second)
@@ -246,9 +247,6 @@ func TestSlowStartRestarts(t *testing.T) {
 	}
 	ramping("s0")
 	tb.clock.Advance(slowWindow / 2)
-	if f := tb.Ramping()["s0"]; f != 0.1 {
-		t.Fatalf("s0 before a refresh: factor %v, want 0.1 until the next refresh", f)
-	}
 	ramping("s0")
 	if f := tb.Ramping()["s0"]; math.Abs(f-0.5) > 1e-9 {
 		t.Fatalf("s0 at half the window: factor %v, want 0.5", f)
@@ -333,9 +331,9 @@ func TestSlowStartRefreshes(t *testing.T) {
 		t.Fatalf("refreshed before due: %d refreshes, version %d -> %d", n, v, tb.Snapshot().Version())
 	}
 	tb.clock.Advance(7 * time.Second) // 9 s
-	if n := tb.settleRamp(t); n != 1 {
-		t.Fatalf("at 9 s: %d refreshes, want 1", n)
-	}
+	// One refresh, the one settleRamp waits for, or, when the refresher's
+	// first look at the weights comes this late, that one.
+	tb.settleRamp(t)
 	if f := tb.Ramping()["s4"]; math.Abs(f-0.15) > 1e-9 || tb.Snapshot().Version() != v+1 {
 		t.Fatalf("at 9 s: factor %v, version %d: want 0.15, one refresh", f, tb.Snapshot().Version())
 	}
