@@ -248,7 +248,7 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 	if cfg.OutlierDetection.Consecutive5xx > 0 {
 		b.shared.ejectionAllowed = b.ejectionAllowed
 	}
-	b.slow = newSlowStart(cfg.SlowStart, b.rule)
+	b.slow = newSlowStart(b, cfg.SlowStart, b.rule)
 	b.shared.zonesChanged = b.refreshZones
 	b.shared.zonesDueAt = b.refreshZonesDue
 	empty := buildSnapshot(0, nil, nil)
@@ -288,7 +288,7 @@ func (b *Balancer) Choose(ctx context.Context) (*Server, error) {
 // returns the time the pick used.
 func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server, int64, error) {
 	if snap := b.snap.Load(); snap.ramp != nil {
-		_, now, hasNow = b.rampDue(snap, now, hasNow) // slowstart.go: the live weights refreshed when due
+		now, hasNow = b.rampDue(snap, now, hasNow) // slowstart.go: wakes the refresher when due
 	}
 	snap := b.snap.Load()
 	if subsetsAsked.Load() { // checked here, not in the call: no context can carry a subset otherwise
@@ -741,7 +741,8 @@ func (b *Balancer) StopPolling() {
 	}
 }
 
-// Close stops the ping loop and the polling updater and waits for them.
+// Close stops the ping loop, the polling updater and the slow-start
+// refresher, and waits for them.
 // Choose and Pick keep answering from the last list, and Picks already
 // made may still be reported. Close is idempotent.
 func (b *Balancer) Close() error {
@@ -762,5 +763,6 @@ func (b *Balancer) Close() error {
 	if up != nil {
 		up.stop()
 	}
+	b.slow.close()
 	return nil
 }

@@ -119,15 +119,17 @@
 // time since it was listed. Every rule that weighs servers follows (not
 // the keyed ones, Maglev and Rendezvous). The servers of a balancer's
 // first non-empty list do not ramp (a gateway's cold start). The live
-// weights are built into the snapshot and recomputed by the pick that
-// finds them due (every window/20, at least 1 s): no goroutine, and a
-// pick when nothing ramps pays one nil check (slowstart.go).
+// weights are built into the snapshot and recomputed (every window/20, at
+// least 1 s) off the request path by a goroutine of the balancer that runs
+// only while a server ramps and stops with Close; a pick when nothing
+// ramps pays one nil check (slowstart.go).
 //
 // # Lifecycle
 //
 // [New] builds a balancer and starts nothing; [Balancer.Start] starts its
 // ping loop and polling updater, if the configuration has any, and
-// [Balancer.Close] stops them. [Balancer.StopPolling] hands the list over
+// [Balancer.Close] stops them, and the slow-start refresher, which a list
+// change starts while a server ramps. [Balancer.StopPolling] hands the list over
 // to the push path for good. A [Factory] builds a balancer per client name
 // on first [Factory.Get] and starts it; its Close closes them all.
 // [Balancers] is the one interface callers (lbhttp, lbvisitor) find

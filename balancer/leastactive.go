@@ -13,8 +13,9 @@ import (
 // of the least-loaded leaves, chosen uniformly among them by one random
 // number: O(log8 N) word reads (5 levels at 10,000 servers), no lock.
 //
-// Request start and end (and breaker changes) update the server's leaf
-// and the nodes above it through ServerStats.watch, with plain atomic
+// Request start and end (and breaker changes) update the server's leaf,
+// in every tree of the current snapshot and of its subsets that holds the
+// server, and the nodes above it through ServerStats.watch, with plain atomic
 // stores: every writer stores a value computed from what is below, then
 // reads again and stores again if what is below changed meanwhile. The
 // last store to any word is therefore checked against the final state, and
@@ -40,7 +41,6 @@ type activeTree struct {
 	// equal: the keys are the counts).
 	weights []uint32
 	scale   uint64
-	full    bool // the snapshot's full view (else a zone's)
 
 	due    atomic.Int64 // nanotime of the next resync
 	syncMu sync.Mutex   // one resync at a time
@@ -63,12 +63,19 @@ const (
 	activeResyncDivisor = 16
 )
 
-// activeWatch tells a server's statistics which leaves to update: at most
-// one in the full view's tree and one in its zone's, of one snapshot.
+// activeWatch tells a server's statistics which leaves to update: one in
+// each tree of one snapshot's views that holds the server (the full view's,
+// its zone's) and of the subsets built over that snapshot (subset.go): a
+// request started or ended through any of them is seen by all at once.
 type activeWatch struct {
-	version    uint64
-	full, zone *activeTree
-	fi, zi     int32
+	version uint64
+	leaves  []treeLeaf
+}
+
+// treeLeaf is leaf i of tree t.
+type treeLeaf struct {
+	t *activeTree
+	i int32
 }
 
 // changed is the hook ServerStats calls after a change of its active count
@@ -79,11 +86,8 @@ func (s *ServerStats) changed() {
 	if w == nil {
 		return
 	}
-	if w.full != nil {
-		w.full.update(int(w.fi), s)
-	}
-	if w.zone != nil {
-		w.zone.update(int(w.zi), s)
+	for _, l := range w.leaves {
+		l.t.update(int(l.i), s)
 	}
 }
 
@@ -256,7 +260,6 @@ func newActiveTree(v *View, shared *statsShared, now int64) *activeTree {
 	}
 	if v.snap != nil {
 		t.version = v.snap.version
-		t.full = v == &v.snap.full
 	}
 	n := max(len(v.servers), 1)
 	size := (n + fan - 1) / fan * fan
@@ -283,9 +286,17 @@ func newActiveTree(v *View, shared *statsShared, now int64) *activeTree {
 }
 
 // watch points the servers' statistics at this tree. A server watches the
-// trees of one snapshot: the full view's and its zone's.
+// trees of one snapshot (and of its subsets, which share its version):
+// those of a newer snapshot replace them. The watches and their leaves are
+// allocated in two blocks, the leaves' sized by a first pass; a server
+// watched by more trees meanwhile gets leaves of its own.
 func (t *activeTree) watch() {
 	ws := make([]activeWatch, len(t.servers))
+	size := 0
+	for _, s := range t.servers {
+		size += len(t.kept(s.inst.stats.watch.Load())) + 1
+	}
+	block := make([]treeLeaf, 0, size)
 	for i, s := range t.servers {
 		st := &s.inst.stats
 		nw := &ws[i]
@@ -294,20 +305,29 @@ func (t *activeTree) watch() {
 			if old != nil && old.version > t.version {
 				break // a newer snapshot's tree already watches it
 			}
-			*nw = activeWatch{version: t.version}
-			if old != nil && old.version == t.version {
-				*nw = *old
-			}
-			if t.full {
-				nw.full, nw.fi = t, int32(i)
+			kept := t.kept(old)
+			n := len(kept) + 1
+			var leaves []treeLeaf
+			if free := len(block); cap(block)-free >= n {
+				leaves, block = block[free:free:free+n], block[:free+n]
 			} else {
-				nw.zone, nw.zi = t, int32(i)
+				leaves = make([]treeLeaf, 0, n)
 			}
+			*nw = activeWatch{version: t.version, leaves: append(append(leaves, kept...), treeLeaf{t, int32(i)})}
 			if st.watch.CompareAndSwap(old, nw) {
 				break
 			}
 		}
 	}
+}
+
+// kept returns the leaves of w that a watch for t keeps: those of t's
+// snapshot, none of an older one.
+func (t *activeTree) kept(w *activeWatch) []treeLeaf {
+	if w != nil && w.version == t.version {
+		return w.leaves
+	}
+	return nil
 }
 
 // least returns one of the servers with the fewest active requests whose

@@ -27,11 +27,18 @@ import (
 //
 // The live weights are precomputed: while a server ramps, the snapshot
 // carries them (Snapshot.ramp) and its weight tables are built from them,
-// so picks stay what they are with weights (weights.go). The pick that
-// finds the ramp's refresh due rebuilds the snapshot with the weights of
-// the time (Balancer.refreshRamps): every max(Window / 20, 1 s), and at the
-// end of each server's window, so no goroutine or timer is kept. When no
-// server ramps the snapshot has no ramp, and a pick pays one nil check.
+// so picks stay what they are with weights (weights.go). They are
+// recomputed every max(Window / 20, 1 s), and at the end of each server's
+// window, off the request path: a goroutine of the balancer, the
+// refresher, rebuilds the snapshot with the weights of the time. It runs
+// only while a server ramps (a list change that starts a ramp starts it;
+// it exits once a refresh finds no server ramping, and on Close), sleeps
+// on a timer until the weights are due when the balancer is on the system
+// clock, and is woken by the first pick that finds them due (the one
+// wake-up of a balancer on an injected clock: tests). That pick does not
+// wait for the refresh: it and the picks after it read the current
+// snapshot until the new one is swapped in. When no server ramps the
+// snapshot has no ramp, and a pick pays one nil check.
 
 // SlowStartConfig is Config.SlowStart. Window 0 turns slow start off.
 type SlowStartConfig struct {
@@ -88,23 +95,35 @@ func (c SlowStartConfig) refreshPeriod() time.Duration {
 // or its rule has no use for weights.
 type slowStart struct {
 	cfg SlowStartConfig
+	b   *Balancer
+	// kick wakes the refresher: a pick found the live weights due. It
+	// holds one wake-up, so a pick never waits on it.
+	kick chan struct{}
 	// The fields below are guarded by the balancer's mu.
 	//
 	// started holds the servers within their window, by the nanotime
 	// their window started; seeded: the balancer has had a server, so
-	// the servers listed from now on ramp.
-	started map[*instance]int64
-	seeded  bool
+	// the servers listed from now on ramp. refresher is the running
+	// refresher, nil when none runs.
+	started   map[*instance]int64
+	seeded    bool
+	refresher *rampRefresher
 }
 
-// newSlowStart returns the slow-start state of a balancer with rule, or
-// nil when there is none: off, or a keyed rule (Maglev, Rendezvous), which
-// keeps keys on their servers and does not weigh them.
-func newSlowStart(cfg SlowStartConfig, rule Rule) *slowStart {
+// rampRefresher is one run of a balancer's refresher: stop ends it, done
+// is closed when it has.
+type rampRefresher struct {
+	stop, done chan struct{}
+}
+
+// newSlowStart returns the slow-start state of b with rule, or nil when
+// there is none: off, or a keyed rule (Maglev, Rendezvous), which keeps
+// keys on their servers and does not weigh them.
+func newSlowStart(b *Balancer, cfg SlowStartConfig, rule Rule) *slowStart {
 	if cfg.Window <= 0 || !weighs(rule) {
 		return nil
 	}
-	return &slowStart{cfg: cfg, started: make(map[*instance]int64)}
+	return &slowStart{cfg: cfg, b: b, kick: make(chan struct{}, 1), started: make(map[*instance]int64)}
 }
 
 // weighs reports whether rule reads the live weights.
@@ -128,7 +147,8 @@ type ramp struct {
 	// snapshot's total stays below 2^31 (weightTable, zone draws).
 	scale int
 	due   int64 // nanotime of the next refresh
-	// claimed is set by the one pick that refreshes this snapshot's ramp.
+	// claimed is set by the one pick that wakes the refresher for this
+	// snapshot's ramp.
 	claimed atomic.Bool
 }
 
@@ -159,9 +179,10 @@ func (r *ramp) factorOf(s *Server) float64 {
 }
 
 // noteList starts the window of the servers of list that are new to it
-// since old, or listed with another incarnation; the first non-empty list
-// seeds the balancer instead. Called with b.mu held, before the snapshot
-// of list is built.
+// since old, or listed with another incarnation, and the refresher if
+// none runs; the first non-empty list seeds the balancer instead. Called
+// with b.mu held, on an open balancer, before the snapshot of list is
+// built.
 func (s *slowStart) noteList(old, list []*Server, now int64) {
 	if !s.seeded {
 		s.seeded = len(list) > 0
@@ -175,6 +196,11 @@ func (s *slowStart) noteList(old, list []*Server, now int64) {
 		if prev, ok := before[srv.inst]; !ok || prev.Incarnation != srv.Incarnation {
 			s.started[srv.inst] = now
 		}
+	}
+	if len(s.started) > 0 && s.refresher == nil {
+		r := &rampRefresher{stop: make(chan struct{}), done: make(chan struct{})}
+		s.refresher = r
+		go s.run(r)
 	}
 }
 
@@ -208,27 +234,100 @@ func (s *slowStart) rampAt(list []*Server, clock *statsShared) *ramp {
 	return r
 }
 
-// rampDue refreshes the live weights when the pick at now (read here
-// unless hasNow) finds them due, and returns the snapshot to pick from.
-func (b *Balancer) rampDue(snap *Snapshot, now int64, hasNow bool) (*Snapshot, int64, bool) {
+// rampDue wakes the refresher when the pick at now (read here unless
+// hasNow) is the first to find the live weights due, and returns the time.
+// The pick does not wait for the refresh.
+func (b *Balancer) rampDue(snap *Snapshot, now int64, hasNow bool) (int64, bool) {
 	if !hasNow {
 		now, hasNow = b.shared.coarseNanotime(), true
 	}
 	if now >= snap.ramp.due && snap.ramp.claimed.CompareAndSwap(false, true) {
-		b.refreshRamps(snap)
-		snap = b.snap.Load()
+		select {
+		case b.slow.kick <- struct{}{}:
+		default: // a wake-up is pending already
+		}
 	}
-	return snap, now, hasNow
+	return now, hasNow
+}
+
+// run is the refresher: it refreshes the live weights when they are due
+// and waits until they are due again, on a timer when the balancer is on
+// the system clock, and for a pick's wake-up in any case, until no server
+// ramps or stop.
+func (s *slowStart) run(r *rampRefresher) {
+	defer close(r.done)
+	var timer *time.Timer
+	if _, system := s.b.shared.clock.(systemClock); system {
+		timer = time.NewTimer(s.cfg.refreshPeriod())
+		defer timer.Stop()
+	}
+	for {
+		due, ramping := s.refresh(r)
+		if !ramping {
+			return
+		}
+		var wake <-chan time.Time
+		if timer != nil {
+			timer.Reset(time.Duration(due - s.b.shared.nanotime()))
+			wake = timer.C
+		}
+		select {
+		case <-r.stop:
+			return
+		case <-s.kick:
+		case <-wake:
+		}
+	}
+}
+
+// refresh rebuilds the snapshot with the live weights of now if they are
+// due (and the subsets over it), and returns when they are due next.
+// When no server ramps any more, or the balancer is closed, it reports
+// false and unregisters r, under the lock a list change that starts a
+// ramp takes: that change then starts a new refresher.
+func (s *slowStart) refresh(r *rampRefresher) (due int64, ramping bool) {
+	b := s.b
+	if snap := b.snap.Load(); snap.ramp != nil && b.shared.nanotime() >= snap.ramp.due {
+		b.refreshRamps(snap)
+		b.refreshSubsets()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	snap := b.snap.Load()
+	if snap.ramp == nil || b.closed {
+		if s.refresher == r {
+			s.refresher = nil
+		}
+		return 0, false
+	}
+	return snap.ramp.due, true
 }
 
 // refreshRamps rebuilds snap with the live weights of now, unless a list
-// change replaced it meanwhile (with the weights of its time). One pick
-// per snapshot gets here; it waits for a list change in progress.
+// change replaced it meanwhile (with the weights of its time) or the
+// balancer is closed.
 func (b *Balancer) refreshRamps(snap *Snapshot) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.snap.Load() == snap {
+	if b.snap.Load() == snap && !b.closed {
 		b.swapLocked(snap.all)
+	}
+}
+
+// close stops the refresher, if one runs, and waits for it. Called by
+// Balancer.Close once the balancer is closed, so that no list change
+// starts another; nil-safe.
+func (s *slowStart) close() {
+	if s == nil {
+		return
+	}
+	s.b.mu.Lock()
+	r := s.refresher
+	s.refresher = nil
+	s.b.mu.Unlock()
+	if r != nil {
+		close(r.stop)
+		<-r.done
 	}
 }
 

@@ -105,6 +105,33 @@ func (tb *testBalancer) share(t testing.TB, n int, id string) float64 {
 // among others equal servers of full weight.
 func newcomerShare(f float64, others int) float64 { return f / (float64(others) + f) }
 
+// settleRamp makes the live weights those of the fake clock's time: while
+// they are due, a pick wakes the refresher (it does not refresh them
+// itself), and settleRamp waits for the snapshot it replaces, a signal,
+// bounded by a timeout. It returns how many refreshes it waited for (a
+// refresher that starts late may have made one already).
+func (tb *testBalancer) settleRamp(t testing.TB) int {
+	t.Helper()
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	refreshes := 0
+	for {
+		snap := tb.Snapshot()
+		if snap.ramp == nil || tb.shared.nanotime() < snap.ramp.due {
+			return refreshes
+		}
+		if _, err := tb.Choose(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-snap.replaced:
+			refreshes++
+		case <-timeout.C:
+			t.Fatalf("the live weights due at %d were not refreshed (now %d)", snap.ramp.due, tb.shared.nanotime())
+		}
+	}
+}
+
 // TestSlowStartTrafficFollowsTheCurve: four servers are listed (the cold
 // start: no ramp), a fifth joins; its share of traffic at 0 %, 50 % and
 // 100 % of the window matches Envoy's curve within 2 points, with every
@@ -138,6 +165,7 @@ func TestSlowStartTrafficFollowsTheCurve(t *testing.T) {
 				factor  float64
 			}{{0, 0.1}, {slowWindow / 2, 0.5}, {slowWindow / 2, 1}} {
 				tb.clock.Advance(at.elapsed)
+				tb.settleRamp(t)
 				got := tb.share(t, picks, "new")
 				want := newcomerShare(at.factor, 4)
 				t.Logf("%s: factor %.2f: share %.4f, curve %.4f", rule, at.factor, got, want)
@@ -165,6 +193,7 @@ func TestSlowStartLoadPerWeight(t *testing.T) {
 		factor  float64
 	}{{0, 0.1}, {slowWindow / 2, 0.5}} {
 		tb.clock.Advance(at.elapsed)
+		tb.settleRamp(t)
 		var picks []Pick
 		for range 4100 {
 			p, err := tb.Pick(t.Context())
@@ -196,7 +225,7 @@ func TestSlowStartRestarts(t *testing.T) {
 	tb := newTest(t, withSlowStart(RuleRoundRobin), list)
 	ramping := func(want ...string) {
 		t.Helper()
-		tb.Choose(t.Context()) // a pick refreshes the live weights when due
+		tb.settleRamp(t) // a pick wakes the refresher when the weights are due
 		got := tb.Ramping()
 		if len(got) != len(want) {
 			t.Fatalf("ramping %v, want %v", got, want)
@@ -218,9 +247,6 @@ func TestSlowStartRestarts(t *testing.T) {
 	}
 	ramping("s0")
 	tb.clock.Advance(slowWindow / 2)
-	if f := tb.Ramping()["s0"]; f != 0.1 {
-		t.Fatalf("s0 before a pick: factor %v, want 0.1 until the next refresh", f)
-	}
 	ramping("s0")
 	if f := tb.Ramping()["s0"]; math.Abs(f-0.5) > 1e-9 {
 		t.Fatalf("s0 at half the window: factor %v, want 0.5", f)
@@ -289,8 +315,10 @@ func TestSlowStartColdStart(t *testing.T) {
 	}
 }
 
-// TestSlowStartRefreshes: the live weights are recomputed by the first pick
-// after each refresh period (window / 20) and at the end of the window.
+// TestSlowStartRefreshes: the live weights are recomputed after each
+// refresh period (window / 20) and at the end of the window, by the
+// refresher, which a pick that finds them due wakes; a pick before that
+// wakes nothing and changes nothing.
 func TestSlowStartRefreshes(t *testing.T) {
 	tb := newTest(t, withSlowStart(RuleRoundRobin), servers(4, "a", 0))
 	if err := tb.AddServers(servers(1, "a", 4)...); err != nil {
@@ -299,23 +327,114 @@ func TestSlowStartRefreshes(t *testing.T) {
 	v := tb.Snapshot().Version()
 	tb.clock.Advance(2 * time.Second) // before the first refresh (3 s)
 	tb.Choose(t.Context())
-	if got := tb.Snapshot().Version(); got != v {
-		t.Fatalf("refreshed before due: version %d -> %d", v, got)
+	if n := tb.settleRamp(t); n != 0 || tb.Snapshot().Version() != v {
+		t.Fatalf("refreshed before due: %d refreshes, version %d -> %d", n, v, tb.Snapshot().Version())
 	}
 	tb.clock.Advance(7 * time.Second) // 9 s
-	tb.Choose(t.Context())
+	// One refresh, the one settleRamp waits for, or, when the refresher's
+	// first look at the weights comes this late, that one.
+	tb.settleRamp(t)
 	if f := tb.Ramping()["s4"]; math.Abs(f-0.15) > 1e-9 || tb.Snapshot().Version() != v+1 {
 		t.Fatalf("at 9 s: factor %v, version %d: want 0.15, one refresh", f, tb.Snapshot().Version())
 	}
 	tb.clock.Advance(slowWindow - 9*time.Second - time.Millisecond)
-	tb.Choose(t.Context())
+	tb.settleRamp(t)
 	if f := tb.Ramping()["s4"]; f >= 1 || f < 0.99 {
 		t.Fatalf("just before the end: factor %v", f)
 	}
 	tb.clock.Advance(time.Millisecond)
-	tb.Choose(t.Context())
+	tb.settleRamp(t)
 	if r := tb.Ramping(); len(r) != 0 || tb.Snapshot().full.wt != nil {
 		t.Fatalf("at the end of the window: ramping %v", r)
+	}
+}
+
+// TestSlowStartRefresherLifecycle: the refresher runs only while a server
+// ramps: none for the first list, one from the list change that starts a
+// ramp, gone after the refresh that ends it, a new one for the next ramp,
+// and Close stops it (and waits for it) mid-ramp. goleak checks the rest.
+func TestSlowStartRefresherLifecycle(t *testing.T) {
+	tb := newTest(t, withSlowStart(RuleRoundRobin), servers(4, "a", 0))
+	refresher := func() *rampRefresher {
+		tb.mu.Lock()
+		defer tb.mu.Unlock()
+		return tb.slow.refresher
+	}
+	if r := refresher(); r != nil {
+		t.Fatal("a refresher runs with no server ramping")
+	}
+	if err := tb.AddServers(servers(1, "a", 4)...); err != nil {
+		t.Fatal(err)
+	}
+	first := refresher()
+	if first == nil {
+		t.Fatal("no refresher while s4 ramps")
+	}
+	tb.clock.Advance(slowWindow)
+	tb.settleRamp(t)
+	waitClosed(t, first.done, "the refresher after the last ramp ended")
+	if r := refresher(); r != nil {
+		t.Fatal("a refresher is still registered after the ramp ended")
+	}
+
+	if err := tb.AddServers(servers(1, "a", 5)...); err != nil {
+		t.Fatal(err)
+	}
+	second := refresher()
+	if second == nil || second == first {
+		t.Fatal("no new refresher for s5's ramp")
+	}
+	if err := tb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, second.done, "the refresher after Close") // Close waited: closed already
+}
+
+// waitClosed waits, bounded, for ch to be closed.
+func waitClosed(t testing.TB, ch <-chan struct{}, what string) {
+	t.Helper()
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	select {
+	case <-ch:
+	case <-timeout.C:
+		t.Fatalf("%s did not stop", what)
+	}
+}
+
+// TestSlowStartPickNeverWaitsForARefresh: a pick that finds the live
+// weights due only wakes the refresher; it answers from the current
+// snapshot even while the list lock, which a refresh takes, is held (the
+// pick used to rebuild the snapshot itself, under that lock).
+func TestSlowStartPickNeverWaitsForARefresh(t *testing.T) {
+	tb := newTest(t, withSlowStart(RuleRoundRobin), servers(4, "a", 0))
+	if err := tb.AddServers(servers(1, "a", 4)...); err != nil {
+		t.Fatal(err)
+	}
+	snap := tb.Snapshot()
+	tb.clock.Advance(slowWindow / 2)
+	tb.mu.Lock()
+	picked := make(chan error, 1)
+	go func() {
+		_, err := tb.Choose(t.Context())
+		picked <- err
+	}()
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	select {
+	case err := <-picked:
+		tb.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-timeout.C:
+		tb.mu.Unlock()
+		<-picked
+		t.Fatal("a pick waited for the list lock to refresh the live weights")
+	}
+	waitClosed(t, snap.replaced, "the refresh the pick asked for")
+	if f := tb.Ramping()["s4"]; math.Abs(f-0.5) > 1e-9 {
+		t.Fatalf("after the refresh: factor %v, want 0.5", f)
 	}
 }
 
@@ -335,8 +454,8 @@ func TestSlowStartPicksAllocateNothing(t *testing.T) {
 }
 
 // TestSlowStartConcurrentPicks: picks from several goroutines while the
-// clock runs through the window; one of them refreshes at a time (run
-// with -race).
+// clock runs through the window and the refresher swaps snapshots under
+// them (run with -race).
 func TestSlowStartConcurrentPicks(t *testing.T) {
 	tb := newTest(t, withSlowStart(RuleZoneAvoidance), zoned(3, "a", "b"))
 	if err := tb.AddServers(Server{ID: "new", Host: "10.9.0.1", Port: 80, Zone: "a"}); err != nil {
@@ -372,7 +491,7 @@ func TestSlowStartConcurrentPicks(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	tb.Choose(t.Context())
+	tb.settleRamp(t)
 	if r := tb.Ramping(); len(r) != 0 {
 		t.Fatalf("after the window: ramping %v", r)
 	}

@@ -268,6 +268,9 @@ type subsetIndex struct {
 // decision, kept fresh by the picks that use it (freshSubset).
 type subsetView struct {
 	snap *Snapshot
+	// picked is set by the first pick from it: the next index prepares
+	// the rule's indexes of this subset with it (subsetSnapshot).
+	picked atomic.Bool
 	// epoch is the breaker epoch (statsShared.epoch) its zone decision was
 	// made at; busy lets one pick at a time remake it.
 	epoch atomic.Uint64
@@ -338,6 +341,7 @@ func (b *Balancer) subsetOf(snap *Snapshot, keys, values string) *subsetView {
 func (b *Balancer) buildSubsets(newKeys string) *subsetIndex {
 	st := &b.subsets
 	st.mu.Lock()
+	prev := st.index.Load()
 	listen := false
 	if newKeys != "" && !slices.Contains(st.keySets, newKeys) && len(st.keySets) < maxSubsetKeySets {
 		st.keySets = append(st.keySets, newKeys)
@@ -347,7 +351,7 @@ func (b *Balancer) buildSubsets(newKeys string) *subsetIndex {
 	snap := b.snap.Load()
 	idx := st.index.Load()
 	if idx == nil || idx.parent != snap {
-		idx = b.indexSubsets(snap, st.keySets)
+		idx = b.indexSubsets(snap, st.keySets, prev)
 		st.index.Store(idx)
 	}
 	st.mu.Unlock()
@@ -360,10 +364,30 @@ func (b *Balancer) buildSubsets(newKeys string) *subsetIndex {
 	return idx
 }
 
+// picked reports whether the subset of values for keys was picked from in
+// idx (nil: no index).
+func (idx *subsetIndex) picked(keys, values string) bool {
+	if idx == nil {
+		return false
+	}
+	v := idx.byKeys[keys][values]
+	return v != nil && v.picked.Load()
+}
+
+// refreshSubsets rebuilds the subset index over the current snapshot if
+// one was built: the slow-start refresher calls it after a refresh of the
+// live weights, which calls no listener, so that subset picks find it made.
+func (b *Balancer) refreshSubsets() {
+	if b.subsets.index.Load() != nil {
+		b.buildSubsets("")
+	}
+}
+
 // indexSubsets groups the servers of snap by the values of each key set
 // and builds a snapshot per group with an alive server: O(servers x key
-// sets).
-func (b *Balancer) indexSubsets(snap *Snapshot, keySets []string) *subsetIndex {
+// sets). The subsets picked from in prev, the index it replaces (nil:
+// none), get the rule's indexes at once.
+func (b *Balancer) indexSubsets(snap *Snapshot, keySets []string, prev *subsetIndex) *subsetIndex {
 	idx := &subsetIndex{parent: snap, byKeys: make(map[string]map[string]*subsetView, len(keySets))}
 	now := b.shared.nanotime()
 	epoch := b.shared.epoch.Load()
@@ -387,7 +411,7 @@ func (b *Balancer) indexSubsets(snap *Snapshot, keySets []string) *subsetIndex {
 		}
 		m := make(map[string]*subsetView, len(groups))
 		for values, list := range groups {
-			if v := b.subsetSnapshot(snap, list, now, epoch); v != nil {
+			if v := b.subsetSnapshot(snap, list, now, epoch, prev.picked(keys, values)); v != nil {
 				m[values] = v
 			}
 		}
@@ -400,25 +424,30 @@ func (b *Balancer) indexSubsets(snap *Snapshot, keySets []string) *subsetIndex {
 // returns nil when none of them is alive. Its servers are parent's, so
 // their statistics and breakers are shared; its zone decision is made with
 // the balancer's filter and zone settings; the rule indexes it as a list
-// change's snapshot. It is replaced together with parent (PickInfo.Changed).
+// change's snapshot when prepare (the subset was picked from in the index
+// before), and otherwise on the first pick that needs them (as a zone's
+// view): a subset no pick uses costs its servers' requests nothing. It is
+// replaced together with parent (PickInfo.Changed).
 //
-// Its version is one below parent's: BestAvailable's per-server hooks
-// follow the trees of the newest snapshot only (leastactive.go), so a
-// subset's tree never takes them from the parent's; a subset's tree is
-// then kept current by its resyncs only.
-func (b *Balancer) subsetSnapshot(parent *Snapshot, list []*Server, now int64, epoch uint64) *subsetView {
+// Its version is parent's: BestAvailable's trees of a subset are watched
+// by their servers' statistics with those of parent (leastactive.go), so a
+// request started or ended through the whole list or any subset updates
+// every tree that holds its server, and a subset pick sees it at once.
+func (b *Balancer) subsetSnapshot(parent *Snapshot, list []*Server, now int64, epoch uint64, prepare bool) *subsetView {
 	// The parent's live weights (slow start), as of its last refresh: a
 	// refresh makes a new parent, and so new subsets.
 	var r *ramp
 	if parent.ramp != nil {
 		r = &ramp{factor: parent.ramp.factor, scale: parent.ramp.scale, due: math.MaxInt64}
 	}
-	s := buildSnapshot(parent.version-1, list, r)
+	s := buildSnapshot(parent.version, list, r)
 	if len(s.full.servers) == 0 {
 		return nil
 	}
 	s.replaced = parent.replaced
-	prepareRule(b, b.rule, s)
+	if prepare {
+		prepareRule(b, b.rule, s)
+	}
 	s.decision.Store(b.decideZones(s, now))
 	v := &subsetView{snap: s}
 	v.epoch.Store(epoch)
@@ -432,6 +461,9 @@ func (b *Balancer) subsetSnapshot(parent *Snapshot, list []*Server, now int64, e
 // the decision may be due: a breaker is open, or an active count changed
 // since the balancer's decision was last made (statsShared.zonesPending).
 func (b *Balancer) freshSubset(v *subsetView) *Snapshot {
+	if !v.picked.Load() {
+		v.picked.Store(true) // written once, not per pick
+	}
 	s := v.snap
 	d := s.decision.Load()
 	epoch := b.shared.epoch.Load()

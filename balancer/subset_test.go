@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // versioned returns servers "<version>-<zone><i>" with metadata version
@@ -283,6 +284,59 @@ func BenchmarkSubsetChoose(b *testing.B) {
 	}
 }
 
+// BenchmarkSubsetBestAvailablePick is a BestAvailable Pick and its Done
+// at N = 10,000 in two zones, through the whole list and through a 5 %
+// subset, without and with the subsets indexed (a v2 server's request
+// then updates the trees of the v2 subset as well as the whole list's).
+func BenchmarkSubsetBestAvailablePick(b *testing.B) {
+	list := append(versioned("v1", "", 4750, "a", "b"), versioned("v2", "", 250, "a", "b")...)
+	whole := context.Background()
+	v2 := WithSubset(context.Background(), mustSubset(b, "version=v2", FallbackNone, ""))
+	for _, indexed := range []bool{false, true} {
+		cfg := DefaultConfig()
+		cfg.Rule = RuleBestAvailable
+		bal, err := New("svc", cfg, WithoutPickTiming())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { bal.Close() })
+		if err := bal.SetServers(list); err != nil {
+			b.Fatal(err)
+		}
+		ctxs := []struct {
+			name string
+			ctx  context.Context
+		}{{"whole", whole}}
+		if indexed {
+			ctxs = append(ctxs, struct {
+				name string
+				ctx  context.Context
+			}{"subset", v2})
+		}
+		for _, c := range ctxs {
+			if _, err := bal.Choose(c.ctx); err != nil { // builds the subsets and the zones' trees
+				b.Fatal(err)
+			}
+		}
+		for _, c := range ctxs {
+			name := "plain/" + c.name
+			if indexed {
+				name = "indexed/" + c.name
+			}
+			b.Run(name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					p, err := bal.Pick(c.ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					p.Done(DoneInfo{ResponseTime: time.Millisecond})
+				}
+			})
+		}
+	}
+}
+
 // Beyond maxSubsetKeySets distinct key sets, a selector with new keys is
 // not indexed: its pick falls back as its subset says, and the index
 // stays bounded.
@@ -402,5 +456,164 @@ func BenchmarkSubsetListChange(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BestAvailable inside a subset sees requests started and ended anywhere
+// at once, with no resync (the fake clock stands still, so none is due):
+// requests held on a canary instance through the whole list make the
+// canary subset, the hint's subset and the whole list avoid it, and they
+// all pick it again once the requests end. With a client zone, the
+// subset's zone view has its tree too.
+func TestSubsetBestAvailableSeesLoadAtOnce(t *testing.T) {
+	for _, zone := range []string{"", "a"} {
+		t.Run("zone="+zone, func(t *testing.T) {
+			list := append(versioned("v1", "", 2, "a", "b"), versioned("v2", "canary", 2, "a", "b")...)
+			tb := newTest(t, func(c *Config) {
+				c.Rule = RuleBestAvailable
+				c.Zone = zone
+				if zone == "" {
+					c.Filter, c.ZoneAware = FilterNone, false
+				}
+			}, list)
+			ctxs := map[string]context.Context{
+				"whole list": t.Context(),
+				"subset":     WithSubset(t.Context(), mustSubset(t, "version=v2", FallbackNone, "")),
+				"hint":       WithHint(t.Context(), "canary"),
+			}
+			// The candidates of each: the client's zone's only, with one.
+			want := map[string][]string{
+				"whole list": {"v1-a0", "v1-a1", "v1-b0", "v1-b1", "v2-a0", "v2-a1", "v2-b0", "v2-b1"},
+				"subset":     {"v2-a0", "v2-a1", "v2-b0", "v2-b1"},
+				"hint":       {"v2-a0", "v2-a1", "v2-b0", "v2-b1"},
+			}
+			if zone != "" {
+				for name, ids := range want {
+					want[name] = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !strings.Contains(id, "-a") })
+				}
+			}
+			picked := func(name string) map[string]int {
+				t.Helper()
+				counts := map[string]int{}
+				for range 400 {
+					s, err := tb.Choose(ctxs[name])
+					if err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					counts[s.ID]++
+				}
+				return counts
+			}
+			for name := range ctxs {
+				picked(name) // the subsets and their trees are built
+			}
+
+			busy := tb.Server("v2-a0")
+			var held []Pick
+			for range 3 {
+				held = append(held, tb.Begin(busy))
+			}
+			for name := range ctxs {
+				counts := picked(name)
+				if counts["v2-a0"] != 0 {
+					t.Errorf("%s: v2-a0 holds 3 requests, picked %d times: %v", name, counts["v2-a0"], counts)
+				}
+				checkUniform(t, counts, slices.DeleteFunc(slices.Clone(want[name]), func(id string) bool { return id == "v2-a0" }), 400, 0.3)
+			}
+			checkSubsetTrees(t, tb)
+			for _, p := range held {
+				p.Done(DoneInfo{})
+			}
+			for name := range ctxs {
+				checkUniform(t, picked(name), want[name], 400, 0.3)
+			}
+			checkSubsetTrees(t, tb)
+			// A pick and its end through a subset, which update every
+			// tree of the server, allocate nothing.
+			subset := ctxs["subset"]
+			if n := testing.AllocsPerRun(200, func() {
+				p, err := tb.Pick(subset)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.Done(DoneInfo{})
+			}); n != 0 {
+				t.Errorf("%v allocations per subset Pick and Done", n)
+			}
+		})
+	}
+}
+
+// checkSubsetTrees verifies that every BestAvailable tree of the subsets
+// indexed matches its servers' statistics, leaf by leaf.
+func checkSubsetTrees(t *testing.T, tb *testBalancer) {
+	t.Helper()
+	idx := tb.subsets.index.Load()
+	if idx == nil {
+		t.Fatal("no subset index")
+	}
+	now := tb.shared.nanotime()
+	trees := 0
+	for _, byValues := range idx.byKeys {
+		for _, sv := range byValues {
+			views := []*View{&sv.snap.full}
+			for _, g := range sv.snap.zones {
+				views = append(views, &g.view)
+			}
+			for _, v := range views {
+				tr := v.least.Load()
+				if tr == nil {
+					continue
+				}
+				trees++
+				for i, s := range tr.servers {
+					if got, want := tr.levels[0][i].Load(), func() uint64 { w, _ := leafWord(&s.inst.stats, now, true); return w }(); got != want {
+						t.Errorf("subset tree: leaf %s = %x, want %x", s.ID, got, want)
+					}
+				}
+			}
+		}
+	}
+	if trees == 0 {
+		t.Fatal("no subset tree built")
+	}
+}
+
+// Under BestAvailable, only the subsets picked from have trees: a subset
+// no pick uses (version=v1 when only the canary is asked for) costs its
+// servers' requests nothing, and a subset picked from before a list
+// change has its tree built with the new index, not by its first pick.
+func TestSubsetTreesOnlyForSubsetsPicked(t *testing.T) {
+	list := append(versioned("v1", "", 3, "a"), versioned("v2", "", 2, "a")...)
+	tb := newTest(t, func(c *Config) {
+		c.Rule = RuleBestAvailable
+		c.Filter, c.ZoneAware = FilterNone, false
+	}, list)
+	v2 := WithSubset(t.Context(), mustSubset(t, "version=v2", FallbackNone, ""))
+	if _, err := tb.Choose(v2); err != nil {
+		t.Fatal(err)
+	}
+	tree := func(version string) *activeTree {
+		t.Helper()
+		v := tb.subsets.index.Load().byKeys["version"][version]
+		if v == nil {
+			t.Fatalf("no subset %s", version)
+		}
+		return v.snap.full.least.Load()
+	}
+	if tree("v1") != nil || tree("v2") == nil {
+		t.Fatalf("trees: v1 %p, v2 %p: want v2's only", tree("v1"), tree("v2"))
+	}
+	if n := len(tb.Server("v1-a0").inst.stats.watch.Load().leaves); n != 1 {
+		t.Fatalf("a v1 server is watched by %d trees, want the whole list's", n)
+	}
+	if n := len(tb.Server("v2-a0").inst.stats.watch.Load().leaves); n != 2 {
+		t.Fatalf("a v2 server is watched by %d trees, want the whole list's and v2's", n)
+	}
+	if err := tb.SetServers(list[1:]); err != nil { // the listener rebuilds the index
+		t.Fatal(err)
+	}
+	if tb.subsets.index.Load().parent != tb.Snapshot() || tree("v1") != nil || tree("v2") == nil {
+		t.Fatal("after a list change: want the new index, with v2's tree built and v1's not")
 	}
 }
