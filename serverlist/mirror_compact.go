@@ -2,11 +2,13 @@ package serverlist
 
 // How the mirror keeps 100,000 records small: the strings that many
 // records repeat (zones, metadata keys and values; NATS server IDs in
-// mirror_conns.go) are kept once, and an instance's metadata is a sorted slice of labels, not a
-// map of its own. Only the mirror's goroutine (mirror.go) builds entries;
+// mirror_conns.go) are kept once, and an instance's metadata is a sorted
+// slice of labels, not a map of its own, shared by the records that carry
+// the same. Only the mirror's goroutine (mirror.go) builds entries;
 // readers get an Instance with a map of its own, as before.
 
 import (
+	"encoding/binary"
 	"slices"
 	"strings"
 )
@@ -78,6 +80,67 @@ func newLabels(md map[string]string, x *interner) labels {
 	return out
 }
 
+// labelSets keeps one copy of each set of labels records repeat: the
+// instances of a service mostly carry the same labels (a version, a
+// team), and a copy per record was 3.4 MB of a mirror of 100,000 records
+// with one label each. Like the interner it never forgets a set and is
+// bounded: past maxLabelSets sets, or for a set whose key would exceed
+// maxLabelSetKey bytes, it returns a copy of the record's own. Not safe
+// for concurrent use: only the mirror's goroutine calls it.
+type labelSets struct {
+	m map[string]*labels // by key (see of)
+	// Scratch space of of, reused from one record to the next.
+	sorted labels
+	key    []byte
+}
+
+const (
+	maxLabelSets   = 1 << 14
+	maxLabelSetKey = 512
+)
+
+// of returns md's labels (nil for none), shared with the records that
+// carry the same ones, their keys and values interned.
+func (s *labelSets) of(md map[string]string, x *interner) *labels {
+	if len(md) == 0 {
+		return nil
+	}
+	// The key: each label's key and value, sorted, length-prefixed (any
+	// byte may occur in them).
+	s.sorted = s.sorted[:0]
+	for k, v := range md {
+		s.sorted = append(s.sorted, label{k, v})
+	}
+	slices.SortFunc(s.sorted, func(a, b label) int { return strings.Compare(a.key, b.key) })
+	s.key = s.key[:0]
+	for _, kv := range s.sorted {
+		s.key = binary.AppendUvarint(s.key, uint64(len(kv.key)))
+		s.key = append(s.key, kv.key...)
+		s.key = binary.AppendUvarint(s.key, uint64(len(kv.value)))
+		s.key = append(s.key, kv.value...)
+	}
+	clear(s.sorted) // holds none of md's strings past this call
+	if l, ok := s.m[string(s.key)]; ok {
+		return l
+	}
+	l := newLabels(md, x)
+	if len(s.m) < maxLabelSets && len(s.key) <= maxLabelSetKey {
+		if s.m == nil {
+			s.m = make(map[string]*labels)
+		}
+		s.m[string(s.key)] = &l
+	}
+	return &l
+}
+
+// get returns the labels p points to, nil for none (p nil).
+func (p *labels) get() labels {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
 // toMap returns the labels as a map of the caller's own (nil for none).
 func (l labels) toMap() map[string]string {
 	if len(l) == 0 {
@@ -106,15 +169,16 @@ func (l labels) equalMap(md map[string]string) bool {
 
 // record is an instance as the mirror keeps it: its fields in their
 // smallest form, without its service (the service's map holds it:
-// mirrorService.name), its metadata as labels. With its revision and sum,
-// an entry takes 192 bytes, against 224 for an Instance and 300 more for a
+// mirrorService.name), its metadata as labels shared with the records
+// that carry the same (labelSets). With its revision and sum, an entry
+// takes 176 bytes, against 224 for an Instance and 300 more for a
 // metadata map of one label.
 type record struct {
 	id, host, zone                            string
 	owner, gossipNode, gossipAddr, natsServer string
 	incarnation                               int64
 	natsClient                                uint64
-	meta                                      labels
+	meta                                      *labels // nil for none; shared: never modified
 	port, weight                              uint16
 	secure                                    bool
 }
@@ -127,7 +191,7 @@ func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64) *mirr
 		owner: in.Owner, gossipNode: in.GossipNode, gossipAddr: in.GossipAddr,
 		natsServer:  m.conns.intern(in.NATSServerID),
 		incarnation: in.Incarnation, natsClient: in.NATSClientID,
-		meta: newLabels(in.Metadata, &m.shared),
+		meta: m.labelSets.of(in.Metadata, &m.shared),
 		// Validated: 1 to 65535, 0 to MaxWeight.
 		port: uint16(in.Port), weight: uint16(in.Weight), secure: in.Secure,
 	}, sum: sum}
@@ -150,7 +214,7 @@ func (e *mirrorEntry) base(service string) Instance {
 // its own.
 func (e *mirrorEntry) instance(service string) Instance {
 	in := e.base(service)
-	in.Metadata = e.rec.meta.toMap()
+	in.Metadata = e.rec.meta.get().toMap()
 	return in
 }
 
@@ -164,11 +228,11 @@ func (e *mirrorEntry) connection() Connection {
 func (e *mirrorEntry) holds(in Instance) bool {
 	md := in.Metadata
 	in.Metadata = nil
-	return e.base(in.Service).Equal(in) && e.rec.meta.equalMap(md)
+	return e.base(in.Service).Equal(in) && e.rec.meta.get().equalMap(md)
 }
 
 // sameInstance reports whether two entries of one service hold the same
 // instance.
 func sameInstance(a, b *mirrorEntry) bool {
-	return a.base("").Equal(b.base("")) && slices.Equal(a.rec.meta, b.rec.meta)
+	return a.base("").Equal(b.base("")) && (a.rec.meta == b.rec.meta || slices.Equal(a.rec.meta.get(), b.rec.meta.get()))
 }
