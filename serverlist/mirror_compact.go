@@ -10,6 +10,7 @@ package serverlist
 import (
 	"encoding/binary"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -181,6 +182,40 @@ type record struct {
 	meta                                      *labels // nil for none; shared: never modified
 	port, weight                              uint16
 	secure                                    bool
+	// gossipDefault: the instance's gossip node has the name gossip gives
+	// it by default, which the record derives instead of keeping it
+	// (gossipNode is then empty): see defaultGossipNode.
+	gossipDefault bool
+}
+
+// defaultGossipNode is the gossip node name of an instance that names
+// none (gossip.DefaultNodeName: "<service>/<id>/<incarnation>", as
+// announce's and a publisher's gossip members are named): some 40 bytes
+// that a record derives instead of keeping.
+func defaultGossipNode(service, id string, incarnation int64) string {
+	return service + "/" + id + "/" + strconv.FormatInt(incarnation, 10)
+}
+
+// isDefaultGossipNode reports whether node is defaultGossipNode(service,
+// id, incarnation), without building it.
+func isDefaultGossipNode(node, service, id string, incarnation int64) bool {
+	rest, ok := cutPart(node, service)
+	if !ok {
+		return false
+	}
+	if rest, ok = cutPart(rest, id); !ok {
+		return false
+	}
+	var b [20]byte
+	return rest == string(strconv.AppendInt(b[:0], incarnation, 10))
+}
+
+// cutPart returns s without its leading part and the '/' after it.
+func cutPart(s, part string) (string, bool) {
+	if len(s) <= len(part) || s[len(part)] != '/' || s[:len(part)] != part {
+		return "", false
+	}
+	return s[len(part)+1:], true
 }
 
 // compact returns the entry of a decoded, valid instance of id: its strings
@@ -195,6 +230,9 @@ func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64) *mirr
 		// Validated: 1 to 65535, 0 to MaxWeight.
 		port: uint16(in.Port), weight: uint16(in.Weight), secure: in.Secure,
 	}, sum: sum}
+	if isDefaultGossipNode(in.GossipNode, in.Service, id, in.Incarnation) {
+		e.rec.gossipNode, e.rec.gossipDefault = "", true
+	}
 	e.rev.Store(rev)
 	return e
 }
@@ -202,12 +240,16 @@ func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64) *mirr
 // base returns the entry's instance of service without its metadata.
 func (e *mirrorEntry) base(service string) Instance {
 	r := &e.rec
-	return Instance{
+	in := Instance{
 		Service: service, InstanceID: r.id, Host: r.host, Port: int(r.port), Secure: r.secure,
 		Zone: r.zone, Weight: int(r.weight), Incarnation: r.incarnation,
 		GossipNode: r.gossipNode, GossipAddr: r.gossipAddr, Owner: r.owner,
 		NATSServerID: r.natsServer, NATSClientID: r.natsClient,
 	}
+	if r.gossipDefault {
+		in.GossipNode = defaultGossipNode(service, r.id, r.incarnation)
+	}
+	return in
 }
 
 // instance returns the entry's instance of service, with a metadata map of
@@ -234,5 +276,8 @@ func (e *mirrorEntry) holds(in Instance) bool {
 // sameInstance reports whether two entries of one service hold the same
 // instance.
 func sameInstance(a, b *mirrorEntry) bool {
+	// Of one service: a default gossip name is the same one on both
+	// sides when their flags, IDs and incarnations are (base compares
+	// those), whatever service name base is given.
 	return a.base("").Equal(b.base("")) && (a.rec.meta == b.rec.meta || slices.Equal(a.rec.meta.get(), b.rec.meta.get()))
 }

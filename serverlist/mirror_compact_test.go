@@ -236,3 +236,43 @@ func TestConnIndexOneAndMore(t *testing.T) {
 		t.Fatalf("other: %v", got)
 	}
 }
+
+// TestDefaultGossipNode: a record whose gossip node has gossip's default
+// name keeps a flag instead of the name and gives the same name back;
+// any other name is kept as it is.
+func TestDefaultGossipNode(t *testing.T) {
+	const service, id, inc = "orders", "10.0.0.1:orders:8080", int64(1700000000123456789)
+	name := defaultGossipNode(service, id, inc)
+	if name != "orders/10.0.0.1:orders:8080/1700000000123456789" {
+		t.Fatalf("defaultGossipNode = %q", name)
+	}
+	for _, tc := range []struct {
+		node string
+		want bool
+	}{
+		{name, true},
+		{"orders/10.0.0.1:orders:8080/1700000000123456788", false},
+		{"orders/10.0.0.1:orders:8081/1700000000123456789", false},
+		{"order/10.0.0.1:orders:8080/1700000000123456789", false},
+		{"orders/10.0.0.1:orders:8080/", false},
+		{"orders/10.0.0.1:orders:8080", false},
+		{"orders", false},
+		{"", false},
+		{"node-a", false},
+	} {
+		if got := isDefaultGossipNode(tc.node, service, id, inc); got != tc.want {
+			t.Errorf("isDefaultGossipNode(%q) = %v, want %v", tc.node, got, tc.want)
+		}
+	}
+	var m Mirror
+	for _, node := range []string{name, "node-a", ""} {
+		in := Instance{Service: service, InstanceID: id, Host: "10.0.0.1", Port: 8080, Incarnation: inc, GossipNode: node, GossipAddr: "10.0.0.1:7946"}
+		e := m.compact(in, id, valueSum{}, 1)
+		if e.rec.gossipDefault != (node == name) {
+			t.Errorf("%q: kept as the default name: %v", node, e.rec.gossipDefault)
+		}
+		if got := e.instance(service); !got.Equal(in) || !e.holds(in) {
+			t.Errorf("%q: read back %+v, want %+v", node, got, in)
+		}
+	}
+}
