@@ -26,9 +26,10 @@ import (
 // without the subscriber's locks held: mu is taken last, and no other lock
 // is taken and no callback runs while it is held. Each delivery runs send
 // on a goroutine of its own (a new one, or its timer's; start's batch on
-// a few workers), without mu, at most one per service at a time. Every delivery scheduled or running
-// holds one count of wg, so that the subscriber's Close, which stops the
-// scheduler and then waits on wg, returns only once every send has.
+// a few workers), without mu, at most one per service at a time. Every
+// delivery scheduled or running holds one count of wg, so that the
+// subscriber's Close, which stops the scheduler and then waits on wg,
+// returns only once every send has.
 type scheduler struct {
 	coalesce      time.Duration   // Config.Coalesce; zero or negative: no window
 	ctx           context.Context // ends at Close: a failure after it is not retried
