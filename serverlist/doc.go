@@ -70,7 +70,8 @@
 // 100,000 instances, BenchmarkMirrorRefresh). Its records are compact (a
 // cold start loads them all): the strings records repeat (zones, labels,
 // NATS server IDs) are kept once, metadata as sorted labels rather than a
-// map per instance, and values in the shape publishers write are decoded
+// map per instance (one set shared by the records that carry the same),
+// and values in the shape publishers write are decoded
 // without encoding/json; readers still get Instances of their own.
 // [Mirror.Versions] gives a reconciliation what it needs (incarnation and
 // revision) without copying records.

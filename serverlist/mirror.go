@@ -153,6 +153,9 @@ type Mirror struct {
 	// shared keeps one copy of the zones and labels records repeat
 	// (mirror_compact.go); only the mirror's goroutine uses it.
 	shared interner
+	// labelSets keeps one copy of the sets of labels records repeat
+	// (mirror_compact.go); only the mirror's goroutine uses it.
+	labelSets labelSets
 
 	// Only the mirror's goroutine touches these.
 	bucketCreated time.Time // creation time of the bucket's stream, to tell a new bucket

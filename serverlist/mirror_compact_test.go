@@ -11,28 +11,30 @@ import (
 
 // TestMirrorSharesRepeatedStrings: the records of a fleet that repeat a
 // zone or a label share one copy of it in the mirror, its metadata is kept
-// as labels, and readers still get the metadata as a map of their own.
+// as labels (one set shared by the records that carry the same), and
+// readers still get the metadata as a map of their own.
 func TestMirrorSharesRepeatedStrings(t *testing.T) {
 	m, ents := refreshFleet(t, 3, 4, MirrorConfig{})
 	var zone, version *byte
+	var set *labels
 	for _, service := range m.Services() {
 		for id, e := range m.state.Load().instances(service) {
-			meta := e.rec.meta
+			meta := e.rec.meta.get()
 			if len(meta) != 1 || meta[0] != (label{"version", "1.2.3"}) {
 				t.Fatalf("%s/%s: labels %v, want version=1.2.3", service, id, meta)
 			}
 			if zone == nil {
-				zone, version = unsafe.StringData(e.rec.zone), unsafe.StringData(meta[0].value)
+				zone, version, set = unsafe.StringData(e.rec.zone), unsafe.StringData(meta[0].value), e.rec.meta
 			}
-			if unsafe.StringData(e.rec.zone) != zone || unsafe.StringData(meta[0].value) != version {
-				t.Fatalf("%s/%s: zone or label not shared with the other records", service, id)
+			if unsafe.StringData(e.rec.zone) != zone || unsafe.StringData(meta[0].value) != version || e.rec.meta != set {
+				t.Fatalf("%s/%s: zone or labels not shared with the other records", service, id)
 			}
 		}
 	}
 	// The entry's size class (the fields of an Instance, 224 bytes with
 	// its revision and sum, a metadata map beside it).
-	if size := unsafe.Sizeof(mirrorEntry{}); size > 192 {
-		t.Errorf("a mirror entry takes %d bytes, want at most 192", size)
+	if size := unsafe.Sizeof(mirrorEntry{}); size > 176 {
+		t.Errorf("a mirror entry takes %d bytes, want at most 176", size)
 	}
 
 	// Readers get a map of their own.
@@ -131,6 +133,33 @@ func TestLabels(t *testing.T) {
 	}
 }
 
+// TestLabelSets: records with the same labels, in any order, share one
+// set; other labels get another; a set too large to keep is the record's
+// own, equal all the same.
+func TestLabelSets(t *testing.T) {
+	var x interner
+	var s labelSets
+	a := s.of(map[string]string{"version": "1", "team": "x"}, &x)
+	if b := s.of(map[string]string{"team": "x", "version": "1"}, &x); b != a {
+		t.Fatal("the same labels got two sets")
+	}
+	if want := (labels{{"team", "x"}, {"version", "1"}}); !equalLabels(a.get(), want) {
+		t.Fatalf("set %v, want %v", a.get(), want)
+	}
+	// Keys and values that would read alike if simply joined.
+	if c := s.of(map[string]string{"version": "1t", "eam": "x"}, &x); c == a {
+		t.Fatal("other labels share a set")
+	}
+	if s.of(nil, &x) != nil || s.of(map[string]string{}, &x) != nil || (*labels)(nil).get() != nil {
+		t.Fatal("no labels")
+	}
+	big := map[string]string{"k": strings.Repeat("v", maxLabelSetKey)}
+	b1, b2 := s.of(big, &x), s.of(big, &x)
+	if b1 == b2 || !b1.get().equalMap(big) || !b2.get().equalMap(big) {
+		t.Fatalf("a set over maxLabelSetKey: shared %v, equal %v %v", b1 == b2, b1.get().equalMap(big), b2.get().equalMap(big))
+	}
+}
+
 func equalLabels(a, b labels) bool {
 	if len(a) != len(b) {
 		return false
@@ -205,5 +234,45 @@ func TestConnIndexOneAndMore(t *testing.T) {
 	check("none")
 	if got := x.keys(other); !slices.Equal(got, []instanceKey{a}) {
 		t.Fatalf("other: %v", got)
+	}
+}
+
+// TestDefaultGossipNode: a record whose gossip node has gossip's default
+// name keeps a flag instead of the name and gives the same name back;
+// any other name is kept as it is.
+func TestDefaultGossipNode(t *testing.T) {
+	const service, id, inc = "orders", "10.0.0.1:orders:8080", int64(1700000000123456789)
+	name := defaultGossipNode(service, id, inc)
+	if name != "orders/10.0.0.1:orders:8080/1700000000123456789" {
+		t.Fatalf("defaultGossipNode = %q", name)
+	}
+	for _, tc := range []struct {
+		node string
+		want bool
+	}{
+		{name, true},
+		{"orders/10.0.0.1:orders:8080/1700000000123456788", false},
+		{"orders/10.0.0.1:orders:8081/1700000000123456789", false},
+		{"order/10.0.0.1:orders:8080/1700000000123456789", false},
+		{"orders/10.0.0.1:orders:8080/", false},
+		{"orders/10.0.0.1:orders:8080", false},
+		{"orders", false},
+		{"", false},
+		{"node-a", false},
+	} {
+		if got := isDefaultGossipNode(tc.node, service, id, inc); got != tc.want {
+			t.Errorf("isDefaultGossipNode(%q) = %v, want %v", tc.node, got, tc.want)
+		}
+	}
+	var m Mirror
+	for _, node := range []string{name, "node-a", ""} {
+		in := Instance{Service: service, InstanceID: id, Host: "10.0.0.1", Port: 8080, Incarnation: inc, GossipNode: node, GossipAddr: "10.0.0.1:7946"}
+		e := m.compact(in, id, valueSum{}, 1)
+		if e.rec.gossipDefault != (node == name) {
+			t.Errorf("%q: kept as the default name: %v", node, e.rec.gossipDefault)
+		}
+		if got := e.instance(service); !got.Equal(in) || !e.holds(in) {
+			t.Errorf("%q: read back %+v, want %+v", node, got, in)
+		}
 	}
 }

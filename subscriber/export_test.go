@@ -7,3 +7,6 @@ func LeaseProbesInFlight(s *Subscriber) int {
 	defer s.dmu.Unlock()
 	return len(s.probes)
 }
+
+// StartWorkers is the bound on start's deliveries running at once.
+func StartWorkers() int { return startWorkers }

@@ -7,6 +7,7 @@ package subscriber
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,10 +25,11 @@ import (
 // svcState. mark, start and stop may be called from any goroutine, with or
 // without the subscriber's locks held: mu is taken last, and no other lock
 // is taken and no callback runs while it is held. Each delivery runs send
-// on a goroutine of its own (a new one, or its timer's), without mu, at
-// most one per service at a time. Every delivery scheduled or running
-// holds one count of wg, so that the subscriber's Close, which stops the
-// scheduler and then waits on wg, returns only once every send has.
+// on a goroutine of its own (a new one, or its timer's; start's batch on
+// a few workers), without mu, at most one per service at a time. Every
+// delivery scheduled or running holds one count of wg, so that the
+// subscriber's Close, which stops the scheduler and then waits on wg,
+// returns only once every send has.
 type scheduler struct {
 	coalesce      time.Duration   // Config.Coalesce; zero or negative: no window
 	ctx           context.Context // ends at Close: a failure after it is not retried
@@ -70,20 +72,90 @@ func (sc *scheduler) mark(service string, confirmed bool) {
 	}
 }
 
+// startWorkers bounds the deliveries of start's batch that run at once.
+// The batch is every service the registry held at start (1,000 at once in
+// docs/perf.md's fleet): delivered all together, each holding its lookups'
+// results and its new servers until its balancer took them, they raised
+// the gateway's heap at start by some 15 MB against the same deliveries a
+// few at a time, for no gain in time (the work is CPU-bound: more
+// deliveries at once than cores only interleave). Later changes are
+// delivered as they come, each on a goroutine of its own.
+var startWorkers = max(4, 2*runtime.GOMAXPROCS(0))
+
 // start marks the known services dirty and lets deliveries begin: those
-// and every service marked meanwhile are scheduled now.
+// and every service marked meanwhile are delivered now, in the order of
+// known, by at most startWorkers goroutines.
 func (sc *scheduler) start(known []string) {
 	sc.mu.Lock()
-	defer sc.mu.Unlock()
 	sc.ready = true
 	for _, svc := range known {
 		sc.stateLocked(svc).dirty = true
 	}
-	for svc, st := range sc.svcs {
-		if st.dirty {
-			sc.scheduleLocked(svc, st)
-		}
+	batch := make([]queued, 0, len(sc.svcs))
+	for _, svc := range known {
+		batch = sc.takeLocked(batch, svc)
 	}
+	for svc := range sc.svcs {
+		batch = sc.takeLocked(batch, svc)
+	}
+	sc.mu.Unlock()
+	sc.deliverBatch(batch)
+}
+
+// queued is a delivery of start's batch.
+type queued struct {
+	service string
+	st      *svcState
+}
+
+// takeLocked appends service to batch if a delivery of it is due now:
+// what scheduleLocked does then, the goroutine left to the batch's
+// workers. Called with mu held.
+func (sc *scheduler) takeLocked(batch []queued, service string) []queued {
+	st := sc.svcs[service]
+	if st == nil || !st.dirty || st.running || st.timer != nil || sc.stopped {
+		return batch // absent, taken already, or not due
+	}
+	sc.wg.Add(1)
+	st.running, st.dirty = true, false
+	return append(batch, queued{service, st})
+}
+
+// deliverBatch delivers each of batch (marked running and counted in wg)
+// on at most startWorkers goroutines, also counted in wg while they run.
+// It does not wait for them. Deliveries not begun when the scheduler
+// stops are dropped.
+func (sc *scheduler) deliverBatch(batch []queued) {
+	var next atomic.Int64
+	workers := min(startWorkers, len(batch))
+	sc.wg.Add(workers)
+	for range workers {
+		go func() {
+			defer sc.wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(batch) {
+					return
+				}
+				if q := batch[i]; !sc.dropIfStopped(q.st) {
+					sc.deliver(q.service, q.st)
+				}
+			}
+		}()
+	}
+}
+
+// dropIfStopped ends a queued delivery without running it once the
+// scheduler stopped, and reports whether it did.
+func (sc *scheduler) dropIfStopped(st *svcState) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if !sc.stopped {
+		return false
+	}
+	st.running = false
+	sc.wg.Done()
+	return true
 }
 
 // stop schedules nothing more and cancels the deliveries waiting on their

@@ -22,15 +22,23 @@ import (
 // cmd/gateway calls it with no extension; a build with extensions (the xds
 // module's) passes them, and their flags join the command line.
 func Main(args []string, stdout, stderr io.Writer, exts ...Extension) int {
-	cfg, logLevel, code := parseArgs(args, stderr, exts)
+	cfg, proc, code := parseArgs(args, stderr, exts)
 	if code >= 0 {
 		return code
 	}
-	log, err := newLogger(logLevel, stderr)
+	log, err := newLogger(proc.logLevel, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "gateway:", err)
 		return 2
 	}
+	// Before anything is loaded: the limit paces the GC of the start too.
+	limit, err := chooseMemoryLimit(proc.memoryLimit, "/sys/fs/cgroup", os.Getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, "gateway:", err)
+		return 2
+	}
+	limit.apply()
+	log.Info().Int64("bytes", limit.bytes).Str("source", limit.source).Msg("memory limit")
 	g, err := New(cfg, log, exts...)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -65,13 +73,14 @@ func Main(args []string, stdout, stderr io.Writer, exts ...Extension) int {
 // so the flags given override the file and the others keep its values. It
 // returns an exit code >= 0 when the program should stop (help: 0, usage or
 // config error: 2), or -1.
-func parseArgs(args []string, stderr io.Writer, exts []Extension) (cfg Config, logLevel string, code int) {
+func parseArgs(args []string, stderr io.Writer, exts []Extension) (cfg Config, proc processFlags, code int) {
 	var configFile, xds string
 	newFlagSet := func(c *Config, out io.Writer) *flag.FlagSet {
 		fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 		fs.SetOutput(out)
 		fs.StringVar(&configFile, "config", configFile, "configuration `file`: YAML, or Ribbon .properties for the balancer settings")
-		fs.StringVar(&logLevel, "log-level", "info", "log `level`: debug, info, warn, error")
+		fs.StringVar(&proc.logLevel, "log-level", "info", "log `level`: debug, info, warn, error")
+		fs.StringVar(&proc.memoryLimit, "memory-limit", memoryLimitAuto, "soft memory `limit` of the Go runtime: a size such as 96MiB (GOMEMLIMIT's syntax), off, or auto: GOMEMLIMIT when set, else 90% of the container's (cgroup's) memory limit when it has one, else none. Lower: less memory, more GC work (docs/perf.md)")
 		c.RegisterFlags(fs)
 		for _, x := range exts {
 			x.RegisterFlags(fs)
@@ -93,29 +102,35 @@ func parseArgs(args []string, stderr io.Writer, exts []Extension) (cfg Config, l
 	fs := newFlagSet(&first, stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return cfg, "", 0
+			return cfg, proc, 0
 		}
-		return cfg, "", 2
+		return cfg, proc, 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "gateway: unexpected argument %q\n", fs.Arg(0))
 		fs.Usage()
-		return cfg, "", 2
+		return cfg, proc, 2
 	}
 	if configFile != "" {
 		var err error
 		if cfg, err = LoadFile(configFile); err != nil {
 			fmt.Fprintln(stderr, err)
-			return cfg, "", 2
+			return cfg, proc, 2
 		}
 	}
 	// The same arguments parsed the first time: no error is possible.
 	newFlagSet(&cfg, io.Discard).Parse(args)
 	if xds != "" {
 		fmt.Fprintln(stderr, "gateway: -xds: this build has no xDS server; build github.com/pushlb/pushlb/xds/cmd/gateway (docs/grpc.md)")
-		return cfg, "", 2
+		return cfg, proc, 2
 	}
-	return cfg, logLevel, -1
+	return cfg, proc, -1
+}
+
+// processFlags are the flags that set up the process, not the gateway.
+type processFlags struct {
+	logLevel    string
+	memoryLimit string // see chooseMemoryLimit
 }
 
 // newLogger logs human-readable lines on a terminal and JSON otherwise.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pushlb/pushlb"
+	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/testkit/scale"
 	"github.com/pushlb/pushlb/serverlist"
 )
@@ -59,12 +60,13 @@ func BenchmarkColdStartInProcess(b *testing.B) {
 
 // announced makes in, the i-th instance of the fleet, a record as announce
 // writes it: its process's owner token, the NATS connection it holds (one
-// of three servers), its gossip node, and a label.
+// of three servers), its gossip node (named as gossip names an instance's
+// by default), and a label.
 func announced(in *serverlist.Instance, i int) {
 	in.Owner = fmt.Sprintf("%032x", i)
 	in.NATSServerID = fmt.Sprintf("NDRS%052d", i%3)
 	in.NATSClientID = uint64(1000 + i)
-	in.GossipNode = in.InstanceID
+	in.GossipNode = gossip.DefaultNodeName(gossip.Meta{Role: gossip.RoleInstance, Service: in.Service, InstanceID: in.InstanceID, Incarnation: in.Incarnation})
 	in.GossipAddr = in.Host + ":7946"
 	in.Metadata = map[string]string{"version": "1.4." + strconv.Itoa(i%2)}
 }
