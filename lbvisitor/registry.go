@@ -105,14 +105,24 @@ func (r *Registry) resolvesAny(ctx context.Context, lc events.ListChanged) error
 	if len(lc.InstanceIDs) == 0 {
 		return errNothingRegistered
 	}
-	_, errs := r.res.ResolveEach(ctx, lc.Service, lc.InstanceIDs)
+	// The first ID alone first: it resolves in the usual case, and then the
+	// others are not resolved twice (Apply resolves them all): at a
+	// gateway's start with 100,000 instances, 30 MB less garbage. When it
+	// does not, the others share a second retry schedule (35 ms more at
+	// worst with the default lookup).
 	var outage error
-	for _, err := range errs {
-		switch {
-		case err == nil:
-			return nil
-		case !errors.Is(err, serverlist.ErrNotFound) && outage == nil:
-			outage = err
+	for _, ids := range [][]string{lc.InstanceIDs[:1], lc.InstanceIDs[1:]} {
+		if len(ids) == 0 {
+			break
+		}
+		_, errs := r.res.ResolveEach(ctx, lc.Service, ids)
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				return nil
+			case !errors.Is(err, serverlist.ErrNotFound) && outage == nil:
+				outage = err
+			}
 		}
 	}
 	if outage != nil {
