@@ -84,7 +84,7 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, optionError("balancer configuration: %w", err)
 	}
-	c := &Client{nc: nc, opts: o, factory: factory, guard: newEmptyGuard(o.EmptyListHold, o.log)}
+	c := &Client{nc: nc, opts: o, factory: factory, guard: newEmptyGuard(o.EmptyListHold, o.Gossip != nil, o.log)}
 	c.services = newServiceSet(factory, o.log, o.onList)
 	topts := append([]lbhttp.Option{lbhttp.WithLogger(o.log)}, o.transport...)
 	if c.transport, err = lbhttp.NewTransport(existing{c.services}, topts...); err != nil {
@@ -158,11 +158,12 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	var visitors *lbvisitor.Registry
 	first := newFirstLists()
 	p.sub, err = subscriber.New(c.nc, reg, func(ctx context.Context, lc events.ListChanged) error {
+		var listed []*balancer.Server
 		if sv := c.services.lookup(lc.Service); sv != nil {
-			held := func(id string) bool { _, ok := p.sub.Mirror().Get(lc.Service, id); return ok }
-			if err := c.guard.check(lc, len(sv.b.AllServers()), held); err != nil {
-				return err // the last list stays (subscriber.ErrDeferred)
-			}
+			listed = sv.b.AllServers()
+		}
+		if err := c.guard.check(lc, listed); err != nil {
+			return err // the last list stays (subscriber.ErrDeferred)
 		}
 		c.services.setCauses(lc)
 		err := visitors.Handle(ctx, lc)
@@ -179,6 +180,7 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("pushlb: subscriber: %w", err)
 	}
+	c.guard.use(p.sub.Mirror(), nil)
 	if p.lookup, err = serverlist.NewLookup(reg, p.sub.Mirror(), serverlist.LookupConfig{}); err != nil {
 		return nil, fmt.Errorf("pushlb: lookup: %w", err)
 	}
@@ -199,6 +201,7 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 			p.close()
 			return nil, err
 		}
+		c.guard.use(p.sub.Mirror(), p.gossip)
 	}
 	p.janitor = newJanitor(c, visitors)
 	p.janitor.start()

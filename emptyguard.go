@@ -2,6 +2,7 @@ package pushlb
 
 import (
 	"fmt"
+	"iter"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -9,42 +10,98 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/gossip"
+	"github.com/pushlb/pushlb/serverlist"
 	"github.com/pushlb/pushlb/subscriber"
 )
 
 // emptyGuard keeps a service's last list when the registry loses it all at
 // once (Config.EmptyListHold): the bucket deleted, recreated empty, or
 // purged. It looks at each list before it is applied. A list is held back
-// when it is empty, the service had at least two servers before the run
-// of removals that empties it (removals less than lossWindow apart: a
-// purge key by key arrives as several lists, the first of which is
-// applied), and every instance the run removed left because the registry
-// no longer holds it (cause registry or resync): no offline announcement,
-// no gossip death, no disconnect advisory, none of which a lost registry
-// causes. The
-// subscriber offers a held list again after its backoff
+// when it is empty, every instance the run of removals that empties it
+// removed left because the registry no longer holds it (cause registry or
+// resync: no offline announcement, no gossip death, no disconnect
+// advisory, none of which a lost registry causes), and one of these says
+// the instances still run:
+//
+//   - gossip (the client is a member): the gossip node that a removed
+//     instance's record named is alive (or suspect), for one instance or
+//     more. A crashed instance's node is dead within the profile's
+//     detection time, long before its lease ends, so a record that
+//     vanishes while its node lives was lost, not expired;
+//   - otherwise, the service had at least two servers before the run
+//     (removals less than lossWindow apart: a purge key by key arrives as
+//     several lists, the first of which are applied), and gossip knows none
+//     of the removed instances' nodes dead.
+//
+// The subscriber offers a held list again after its backoff
 // (subscriber.ErrDeferred); it is applied once it names instances again
 // (the registry is back: the publishers re-registered), once a removal has
-// another cause, or once it has been held for the hold time.
+// another cause, once gossip knows every held instance's node gone and
+// none alive (a crash after the loss), or once it has been held for the
+// hold time.
 //
-// A service of one instance is not protected: its record's loss cannot be
-// told from a lease that ended after a crash. Neither can the records of a
-// whole service that crashed at once and whose leases ended together
-// without gossip or advisories to tell: the hold time bounds that case.
+// Without gossip, a service of one instance is not protected: its record's
+// loss cannot be told from a lease that ended after a crash. Neither can
+// the records of a whole service that crashed at once and whose leases
+// ended together without gossip or advisories to tell: the hold time
+// bounds that case.
+//
+// Threading: check runs on the subscriber's delivery goroutines (one per
+// service at a time, services concurrently), isHeld on any goroutine;
+// every method takes mu. Nothing is called back while mu is held: the
+// mirror and the gossip node only answer queries.
 type emptyGuard struct {
 	hold  time.Duration // <= 0: off
 	now   func() time.Time
 	log   zerolog.Logger
 	holds atomic.Uint64 // lists held back, each service counted once a hold
 
-	mu   sync.Mutex
-	held map[string]time.Time // service -> when its list was first held
+	mu      sync.Mutex
+	records records      // the registry's mirror; nil until the client starts
+	gossip  memberLister // the client's gossip node; nil when off or not started
+	held    map[string]holdState
 	// losing is, per service, the start of its current run of registry
 	// removals and the servers listed before it: removals one key at a
 	// time (a purge key by key) arrive as several lists, and the one that
 	// empties the service is judged on the size before the run.
 	losing map[string]lossRun
+	// nodes is, per service (with gossip configured), the gossip node that
+	// each instance's record names, remembered from the mirror while the
+	// record exists: once the registry lost it, this is how the guard
+	// knows which node to ask about.
+	nodes map[string]map[string]gossipNode
+	walk  uint64 // generation of the latest walk of a service's records (remember)
+}
+
+// records is what the guard reads of the registry's mirror
+// (serverlist.Mirror).
+type records interface {
+	Get(service, id string) (serverlist.Instance, bool)
+	Versions(service string) iter.Seq2[string, serverlist.Version]
+}
+
+// memberLister is what the guard asks gossip (gossip.Node): the members
+// alive or suspect now.
+type memberLister interface {
+	Members() []gossip.Member
+}
+
+// gossipNode is the gossip node an instance's record names, for the
+// record's incarnation; name "" when it names none.
+type gossipNode struct {
+	incarnation int64
+	name, addr  string
+	walk        uint64 // the walk that last saw the record
+}
+
+// holdState is a held list: since when, and the service's size before
+// the run that emptied it.
+type holdState struct {
+	since  time.Time
+	before int
 }
 
 // lossRun is a run of lists that only removed instances the registry lost.
@@ -58,56 +115,185 @@ type lossRun struct {
 // one.
 const lossWindow = time.Second
 
-func newEmptyGuard(hold time.Duration, log zerolog.Logger) *emptyGuard {
-	return &emptyGuard{hold: hold, now: time.Now, log: log, held: map[string]time.Time{}, losing: map[string]lossRun{}}
+// newEmptyGuard builds a guard; withGossip says whether the client will
+// run gossip, so that the guard remembers the records' gossip nodes from
+// the first lists on, before the node starts.
+func newEmptyGuard(hold time.Duration, withGossip bool, log zerolog.Logger) *emptyGuard {
+	g := &emptyGuard{hold: hold, now: time.Now, log: log, held: map[string]holdState{}, losing: map[string]lossRun{}}
+	if withGossip {
+		g.nodes = map[string]map[string]gossipNode{}
+	}
+	return g
+}
+
+// use gives the guard the registry's mirror and, once started, the
+// client's gossip node (nil: none).
+func (g *emptyGuard) use(rs records, m memberLister) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.records, g.gossip = rs, m
 }
 
 // check decides on lc, the next list of a service whose balancer lists
-// listed servers now: nil to apply it, an error wrapping
-// subscriber.ErrDeferred to keep the last list. held reports whether the
-// registry's mirror holds an instance: a list whose every ID it lacks
-// would be emptied all the same, by the lookups that build the servers
-// (the rest of a purge, already applied to the mirror).
-func (g *emptyGuard) check(lc events.ListChanged, listed int, held func(id string) bool) error {
+// listed servers now (none when it has no balancer yet): nil to apply it,
+// an error wrapping subscriber.ErrDeferred to keep the last list. A list
+// whose every ID the mirror lacks would be emptied all the same, by the
+// lookups that build the servers (the rest of a purge, already applied to
+// the mirror).
+func (g *emptyGuard) check(lc events.ListChanged, listed []*balancer.Server) error {
 	if g.hold <= 0 {
 		return nil
 	}
-	lost := len(lc.InstanceIDs) < listed && registryLost(lc)
-	empty := lost && !slices.ContainsFunc(lc.InstanceIDs, held)
-	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	run, inRun := g.losing[lc.Service]
+	svc := lc.Service
+	g.remember(svc)
+	lost := len(lc.InstanceIDs) < len(listed) && registryLost(lc)
+	empty := lost && !slices.ContainsFunc(lc.InstanceIDs, func(id string) bool { return g.registered(svc, id) })
+	now := g.now()
+	if h, holding := g.held[svc]; holding {
+		return g.whileHeld(lc, listed, h, lost && empty, now)
+	}
+	run, inRun := g.losing[svc]
 	switch {
 	case !lost:
-		delete(g.losing, lc.Service)
-		inRun = false
+		delete(g.losing, svc)
 	case !inRun || now.Sub(run.since) > lossWindow:
-		run, inRun = lossRun{since: now, before: listed}, true
-		g.losing[lc.Service] = run
+		run = lossRun{since: now, before: len(listed)}
+		g.losing[svc] = run
 	}
-	hold := lost && empty && run.before >= 2
-	since, holding := g.held[lc.Service]
-	switch {
-	case hold && !holding:
-		g.held[lc.Service] = g.now()
-		g.holds.Add(1)
-		g.log.Error().Str("service", lc.Service).Int("instances", run.before).Int("kept", listed).Dur("hold_at_most", g.hold).
-			Msg("the registry lost every instance of the service at once (none announced offline, none found dead): last list kept")
-		return fmt.Errorf("%w: %s: the registry lost its %d instances at once", subscriber.ErrDeferred, lc.Service, run.before)
-	case hold && g.now().Sub(since) < g.hold:
-		return fmt.Errorf("%w: %s: held since %s", subscriber.ErrDeferred, lc.Service, since.Format(time.RFC3339))
-	case hold:
-		delete(g.held, lc.Service)
-		delete(g.losing, lc.Service)
-		g.log.Error().Str("service", lc.Service).Dur("held", g.now().Sub(since)).
-			Msg("the registry still holds no instance of the service after the hold: list emptied")
-	case holding:
-		delete(g.held, lc.Service)
-		g.log.Warn().Str("service", lc.Service).Int("instances", len(lc.InstanceIDs)).Dur("held", g.now().Sub(since)).
-			Msg("the registry holds the service's instances again: list no longer held")
+	if lost && empty {
+		if w := g.witness(svc, listed); w.protects(run.before) {
+			g.held[svc] = holdState{since: now, before: run.before}
+			g.holds.Add(1)
+			g.log.Error().Str("service", svc).Int("instances", run.before).Int("kept", len(listed)).
+				Int("gossip_alive", w.alive).Dur("hold_at_most", g.hold).
+				Msg("the registry lost every instance of the service at once (none announced offline, none found dead): last list kept")
+			return fmt.Errorf("%w: %s: the registry lost its %d instances at once", subscriber.ErrDeferred, svc, run.before)
+		}
 	}
+	g.forget(svc)
 	return nil
+}
+
+// whileHeld decides on the next list of a held service; stillLost says
+// that it still empties the service for the registry's loss alone.
+func (g *emptyGuard) whileHeld(lc events.ListChanged, listed []*balancer.Server, h holdState, stillLost bool, now time.Time) error {
+	svc := lc.Service
+	level, why := zerolog.ErrorLevel, ""
+	switch {
+	case !stillLost:
+		level, why = zerolog.WarnLevel, "the registry holds the service's instances again, or a change with another cause came"
+	case now.Sub(h.since) >= g.hold:
+		why = "the registry still holds no instance of the service after the hold: list emptied"
+	case !g.witness(svc, listed).protects(h.before):
+		why = "gossip found the held instances' nodes gone (a crash after the loss): list emptied"
+	default:
+		return fmt.Errorf("%w: %s: held since %s", subscriber.ErrDeferred, svc, h.since.Format(time.RFC3339))
+	}
+	delete(g.held, svc)
+	delete(g.losing, svc)
+	g.forget(svc)
+	g.log.WithLevel(level).Str("service", svc).Int("instances", len(lc.InstanceIDs)).Dur("held", now.Sub(h.since)).
+		Str("why", why).Msg("list no longer held")
+	return nil
+}
+
+// registered reports whether the registry's mirror holds service/id.
+// Called with mu held.
+func (g *emptyGuard) registered(service, id string) bool {
+	if g.records == nil {
+		return false
+	}
+	_, ok := g.records.Get(service, id)
+	return ok
+}
+
+// witness is what gossip says of the instances a list removes.
+type witness struct {
+	alive int // their record named a gossip node that is alive or suspect
+	gone  int // their record named a gossip node that gossip does not know alive
+}
+
+// protects reports whether a list that empties a service of before
+// servers (before its run of removals) is held: gossip vouches for one of
+// its instances, or, with two or more, knows none of them gone.
+func (w witness) protects(before int) bool {
+	return w.alive > 0 || (w.gone == 0 && before >= 2)
+}
+
+// witness asks gossip about servers, the instances of service that a list
+// removes, by the nodes their records named (remember). A server whose
+// record named no node, or another incarnation, is neither alive nor
+// gone: gossip knows nothing of it. Zero without gossip. Called with mu
+// held.
+func (g *emptyGuard) witness(service string, servers []*balancer.Server) witness {
+	known := g.nodes[service]
+	if g.gossip == nil || len(known) == 0 {
+		return witness{}
+	}
+	members := g.gossip.Members()
+	alive := make(map[string]string, len(members)) // node name -> address
+	for _, m := range members {
+		if m.Meta.Role == gossip.RoleInstance {
+			alive[m.Name] = m.Addr
+		}
+	}
+	var w witness
+	for _, s := range servers {
+		n, ok := known[s.ID]
+		switch {
+		case !ok || n.name == "" || (s.Incarnation != 0 && s.Incarnation != n.incarnation):
+		case alive[n.name] == n.addr:
+			w.alive++
+		default:
+			w.gone++
+		}
+	}
+	return w
+}
+
+// remember records, with gossip configured, the gossip node that each of
+// service's records in the mirror names. A record already seen with the
+// same incarnation is not read again, so that a walk costs a map lookup
+// per instance. Called with mu held.
+func (g *emptyGuard) remember(service string) {
+	if g.nodes == nil || g.records == nil {
+		return
+	}
+	g.walk++
+	known := g.nodes[service]
+	for id, v := range g.records.Versions(service) {
+		if n, ok := known[id]; ok && n.incarnation == v.Incarnation {
+			n.walk = g.walk
+			known[id] = n
+			continue
+		}
+		in, ok := g.records.Get(service, id)
+		if !ok {
+			continue // removed meanwhile
+		}
+		if known == nil {
+			known = map[string]gossipNode{}
+			g.nodes[service] = known
+		}
+		known[id] = gossipNode{incarnation: in.Incarnation, name: in.GossipNode, addr: in.GossipAddr, walk: g.walk}
+	}
+}
+
+// forget drops the nodes of records that the latest walk of service did
+// not see, once its list is applied: while a list is held, they are how
+// gossip is asked about its instances. Called with mu held.
+func (g *emptyGuard) forget(service string) {
+	known := g.nodes[service]
+	for id, n := range known {
+		if n.walk != g.walk {
+			delete(known, id)
+		}
+	}
+	if known != nil && len(known) == 0 {
+		delete(g.nodes, service)
+	}
 }
 
 // registryLost reports whether every instance lc removes left because the

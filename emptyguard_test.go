@@ -2,14 +2,18 @@ package pushlb_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb"
+	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
 	"github.com/pushlb/pushlb/internal/testkit/testpub"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
@@ -131,6 +135,126 @@ func TestRegistryLossHoldEnds(t *testing.T) {
 			}
 		} else if got := c.Stats().ListsHeld; got != want {
 			t.Fatalf("protection off: %d lists held, want 0", got)
+		}
+	}
+}
+
+// TestRegistryLossHeldWhileGossipAlive: a service of one instance whose
+// publisher is a gossip member of the client's cluster. Its record is
+// purged while its node lives: the list is held (a lost record, not a
+// crash). The registry holds it again: the hold ends. Purged again, held
+// again; then the node stops without leaving (a crash after the loss):
+// gossip declares it dead and the list empties. Real NATS, real
+// memberlist on loopback, a real publisher.
+//
+// The lease is an hour, so that the publisher's lease loop, which writes a
+// vanished record again, does not run during the test: the registry comes
+// back when the test announces again.
+func TestRegistryLossHeldWhileGossipAlive(t *testing.T) {
+	srv := natstest.Start(t)
+	var logs testutil.SyncBuffer
+	c := startWith(t, srv.Connect(t), pushlb.Config{
+		Lease:  time.Hour,
+		Gossip: &gossip.Config{BindAddr: "127.0.0.1:0", Profile: gossip.ProfileFast},
+	}, pushlb.WithLogger(zerolog.New(&logs)))
+	b := testpub.Backend(t, "a")
+	p := testpub.New(t, srv.Connect(t), publisher.Config{LeaseInterval: 59 * time.Minute, Gossip: &gossip.Config{
+		BindAddr: "127.0.0.1:0", Join: []string{c.GossipAddr()}, Profile: gossip.ProfileFast}})
+	addr := b.Listener.Addr().(*net.TCPAddr)
+	in := serverlist.Instance{Service: "orders", InstanceID: b.URL, Host: addr.IP.String(), Port: addr.Port}
+	if err := p.Announce(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	listed := func() int { return listedOf(c, "orders") }
+	held := func() bool { ss, _ := c.ServiceStats("orders"); return ss.Held }
+	testutil.Eventually(t, "the instance listed and its node a member", func() bool {
+		return listed() == 1 && c.Stats().Gossip.Members == 2
+	})
+	purge := purger(t, srv, "orders", b.URL)
+
+	purge()
+	testutil.Eventually(t, "the list held", held)
+	if n, h := listed(), c.Stats().ListsHeld; n != 1 || h != 1 {
+		t.Fatalf("while held: %d servers listed, %d lists held; want 1 and 1", n, h)
+	}
+	client := &http.Client{Transport: c.Transport()}
+	if body := get(t, client, "http://orders/x"); body != "a /x" {
+		t.Fatalf("through the held list: %q", body)
+	}
+
+	// The registry holds the instance again.
+	if err := p.Announce(t.Context(), p.Instance()); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the hold ended", func() bool { return !held() })
+	if n := listed(); n != 1 {
+		t.Fatalf("after the registry came back: %d servers, want 1", n)
+	}
+
+	// Lost again, then the instance's node stops: a real crash empties
+	// the list.
+	purge()
+	testutil.Eventually(t, "the list held again", func() bool { return held() && c.Stats().ListsHeld == 2 })
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the list emptied once gossip found the node dead", func() bool { return listed() == 0 })
+	if held() || c.Stats().ListsHeld != 2 {
+		t.Fatalf("after the crash: held %v, %d lists held; want false and 2", held(), c.Stats().ListsHeld)
+	}
+	if !strings.Contains(logs.String(), "gossip found the held instances' nodes gone") {
+		t.Fatalf("no log of the hold's end by gossip:\n%s", logs.String())
+	}
+}
+
+// TestRegistryLossOfOneInstanceEmpties: without gossip's word that it
+// still runs, the lost record of a service's only instance empties the
+// list at once, as a lease that ended after a crash: with the client out of
+// gossip, and with the client a member but the instance not.
+func TestRegistryLossOfOneInstanceEmpties(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		gossip *gossip.Config
+	}{
+		{"client without gossip", nil},
+		{"instance without gossip", &gossip.Config{BindAddr: "127.0.0.1:0", Profile: gossip.ProfileFast}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := natstest.Start(t)
+			b := testpub.Backend(t, "a")
+			p := announce(t, srv, "orders", "", b)
+			c := startWith(t, srv.Connect(t), pushlb.Config{Gossip: tc.gossip})
+			testutil.Eventually(t, "the instance listed", func() bool { return listedOf(c, "orders") == 1 })
+			p.Close() // a live publisher writes its purged record again
+			purger(t, srv, "orders", b.URL)()
+			testutil.Eventually(t, "the list emptied", func() bool { return listedOf(c, "orders") == 0 })
+			if h := c.Stats().ListsHeld; h != 0 {
+				t.Fatalf("%d lists held, want 0", h)
+			}
+		})
+	}
+}
+
+// purger returns a function that purges the registry record of
+// service/id.
+func purger(t *testing.T, srv *natstest.Server, service, id string) func() {
+	t.Helper()
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), serverlist.BucketName("lb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := serverlist.EncodeKey(service, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if err := kv.Purge(t.Context(), key); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
