@@ -139,6 +139,41 @@ func TestRegistryLossHoldEnds(t *testing.T) {
 	}
 }
 
+// TestRegistryLossStaysHeldAfterASecond: a purge key by key empties a
+// service of two in two lists, the first applied, the second held (the
+// two less than a second apart, as the second waits only for the
+// first's list); the
+// held list, offered again five times (over three seconds), stays held:
+// the size before the run, not the one held, decides, however long ago
+// the run began.
+func TestRegistryLossStaysHeldAfterASecond(t *testing.T) {
+	srv := natstest.Start(t)
+	var pubs []*publisher.Publisher
+	var ids []string
+	for _, name := range []string{"a", "b"} {
+		b := testpub.Backend(t, name)
+		pubs = append(pubs, announce(t, srv, "orders", "", b))
+		ids = append(ids, b.URL)
+	}
+	c := start(t, srv.Connect(t))
+	testutil.Eventually(t, "two instances listed", func() bool { return listedOf(c, "orders") == 2 })
+	for _, p := range pubs {
+		p.Close() // a live publisher writes its purged record again
+	}
+	purger(t, srv, "orders", ids[0])()
+	testutil.Eventually(t, "the first removal applied", func() bool { return listedOf(c, "orders") == 1 })
+	purger(t, srv, "orders", ids[1])()
+	held := func() bool { ss, _ := c.ServiceStats("orders"); return ss.Held }
+	testutil.Eventually(t, "the list held", held)
+	offered := c.Stats().Events.Delivered
+	testutil.Eventually(t, "the held list offered again five times, or let go", func() bool {
+		return c.Stats().Events.Delivered >= offered+5 || !held()
+	})
+	if !held() || listedOf(c, "orders") == 0 {
+		t.Fatalf("the hold ended after %d offers (%d servers listed)", c.Stats().Events.Delivered-offered, listedOf(c, "orders"))
+	}
+}
+
 // TestRegistryLossHeldWhileGossipAlive: a service of one instance whose
 // publisher is a gossip member of the client's cluster. Its record is
 // purged while its node lives: the list is held (a lost record, not a
