@@ -197,7 +197,8 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 		return nil, fmt.Errorf("pushlb: initial lists: %w", err)
 	}
 	if o.Gossip != nil {
-		if p.gossip, err = startGossip(ctx, *o.Gossip, p.sub, o); err != nil {
+		h := c.guard.gossipHandler(p.sub.GossipHandler(), p.sub.Reoffer)
+		if p.gossip, err = startGossip(ctx, *o.Gossip, h, o); err != nil {
 			p.close()
 			return nil, err
 		}
@@ -224,12 +225,13 @@ func (o options) advisorySubject() string {
 	return o.Advisories.Subject
 }
 
-// startGossip joins the gossip cluster as a gateway; the subscriber's
-// GossipHandler turns instance nodes that die or leave into offlines,
-// accepting reports only from the node an instance's record names.
-func startGossip(ctx context.Context, cfg gossip.Config, sub *subscriber.Subscriber, o options) (*gossip.Node, error) {
+// startGossip joins the gossip cluster as a gateway with h: the
+// subscriber's GossipHandler, which turns instance nodes that die or leave
+// into offlines, accepting reports only from the node an instance's record
+// names, wrapped by the empty-push guard's.
+func startGossip(ctx context.Context, cfg gossip.Config, h gossip.Handler, o options) (*gossip.Node, error) {
 	cfg.Logger = o.log
-	n, err := gossip.New(cfg, sub.GossipHandler())
+	n, err := gossip.New(cfg, h)
 	if err != nil {
 		return nil, fmt.Errorf("pushlb: gossip: %w", err)
 	}

@@ -296,6 +296,38 @@ func (g *emptyGuard) forget(service string) {
 	}
 }
 
+// gossipHandler wraps h, the subscriber's gossip handler: when the node
+// that a held list's instance record named is gone, the list is offered
+// again at once (reoffer) rather than after the subscriber's backoff (up
+// to 5 s), so that a crash after the loss empties the list within
+// gossip's detection time.
+func (g *emptyGuard) gossipHandler(h gossip.Handler, reoffer func(service string)) gossip.Handler {
+	return gossip.HandlerFuncs{
+		Alive: h.NodeAlive,
+		Gone: func(m gossip.Member, reason gossip.Reason) {
+			h.NodeGone(m, reason)
+			if g.heldNode(m) {
+				reoffer(m.Meta.Service)
+			}
+		},
+	}
+}
+
+// heldNode reports whether m is the gossip node that the record of an
+// instance of a held list named.
+func (g *emptyGuard) heldNode(m gossip.Member) bool {
+	if m.Meta.Role != gossip.RoleInstance {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.held[m.Meta.Service]; !ok {
+		return false
+	}
+	n, ok := g.nodes[m.Meta.Service][m.Meta.InstanceID]
+	return ok && n.name == m.Name && n.addr == m.Addr
+}
+
 // registryLost reports whether every instance lc removes left because the
 // registry stopped holding it.
 func registryLost(lc events.ListChanged) bool {
