@@ -2,7 +2,6 @@ package pushlb
 
 import (
 	"fmt"
-	"iter"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -50,9 +49,11 @@ import (
 // bounds that case.
 //
 // Threading: check runs on the subscriber's delivery goroutines (one per
-// service at a time, services concurrently), isHeld on any goroutine;
-// every method takes mu. Nothing is called back while mu is held: the
-// mirror and the gossip node only answer queries.
+// service at a time, services concurrently), the gossipHandler on the
+// gossip node's handler goroutine, isHeld on any goroutine; every method
+// takes mu. Nothing is called back while mu is held: the mirror and the
+// gossip node only answer queries, and the handler offers a list again
+// after it let mu go.
 type emptyGuard struct {
 	hold  time.Duration // <= 0: off
 	now   func() time.Time
@@ -73,14 +74,12 @@ type emptyGuard struct {
 	// record exists: once the registry lost it, this is how the guard
 	// knows which node to ask about.
 	nodes map[string]map[string]gossipNode
-	walk  uint64 // generation of the latest walk of a service's records (remember)
 }
 
 // records is what the guard reads of the registry's mirror
 // (serverlist.Mirror).
 type records interface {
 	Get(service, id string) (serverlist.Instance, bool)
-	Versions(service string) iter.Seq2[string, serverlist.Version]
 }
 
 // memberLister is what the guard asks gossip (gossip.Node): the members
@@ -94,7 +93,6 @@ type memberLister interface {
 type gossipNode struct {
 	incarnation int64
 	name, addr  string
-	walk        uint64 // the walk that last saw the record
 }
 
 // holdState is a held list: since when, and the service's size before
@@ -147,7 +145,7 @@ func (g *emptyGuard) check(lc events.ListChanged, listed []*balancer.Server) err
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	svc := lc.Service
-	g.remember(svc)
+	g.remember(lc)
 	lost := len(lc.InstanceIDs) < len(listed) && registryLost(lc)
 	empty := lost && !slices.ContainsFunc(lc.InstanceIDs, func(id string) bool { return g.registered(svc, id) })
 	now := g.now()
@@ -172,7 +170,7 @@ func (g *emptyGuard) check(lc events.ListChanged, listed []*balancer.Server) err
 			return fmt.Errorf("%w: %s: the registry lost its %d instances at once", subscriber.ErrDeferred, svc, run.before)
 		}
 	}
-	g.forget(svc)
+	g.forget(lc)
 	return nil
 }
 
@@ -193,7 +191,7 @@ func (g *emptyGuard) whileHeld(lc events.ListChanged, listed []*balancer.Server,
 	}
 	delete(g.held, svc)
 	delete(g.losing, svc)
-	g.forget(svc)
+	g.forget(lc)
 	g.log.WithLevel(level).Str("service", svc).Int("instances", len(lc.InstanceIDs)).Dur("held", now.Sub(h.since)).
 		Str("why", why).Msg("list no longer held")
 	return nil
@@ -253,46 +251,58 @@ func (g *emptyGuard) witness(service string, servers []*balancer.Server) witness
 	return w
 }
 
-// remember records, with gossip configured, the gossip node that each of
-// service's records in the mirror names. A record already seen with the
-// same incarnation is not read again, so that a walk costs a map lookup
-// per instance. Called with mu held.
-func (g *emptyGuard) remember(service string) {
+// remember records, with gossip configured, the gossip node that the
+// records of lc's instances name: of every instance lc lists when the
+// service has none remembered yet or lc is a resync, else only of those
+// lc changes (a restart under the same ID, a new incarnation, is a
+// change), so that a list costs a read per changed instance. A node
+// missed all the same (its record's incarnation no longer the server's)
+// is not asked about (witness). Called with mu held.
+func (g *emptyGuard) remember(lc events.ListChanged) {
 	if g.nodes == nil || g.records == nil {
 		return
 	}
-	g.walk++
-	known := g.nodes[service]
-	for id, v := range g.records.Versions(service) {
-		if n, ok := known[id]; ok && n.incarnation == v.Incarnation {
-			n.walk = g.walk
-			known[id] = n
-			continue
+	known := g.nodes[lc.Service]
+	read := func(id string) {
+		if in, ok := g.records.Get(lc.Service, id); ok {
+			known[id] = gossipNode{incarnation: in.Incarnation, name: in.GossipNode, addr: in.GossipAddr}
 		}
-		in, ok := g.records.Get(service, id)
-		if !ok {
-			continue // removed meanwhile
-		}
+	}
+	if known == nil || lc.Cause == events.CauseResync {
 		if known == nil {
-			known = map[string]gossipNode{}
-			g.nodes[service] = known
+			known = make(map[string]gossipNode, len(lc.InstanceIDs))
+			g.nodes[lc.Service] = known
 		}
-		known[id] = gossipNode{incarnation: in.Incarnation, name: in.GossipNode, addr: in.GossipAddr, walk: g.walk}
+		for _, id := range lc.InstanceIDs {
+			read(id)
+		}
+	}
+	for id := range lc.Changes {
+		read(id)
 	}
 }
 
-// forget drops the nodes of records that the latest walk of service did
-// not see, once its list is applied: while a list is held, they are how
-// gossip is asked about its instances. Called with mu held.
-func (g *emptyGuard) forget(service string) {
-	known := g.nodes[service]
-	for id, n := range known {
-		if n.walk != g.walk {
-			delete(known, id)
+// forget drops, once lc is applied, the nodes of instances it no longer
+// lists: all of them when it is empty, else once the stale ones would
+// outnumber the listed ones (a pass over lc's IDs then, so that each
+// removal costs O(1) amortised). Stale nodes until then are harmless:
+// only listed instances are asked about. Called with mu held.
+func (g *emptyGuard) forget(lc events.ListChanged) {
+	known := g.nodes[lc.Service]
+	switch {
+	case known == nil:
+	case len(lc.InstanceIDs) == 0:
+		delete(g.nodes, lc.Service)
+	case len(known) > 2*len(lc.InstanceIDs)+16:
+		listed := make(map[string]bool, len(lc.InstanceIDs))
+		for _, id := range lc.InstanceIDs {
+			listed[id] = true
 		}
-	}
-	if known != nil && len(known) == 0 {
-		delete(g.nodes, service)
+		for id := range known {
+			if !listed[id] {
+				delete(known, id)
+			}
+		}
 	}
 }
 
