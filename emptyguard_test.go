@@ -180,32 +180,16 @@ func TestRegistryLossStaysHeldAfterASecond(t *testing.T) {
 // crash). The registry holds it again: the hold ends. Purged again, held
 // again; then the node stops without leaving (a crash after the loss):
 // gossip declares it dead and the list empties. Real NATS, real
-// memberlist on loopback, a real publisher.
-//
-// The lease is an hour, so that the publisher's lease loop, which writes a
-// vanished record again, does not run during the test: the registry comes
-// back when the test announces again.
+// memberlist on loopback, a real publisher whose lease loop does not run
+// during the test (gossipInstance): the registry comes back when the test
+// announces again.
 func TestRegistryLossHeldWhileGossipAlive(t *testing.T) {
 	srv := natstest.Start(t)
 	var logs testutil.SyncBuffer
-	c := startWith(t, srv.Connect(t), pushlb.Config{
-		Lease:  time.Hour,
-		Gossip: &gossip.Config{BindAddr: "127.0.0.1:0", Profile: gossip.ProfileFast},
-	}, pushlb.WithLogger(zerolog.New(&logs)))
-	b := testpub.Backend(t, "a")
-	p := testpub.New(t, srv.Connect(t), publisher.Config{LeaseInterval: 59 * time.Minute, Gossip: &gossip.Config{
-		BindAddr: "127.0.0.1:0", Join: []string{c.GossipAddr()}, Profile: gossip.ProfileFast}})
-	addr := b.Listener.Addr().(*net.TCPAddr)
-	in := serverlist.Instance{Service: "orders", InstanceID: b.URL, Host: addr.IP.String(), Port: addr.Port}
-	if err := p.Announce(t.Context(), in); err != nil {
-		t.Fatal(err)
-	}
+	c, p, id := gossipInstance(t, srv, pushlb.WithLogger(zerolog.New(&logs)))
 	listed := func() int { return listedOf(c, "orders") }
 	held := func() bool { ss, _ := c.ServiceStats("orders"); return ss.Held }
-	testutil.Eventually(t, "the instance listed and its node a member", func() bool {
-		return listed() == 1 && c.Stats().Gossip.Members == 2
-	})
-	purge := purger(t, srv, "orders", b.URL)
+	purge := purger(t, srv, "orders", id)
 
 	purge()
 	testutil.Eventually(t, "the list held", held)
@@ -240,6 +224,46 @@ func TestRegistryLossHeldWhileGossipAlive(t *testing.T) {
 	if !strings.Contains(logs.String(), "gossip found the held instances' nodes gone") {
 		t.Fatalf("no log of the hold's end by gossip:\n%s", logs.String())
 	}
+}
+
+// TestOfflineOfAGossipInstanceEmpties: the one instance of a service,
+// a gossip member whose node lives until it leaves, withdraws (offline,
+// deregistration, leave): the list empties, nothing held.
+func TestOfflineOfAGossipInstanceEmpties(t *testing.T) {
+	srv := natstest.Start(t)
+	c, p, _ := gossipInstance(t, srv)
+	if err := p.Withdraw(t.Context(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the list emptied", func() bool { return listedOf(c, "orders") == 0 })
+	if h := c.Stats().ListsHeld; h != 0 {
+		t.Fatalf("an offline was held (%d lists held)", h)
+	}
+}
+
+// gossipInstance starts a client that is a gossip member and a backend
+// announced as the one instance of orders by a publisher that is a member
+// too, and returns them with the instance's ID once the client lists it
+// and knows its node. The lease is an hour, so that the publisher's lease
+// loop, which writes a vanished record again, does not run during a test.
+func gossipInstance(t *testing.T, srv *natstest.Server, opts ...pushlb.Option) (*pushlb.Client, *publisher.Publisher, string) {
+	t.Helper()
+	c := startWith(t, srv.Connect(t), pushlb.Config{
+		Lease:  time.Hour,
+		Gossip: &gossip.Config{BindAddr: "127.0.0.1:0", Profile: gossip.ProfileFast},
+	}, opts...)
+	b := testpub.Backend(t, "a")
+	p := testpub.New(t, srv.Connect(t), publisher.Config{LeaseInterval: 59 * time.Minute, Gossip: &gossip.Config{
+		BindAddr: "127.0.0.1:0", Join: []string{c.GossipAddr()}, Profile: gossip.ProfileFast}})
+	addr := b.Listener.Addr().(*net.TCPAddr)
+	in := serverlist.Instance{Service: "orders", InstanceID: b.URL, Host: addr.IP.String(), Port: addr.Port}
+	if err := p.Announce(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the instance listed and its node a member", func() bool {
+		return listedOf(c, "orders") == 1 && c.Stats().Gossip.Members == 2
+	})
+	return c, p, b.URL
 }
 
 // TestRegistryLossOfOneInstanceEmpties: without gossip's word that it
