@@ -165,10 +165,14 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 		if err := c.guard.check(lc, listed); err != nil {
 			return err // the last list stays (subscriber.ErrDeferred)
 		}
+		rs := &resolving{lc: lc, listed: listed}
 		c.services.setCauses(lc)
-		err := visitors.Handle(ctx, lc)
+		err := visitors.Handle(context.WithValue(ctx, resolvingKey{}, rs), lc)
 		c.services.clearCauses(lc.Service)
 		first.handled(lc.Service)
+		if rs.deferred != nil {
+			return rs.deferred // the lookups found none of its IDs: held after all
+		}
 		return err
 	}, subscriber.Config{
 		Prefix: o.Prefix, Services: o.Services, Coalesce: o.Coalesce, AntiEntropy: o.AntiEntropy,
@@ -184,7 +188,7 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	if p.lookup, err = serverlist.NewLookup(reg, p.sub.Mirror(), serverlist.LookupConfig{}); err != nil {
 		return nil, fmt.Errorf("pushlb: lookup: %w", err)
 	}
-	visitors = lbvisitor.NewRegistry(creating{c.services}, p.lookup, o.log)
+	visitors = lbvisitor.NewRegistry(creating{c.services}, guardedResolver{p.lookup, c.guard}, o.log)
 	p.visitors = visitors
 	if err := p.sub.Start(ctx); err != nil {
 		return nil, fmt.Errorf("pushlb: subscriber: %w", err)

@@ -1,6 +1,8 @@
 package pushlb
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -12,6 +14,7 @@ import (
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/gossip"
+	"github.com/pushlb/pushlb/lbvisitor"
 	"github.com/pushlb/pushlb/serverlist"
 	"github.com/pushlb/pushlb/subscriber"
 )
@@ -139,6 +142,20 @@ func (g *emptyGuard) use(rs records, m memberLister) {
 // lookups that build the servers (the rest of a purge, already applied to
 // the mirror).
 func (g *emptyGuard) check(lc events.ListChanged, listed []*balancer.Server) error {
+	return g.decide(lc, listed, false)
+}
+
+// checkResolved is check for a list whose every ID the lookups that build
+// its servers found missing: the records went between check and the
+// lookups (a purge key by key, whose next key reached the mirror in
+// between), and the list would empty the service all the same.
+func (g *emptyGuard) checkResolved(lc events.ListChanged, listed []*balancer.Server) error {
+	return g.decide(lc, listed, true)
+}
+
+// decide is check; resolvedNone says that the lookups found none of lc's
+// IDs.
+func (g *emptyGuard) decide(lc events.ListChanged, listed []*balancer.Server, resolvedNone bool) error {
 	if g.hold <= 0 {
 		return nil
 	}
@@ -147,7 +164,7 @@ func (g *emptyGuard) check(lc events.ListChanged, listed []*balancer.Server) err
 	svc := lc.Service
 	g.remember(lc)
 	lost := len(lc.InstanceIDs) < len(listed) && registryLost(lc)
-	empty := lost && !slices.ContainsFunc(lc.InstanceIDs, func(id string) bool { return g.registered(svc, id) })
+	empty := lost && (resolvedNone || !slices.ContainsFunc(lc.InstanceIDs, func(id string) bool { return g.registered(svc, id) }))
 	now := g.now()
 	if h, holding := g.held[svc]; holding {
 		return g.whileHeld(lc, listed, h, lost && empty, now)
@@ -336,6 +353,44 @@ func (g *emptyGuard) heldNode(m gossip.Member) bool {
 	}
 	n, ok := g.nodes[m.Meta.Service][m.Meta.InstanceID]
 	return ok && n.name == m.Name && n.addr == m.Addr
+}
+
+// guardedResolver is the visitors' Resolver: the registry's lookups, with
+// the guard's last word on a list whose every ID they find missing (see
+// checkResolved). The list handler puts the list being applied in the
+// context (resolvingKey); when the guard holds it, every ID fails with
+// the guard's error, which is no serverlist.ErrNotFound: the visitor
+// keeps what the balancer lists of those IDs (see lbvisitor.Visitor.Apply)
+// and the handler returns the deferral.
+type guardedResolver struct {
+	lookup lbvisitor.Resolver
+	guard  *emptyGuard
+}
+
+// resolving is the list the handler applies, for guardedResolver, and the
+// guard's deferral of it, if any.
+type resolving struct {
+	lc       events.ListChanged
+	listed   []*balancer.Server
+	deferred error
+}
+
+type resolvingKey struct{}
+
+func (r guardedResolver) ResolveEach(ctx context.Context, service string, ids []string) ([]serverlist.Instance, []error) {
+	found, errs := r.lookup.ResolveEach(ctx, service, ids)
+	rs, ok := ctx.Value(resolvingKey{}).(*resolving)
+	if !ok || rs.lc.Service != service || len(ids) == 0 ||
+		slices.ContainsFunc(errs, func(err error) bool { return !errors.Is(err, serverlist.ErrNotFound) }) {
+		return found, errs
+	}
+	if err := r.guard.checkResolved(rs.lc, rs.listed); err != nil {
+		rs.deferred = err
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	return found, errs
 }
 
 // registryLost reports whether every instance lc removes left because the
