@@ -246,7 +246,7 @@ func TestOfflineOfAGossipInstanceEmpties(t *testing.T) {
 // too, and returns them with the instance's ID once the client lists it
 // and knows its node. The lease is an hour, so that the publisher's lease
 // loop, which writes a vanished record again, does not run during a test.
-func gossipInstance(t *testing.T, srv *natstest.Server, opts ...pushlb.Option) (*pushlb.Client, *publisher.Publisher, string) {
+func gossipInstance(t testing.TB, srv *natstest.Server, opts ...pushlb.Option) (*pushlb.Client, *publisher.Publisher, string) {
 	t.Helper()
 	c := startWith(t, srv.Connect(t), pushlb.Config{
 		Lease:  time.Hour,
@@ -264,6 +264,27 @@ func gossipInstance(t *testing.T, srv *natstest.Server, opts ...pushlb.Option) (
 		return listedOf(c, "orders") == 1 && c.Stats().Gossip.Members == 2
 	})
 	return c, p, b.URL
+}
+
+// BenchmarkCrashAfterRegistryLoss: the time from the crash of a held
+// instance's node (its publisher closed, without leaving) to its list
+// emptied, once the held list was offered again six times (the
+// subscriber's backoff is at its 5 s cap then): gossip's detection, then
+// the guard's reoffer (without it: the rest of the backoff). The setup of
+// each iteration is not timed.
+func BenchmarkCrashAfterRegistryLoss(b *testing.B) {
+	for range b.N {
+		b.StopTimer()
+		srv := natstest.Start(b)
+		c, p, id := gossipInstance(b, srv)
+		purger(b, srv, "orders", id)()
+		testutil.Eventually(b, "the list held", func() bool { ss, _ := c.ServiceStats("orders"); return ss.Held })
+		offered := c.Stats().Events.Delivered
+		testutil.Eventually(b, "six offers", func() bool { return c.Stats().Events.Delivered >= offered+6 })
+		b.StartTimer()
+		p.Close()
+		testutil.Eventually(b, "the list emptied", func() bool { return listedOf(c, "orders") == 0 })
+	}
 }
 
 // TestRegistryLossOfOneInstanceEmpties: without gossip's word that it
@@ -296,7 +317,7 @@ func TestRegistryLossOfOneInstanceEmpties(t *testing.T) {
 
 // purger returns a function that purges the registry record of
 // service/id.
-func purger(t *testing.T, srv *natstest.Server, service, id string) func() {
+func purger(t testing.TB, srv *natstest.Server, service, id string) func() {
 	t.Helper()
 	js, err := jetstream.New(srv.Connect(t))
 	if err != nil {
