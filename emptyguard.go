@@ -21,7 +21,9 @@ import (
 
 // emptyGuard keeps a service's last list when the registry loses it all at
 // once (Config.EmptyListHold): the bucket deleted, recreated empty, or
-// purged. It looks at each list before it is applied. A list is held back
+// purged. It looks at each list before it is applied, and again when the
+// lookups that build its servers find none of its IDs (guardedResolver).
+// A list is held back
 // when it is empty, every instance the run of removals that empties it
 // removed left because the registry no longer holds it (cause registry or
 // resync: no offline announcement, no gossip death, no disconnect
@@ -257,9 +259,10 @@ func (g *emptyGuard) witness(service string, servers []*balancer.Server) witness
 	var w witness
 	for _, s := range servers {
 		n, ok := known[s.ID]
+		addr, live := alive[n.name]
 		switch {
 		case !ok || n.name == "" || (s.Incarnation != 0 && s.Incarnation != n.incarnation):
-		case alive[n.name] == n.addr:
+		case live && addr == n.addr:
 			w.alive++
 		default:
 			w.gone++
