@@ -84,7 +84,7 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, optionError("balancer configuration: %w", err)
 	}
-	c := &Client{nc: nc, opts: o, factory: factory, guard: newEmptyGuard(o.EmptyListHold, o.log)}
+	c := &Client{nc: nc, opts: o, factory: factory, guard: newEmptyGuard(o.EmptyListHold, o.Gossip != nil, o.log)}
 	c.services = newServiceSet(factory, o.log, o.onList)
 	topts := append([]lbhttp.Option{lbhttp.WithLogger(o.log)}, o.transport...)
 	if c.transport, err = lbhttp.NewTransport(existing{c.services}, topts...); err != nil {
@@ -158,16 +158,21 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	var visitors *lbvisitor.Registry
 	first := newFirstLists()
 	p.sub, err = subscriber.New(c.nc, reg, func(ctx context.Context, lc events.ListChanged) error {
+		var listed []*balancer.Server
 		if sv := c.services.lookup(lc.Service); sv != nil {
-			held := func(id string) bool { _, ok := p.sub.Mirror().Get(lc.Service, id); return ok }
-			if err := c.guard.check(lc, len(sv.b.AllServers()), held); err != nil {
-				return err // the last list stays (subscriber.ErrDeferred)
-			}
+			listed = sv.b.AllServers()
 		}
+		if err := c.guard.check(lc, listed); err != nil {
+			return err // the last list stays (subscriber.ErrDeferred)
+		}
+		rs := &resolving{lc: lc, listed: listed}
 		c.services.setCauses(lc)
-		err := visitors.Handle(ctx, lc)
+		err := visitors.Handle(context.WithValue(ctx, resolvingKey{}, rs), lc)
 		c.services.clearCauses(lc.Service)
 		first.handled(lc.Service)
+		if rs.deferred != nil {
+			return rs.deferred // the lookups found none of its IDs: held after all
+		}
 		return err
 	}, subscriber.Config{
 		Prefix: o.Prefix, Services: o.Services, Coalesce: o.Coalesce, AntiEntropy: o.AntiEntropy,
@@ -179,10 +184,11 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("pushlb: subscriber: %w", err)
 	}
+	c.guard.use(p.sub.Mirror(), nil)
 	if p.lookup, err = serverlist.NewLookup(reg, p.sub.Mirror(), serverlist.LookupConfig{}); err != nil {
 		return nil, fmt.Errorf("pushlb: lookup: %w", err)
 	}
-	visitors = lbvisitor.NewRegistry(creating{c.services}, p.lookup, o.log)
+	visitors = lbvisitor.NewRegistry(creating{c.services}, guardedResolver{p.lookup, c.guard}, o.log)
 	p.visitors = visitors
 	if err := p.sub.Start(ctx); err != nil {
 		return nil, fmt.Errorf("pushlb: subscriber: %w", err)
@@ -195,10 +201,12 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 		return nil, fmt.Errorf("pushlb: initial lists: %w", err)
 	}
 	if o.Gossip != nil {
-		if p.gossip, err = startGossip(ctx, *o.Gossip, p.sub, o); err != nil {
+		h := c.guard.gossipHandler(p.sub.GossipHandler(), p.sub.Reoffer)
+		if p.gossip, err = startGossip(ctx, *o.Gossip, h, o); err != nil {
 			p.close()
 			return nil, err
 		}
+		c.guard.use(p.sub.Mirror(), p.gossip)
 	}
 	p.janitor = newJanitor(c, visitors)
 	p.janitor.start()
@@ -221,12 +229,13 @@ func (o options) advisorySubject() string {
 	return o.Advisories.Subject
 }
 
-// startGossip joins the gossip cluster as a gateway; the subscriber's
-// GossipHandler turns instance nodes that die or leave into offlines,
-// accepting reports only from the node an instance's record names.
-func startGossip(ctx context.Context, cfg gossip.Config, sub *subscriber.Subscriber, o options) (*gossip.Node, error) {
+// startGossip joins the gossip cluster as a gateway with h: the
+// subscriber's GossipHandler, which turns instance nodes that die or leave
+// into offlines, accepting reports only from the node an instance's record
+// names, wrapped by the empty-push guard's.
+func startGossip(ctx context.Context, cfg gossip.Config, h gossip.Handler, o options) (*gossip.Node, error) {
 	cfg.Logger = o.log
-	n, err := gossip.New(cfg, sub.GossipHandler())
+	n, err := gossip.New(cfg, h)
 	if err != nil {
 		return nil, fmt.Errorf("pushlb: gossip: %w", err)
 	}

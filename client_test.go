@@ -45,7 +45,7 @@ func start(t *testing.T, nc *nats.Conn, opts ...pushlb.Option) *pushlb.Client {
 }
 
 // startWith builds and starts a client with cfg; cleanup closes it.
-func startWith(t *testing.T, nc *nats.Conn, cfg pushlb.Config, opts ...pushlb.Option) *pushlb.Client {
+func startWith(t testing.TB, nc *nats.Conn, cfg pushlb.Config, opts ...pushlb.Option) *pushlb.Client {
 	t.Helper()
 	c, err := pushlb.New(nc, cfg, opts...)
 	if err != nil {

@@ -67,14 +67,18 @@ type Config struct {
 	ServiceGrace time.Duration
 	// EmptyListHold protects the lists from a registry that loses
 	// everything at once (its bucket deleted or purged): a change that
-	// would empty a service of two or more instances, every one of them
-	// removed because the registry no longer holds it (none announced
-	// offline, none found dead by gossip or a disconnect advisory), is held
-	// back and the last list kept, logged and counted
-	// (ServiceStats.Held), until the registry shows the service's
-	// instances again or for at most this long. A real mass offline (each
-	// instance announcing it) still empties the list at once. Default
-	// 2 min; negative turns the protection off.
+	// would empty a service, every instance it removes removed because the
+	// registry no longer holds it (none announced offline, none found dead
+	// by gossip or a disconnect advisory), is held back and the last list
+	// kept, logged and counted (ServiceStats.Held), when the service had
+	// two or more instances removed within a second, or, with Gossip, when
+	// the gossip node a removed instance's record named is alive (one
+	// instance is enough then). The hold ends when the registry shows the
+	// service's instances again, when gossip finds every held instance's
+	// node gone, or after this long. A real mass offline (each instance
+	// announcing it) still empties the list at once. Default 2 min;
+	// negative turns the protection off (docs/balancer.md, "Empty-push
+	// protection").
 	EmptyListHold time.Duration
 	// Limits bound what announcements alone can make the client hold.
 	Limits Limits

@@ -2,14 +2,18 @@ package pushlb_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb"
+	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
 	"github.com/pushlb/pushlb/internal/testkit/testpub"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
@@ -131,6 +135,210 @@ func TestRegistryLossHoldEnds(t *testing.T) {
 			}
 		} else if got := c.Stats().ListsHeld; got != want {
 			t.Fatalf("protection off: %d lists held, want 0", got)
+		}
+	}
+}
+
+// TestRegistryLossStaysHeldAfterASecond: a purge key by key empties a
+// service of two in two lists, the first applied, the second held (the
+// two less than a second apart, as the second waits only for the
+// first's list); the
+// held list, offered again five times (over three seconds), stays held:
+// the size before the run, not the one held, decides, however long ago
+// the run began.
+func TestRegistryLossStaysHeldAfterASecond(t *testing.T) {
+	srv := natstest.Start(t)
+	var pubs []*publisher.Publisher
+	var ids []string
+	for _, name := range []string{"a", "b"} {
+		b := testpub.Backend(t, name)
+		pubs = append(pubs, announce(t, srv, "orders", "", b))
+		ids = append(ids, b.URL)
+	}
+	c := start(t, srv.Connect(t))
+	testutil.Eventually(t, "two instances listed", func() bool { return listedOf(c, "orders") == 2 })
+	for _, p := range pubs {
+		p.Close() // a live publisher writes its purged record again
+	}
+	purger(t, srv, "orders", ids[0])()
+	testutil.Eventually(t, "the first removal applied", func() bool { return listedOf(c, "orders") == 1 })
+	purger(t, srv, "orders", ids[1])()
+	held := func() bool { ss, _ := c.ServiceStats("orders"); return ss.Held }
+	testutil.Eventually(t, "the list held", held)
+	offered := c.Stats().Events.Delivered
+	testutil.Eventually(t, "the held list offered again five times, or let go", func() bool {
+		return c.Stats().Events.Delivered >= offered+5 || !held()
+	})
+	if !held() || listedOf(c, "orders") == 0 {
+		t.Fatalf("the hold ended after %d offers (%d servers listed)", c.Stats().Events.Delivered-offered, listedOf(c, "orders"))
+	}
+}
+
+// TestRegistryLossHeldWhileGossipAlive: a service of one instance whose
+// publisher is a gossip member of the client's cluster. Its record is
+// purged while its node lives: the list is held (a lost record, not a
+// crash). The registry holds it again: the hold ends. Purged again, held
+// again; then the node stops without leaving (a crash after the loss):
+// gossip declares it dead and the list empties. Real NATS, real
+// memberlist on loopback, a real publisher whose lease loop does not run
+// during the test (gossipInstance): the registry comes back when the test
+// announces again.
+func TestRegistryLossHeldWhileGossipAlive(t *testing.T) {
+	srv := natstest.Start(t)
+	var logs testutil.SyncBuffer
+	c, p, id := gossipInstance(t, srv, pushlb.WithLogger(zerolog.New(&logs)))
+	listed := func() int { return listedOf(c, "orders") }
+	held := func() bool { ss, _ := c.ServiceStats("orders"); return ss.Held }
+	purge := purger(t, srv, "orders", id)
+
+	purge()
+	testutil.Eventually(t, "the list held", held)
+	if n, h := listed(), c.Stats().ListsHeld; n != 1 || h != 1 {
+		t.Fatalf("while held: %d servers listed, %d lists held; want 1 and 1", n, h)
+	}
+	client := &http.Client{Transport: c.Transport()}
+	if body := get(t, client, "http://orders/x"); body != "a /x" {
+		t.Fatalf("through the held list: %q", body)
+	}
+
+	// The registry holds the instance again.
+	if err := p.Announce(t.Context(), p.Instance()); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the hold ended", func() bool { return !held() })
+	if n := listed(); n != 1 {
+		t.Fatalf("after the registry came back: %d servers, want 1", n)
+	}
+
+	// Lost again, then the instance's node stops: a real crash empties
+	// the list.
+	purge()
+	testutil.Eventually(t, "the list held again", func() bool { return held() && c.Stats().ListsHeld == 2 })
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the list emptied once gossip found the node dead", func() bool { return listed() == 0 })
+	if held() || c.Stats().ListsHeld != 2 {
+		t.Fatalf("after the crash: held %v, %d lists held; want false and 2", held(), c.Stats().ListsHeld)
+	}
+	if !strings.Contains(logs.String(), "gossip found the held instances' nodes gone") {
+		t.Fatalf("no log of the hold's end by gossip:\n%s", logs.String())
+	}
+}
+
+// TestOfflineOfAGossipInstanceEmpties: the one instance of a service,
+// a gossip member whose node lives until it leaves, withdraws (offline,
+// deregistration, leave): the list empties and is not held. (Should the
+// client handle the deregistration before the offline event, which then
+// changes nothing, the list is held until the node's leave, a moment
+// later: so the count of holds is not asserted.)
+func TestOfflineOfAGossipInstanceEmpties(t *testing.T) {
+	srv := natstest.Start(t)
+	c, p, _ := gossipInstance(t, srv)
+	if err := p.Withdraw(t.Context(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the list emptied", func() bool { return listedOf(c, "orders") == 0 })
+	if ss, _ := c.ServiceStats("orders"); ss.Held {
+		t.Fatal("the emptied list reads as held")
+	}
+	t.Logf("%d lists held", c.Stats().ListsHeld)
+}
+
+// gossipInstance starts a client that is a gossip member and a backend
+// announced as the one instance of orders by a publisher that is a member
+// too, and returns them with the instance's ID once the client lists it
+// and knows its node. The lease is an hour, so that the publisher's lease
+// loop, which writes a vanished record again, does not run during a test.
+func gossipInstance(t testing.TB, srv *natstest.Server, opts ...pushlb.Option) (*pushlb.Client, *publisher.Publisher, string) {
+	t.Helper()
+	c := startWith(t, srv.Connect(t), pushlb.Config{
+		Lease:  time.Hour,
+		Gossip: &gossip.Config{BindAddr: "127.0.0.1:0", Profile: gossip.ProfileFast},
+	}, opts...)
+	b := testpub.Backend(t, "a")
+	p := testpub.New(t, srv.Connect(t), publisher.Config{LeaseInterval: 59 * time.Minute, Gossip: &gossip.Config{
+		BindAddr: "127.0.0.1:0", Join: []string{c.GossipAddr()}, Profile: gossip.ProfileFast}})
+	addr := b.Listener.Addr().(*net.TCPAddr)
+	in := serverlist.Instance{Service: "orders", InstanceID: b.URL, Host: addr.IP.String(), Port: addr.Port}
+	if err := p.Announce(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the instance listed and its node a member", func() bool {
+		return listedOf(c, "orders") == 1 && c.Stats().Gossip.Members == 2
+	})
+	return c, p, b.URL
+}
+
+// BenchmarkCrashAfterRegistryLoss: the time from the crash of a held
+// instance's node (its publisher closed, without leaving) to its list
+// emptied, once the held list was offered again six times (the
+// subscriber's backoff is at its 5 s cap then): gossip's detection, then
+// the guard's reoffer (without it: the rest of the backoff). The setup of
+// each iteration is not timed.
+func BenchmarkCrashAfterRegistryLoss(b *testing.B) {
+	for range b.N {
+		b.StopTimer()
+		srv := natstest.Start(b)
+		c, p, id := gossipInstance(b, srv)
+		purger(b, srv, "orders", id)()
+		testutil.Eventually(b, "the list held", func() bool { ss, _ := c.ServiceStats("orders"); return ss.Held })
+		offered := c.Stats().Events.Delivered
+		testutil.Eventually(b, "six offers", func() bool { return c.Stats().Events.Delivered >= offered+6 })
+		b.StartTimer()
+		p.Close()
+		testutil.Eventually(b, "the list emptied", func() bool { return listedOf(c, "orders") == 0 })
+	}
+}
+
+// TestRegistryLossOfOneInstanceEmpties: without gossip's word that it
+// still runs, the lost record of a service's only instance empties the
+// list at once, as a lease that ended after a crash: with the client out of
+// gossip, and with the client a member but the instance not.
+func TestRegistryLossOfOneInstanceEmpties(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		gossip *gossip.Config
+	}{
+		{"client without gossip", nil},
+		{"instance without gossip", &gossip.Config{BindAddr: "127.0.0.1:0", Profile: gossip.ProfileFast}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := natstest.Start(t)
+			b := testpub.Backend(t, "a")
+			p := announce(t, srv, "orders", "", b)
+			c := startWith(t, srv.Connect(t), pushlb.Config{Gossip: tc.gossip})
+			testutil.Eventually(t, "the instance listed", func() bool { return listedOf(c, "orders") == 1 })
+			p.Close() // a live publisher writes its purged record again
+			purger(t, srv, "orders", b.URL)()
+			testutil.Eventually(t, "the list emptied", func() bool { return listedOf(c, "orders") == 0 })
+			if h := c.Stats().ListsHeld; h != 0 {
+				t.Fatalf("%d lists held, want 0", h)
+			}
+		})
+	}
+}
+
+// purger returns a function that purges the registry record of
+// service/id.
+func purger(t testing.TB, srv *natstest.Server, service, id string) func() {
+	t.Helper()
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), serverlist.BucketName("lb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := serverlist.EncodeKey(service, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if err := kv.Purge(t.Context(), key); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

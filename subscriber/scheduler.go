@@ -82,6 +82,28 @@ func (sc *scheduler) mark(service string, confirmed bool) {
 // delivered as they come, each on a goroutine of its own.
 var startWorkers = max(4, 2*runtime.GOMAXPROCS(0))
 
+// reoffer delivers the list of a service whose delivery waits for the
+// backoff of a failure or a deferral as soon as the coalescing window
+// allows: the backoff is cancelled. A service without delivery state, or
+// not waiting, is left alone.
+func (sc *scheduler) reoffer(service string) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	st := sc.svcs[service]
+	if st == nil || st.failures == 0 {
+		return
+	}
+	st.failures = 0
+	st.dirty = true
+	if st.timer != nil && st.timer.Stop() {
+		st.timer = nil
+		sc.wg.Done()
+	}
+	if sc.ready && !sc.stopped {
+		sc.scheduleLocked(service, st)
+	}
+}
+
 // start marks the known services dirty and lets deliveries begin: those
 // and every service marked meanwhile are delivered now, in the order of
 // known, by at most startWorkers goroutines.

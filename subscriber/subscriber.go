@@ -719,6 +719,13 @@ func (s *Subscriber) reconcile(ctx context.Context, service string, cause events
 	return changed
 }
 
+// Reoffer delivers the service's list again as soon as the coalescing
+// window allows, instead of after the backoff of a list the Handler
+// deferred (ErrDeferred) or failed: for a handler that learns that what
+// made it defer the list no longer holds. It does nothing for a service
+// whose delivery is not waiting for a backoff. Safe from any goroutine.
+func (s *Subscriber) Reoffer(service string) { s.sched.reoffer(service) }
+
 // markDirty records a change of service and schedules its delivery. A
 // service the registry never showed an instance of, and whose lists were
 // never delivered, has nothing to deliver yet: its events are hints that
