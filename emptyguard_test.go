@@ -107,14 +107,7 @@ func TestRegistryLossHoldEnds(t *testing.T) {
 		c := startWith(t, srv.Connect(t), pushlb.Config{EmptyListHold: hold})
 		listed := func() int { return listedOf(c, "orders") }
 		testutil.Eventually(t, "two instances listed", func() bool { return listed() == 2 })
-		js, err := jetstream.New(srv.Connect(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		kv, err := js.KeyValue(t.Context(), serverlist.BucketName("lb"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		kv := registryKV(t, srv)
 		for _, p := range pubs {
 			p.Close() // a live publisher writes its purged record again
 		}
@@ -319,9 +312,8 @@ func TestRegistryLossOfOneInstanceEmpties(t *testing.T) {
 	}
 }
 
-// purger returns a function that purges the registry record of
-// service/id.
-func purger(t testing.TB, srv *natstest.Server, service, id string) func() {
+// registryKV opens the registry's bucket (the default "lb") on srv.
+func registryKV(t testing.TB, srv *natstest.Server) jetstream.KeyValue {
 	t.Helper()
 	js, err := jetstream.New(srv.Connect(t))
 	if err != nil {
@@ -331,6 +323,14 @@ func purger(t testing.TB, srv *natstest.Server, service, id string) func() {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return kv
+}
+
+// purger returns a function that purges the registry record of
+// service/id.
+func purger(t testing.TB, srv *natstest.Server, service, id string) func() {
+	t.Helper()
+	kv := registryKV(t, srv)
 	key, err := serverlist.EncodeKey(service, id)
 	if err != nil {
 		t.Fatal(err)

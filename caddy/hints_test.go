@@ -94,22 +94,6 @@ func names(group map[string]string) []string {
 	return out
 }
 
-// exactly reports whether seen counts answers by each of want and by
-// nothing else.
-func exactly(seen map[string]int, want []string) bool {
-	n := 0
-	for _, w := range want {
-		if seen[w] == 0 {
-			return false
-		}
-		n += seen[w]
-	}
-	for _, v := range seen {
-		n -= v
-	}
-	return n == 0
-}
-
 // TestPolicyHints: under the pushlb policy a request with the hint header
 // is handed the hinted instances only (the pick and its stand-ins), both
 // of them over several requests; one without it, or with a hint nobody
@@ -151,13 +135,13 @@ func TestPolicyHints(t *testing.T) {
 	}
 	try(t, u, s, nil).answered() // the source learns the policy: picks from now on
 	hinted := http.Header{pushlbcaddy.DefaultHintHeader: {"canary"}}
-	if seen := run(hinted); !exactly(seen, names(f.canaries)) {
+	if seen := run(hinted); !testutil.Exactly(seen, names(f.canaries)) {
 		t.Fatalf("hinted requests: %v, want both canaries and nothing else", seen)
 	}
-	if seen := run(nil); !exactly(seen, f.all()) {
+	if seen := run(nil); !testutil.Exactly(seen, f.all()) {
 		t.Fatalf("requests without a hint: %v, want every instance", seen)
 	}
-	if seen := run(http.Header{pushlbcaddy.DefaultHintHeader: {"nobody"}}); !exactly(seen, f.all()) {
+	if seen := run(http.Header{pushlbcaddy.DefaultHintHeader: {"nobody"}}); !testutil.Exactly(seen, f.all()) {
 		t.Fatalf("a hint no instance carries: %v, want every instance (fallback)", seen)
 	}
 	// A handler of its own: a source serves the policy of its handler.
@@ -173,7 +157,7 @@ func TestPolicyHints(t *testing.T) {
 		seen[byAddr[a.chosen.Dial]]++
 		a.answered()
 	}
-	if !exactly(seen, f.all()) {
+	if !testutil.Exactly(seen, f.all()) {
 		t.Fatalf("hint_header -: %v, want every instance", seen)
 	}
 }
@@ -252,7 +236,7 @@ func TestHintsInProcess(t *testing.T) {
 		{"lane", pushlbcaddy.DefaultHintHeader, "canary", f.all()},
 		{"off", pushlbcaddy.DefaultHintHeader, "canary", f.all()},
 	} {
-		if seen := answers(tc.server, tc.header, tc.value); !exactly(seen, tc.want) {
+		if seen := answers(tc.server, tc.header, tc.value); !testutil.Exactly(seen, tc.want) {
 			t.Errorf("server %s, %s: %s: answers %v, want %v and nothing else", tc.server, tc.header, tc.value, seen, tc.want)
 		}
 	}

@@ -63,27 +63,6 @@ func hinted(t *testing.T) (c *pushlb.Client, canaries, others []string, pubs []w
 	return c, canaries, others, pubs
 }
 
-// only reports whether seen counts RPCs on each of addrs and on nothing
-// else.
-func only(seen map[string]int, addrs []string) bool {
-	n := 0
-	for _, a := range addrs {
-		if seen[a] == 0 {
-			return false
-		}
-		n += seen[a]
-	}
-	return n == total(seen)
-}
-
-func total(seen map[string]int) int {
-	n := 0
-	for _, v := range seen {
-		n += v
-	}
-	return n
-}
-
 // TestBalancerHints: an RPC whose metadata carries the hint key (or whose
 // context carries lb.WithHint) goes to the servers announced with that
 // hint, every one of them; one without a hint, or with a hint no server
@@ -97,37 +76,37 @@ func TestBalancerHints(t *testing.T) {
 	waitReady(t, conn, all...)
 
 	byMetadata := metadata.AppendToOutgoingContext(t.Context(), pushlbgrpc.DefaultHintKey, "canary")
-	if seen := spread(t, byMetadata, conn, 40); !only(seen, canaries) {
+	if seen := spread(t, byMetadata, conn, 40); !testutil.Exactly(seen, canaries) {
 		t.Fatalf("hinted by metadata: %v, want both canaries %v and nothing else", seen, canaries)
 	}
-	if seen := spread(t, pushlbgrpc.WithCallHint(t.Context(), "canary"), conn, 40); !only(seen, canaries) {
+	if seen := spread(t, pushlbgrpc.WithCallHint(t.Context(), "canary"), conn, 40); !testutil.Exactly(seen, canaries) {
 		t.Fatalf("hinted by the context: %v, want both canaries %v and nothing else", seen, canaries)
 	}
-	if seen := spread(t, t.Context(), conn, 40); !only(seen, all) {
+	if seen := spread(t, t.Context(), conn, 40); !testutil.Exactly(seen, all) {
 		t.Fatalf("no hint: %v, want every server", seen)
 	}
 	nobody := metadata.AppendToOutgoingContext(t.Context(), pushlbgrpc.DefaultHintKey, "nobody")
-	if seen := spread(t, nobody, conn, 40); !only(seen, all) {
+	if seen := spread(t, nobody, conn, 40); !testutil.Exactly(seen, all) {
 		t.Fatalf("a hint no server carries: %v, want every server (fallback)", seen)
 	}
 	// The metadata's hint wins over the context's.
 	both := metadata.AppendToOutgoingContext(pushlbgrpc.WithCallHint(t.Context(), "nobody"), pushlbgrpc.DefaultHintKey, "canary")
-	if seen := spread(t, both, conn, 20); !only(seen, canaries) {
+	if seen := spread(t, both, conn, 20); !testutil.Exactly(seen, canaries) {
 		t.Fatalf("hinted by metadata over the context's: %v, want the canaries", seen)
 	}
 
 	// Another key, and none.
 	lane := dialPushlb(t, c, "pushlb:///orders", "", pushlbConfig(`{"rule":"RoundRobin","hintKey":"X-Lane"}`, false))
 	waitReady(t, lane, all...)
-	if seen := spread(t, metadata.AppendToOutgoingContext(t.Context(), "x-lane", "canary"), lane, 40); !only(seen, canaries) {
+	if seen := spread(t, metadata.AppendToOutgoingContext(t.Context(), "x-lane", "canary"), lane, 40); !testutil.Exactly(seen, canaries) {
 		t.Fatalf("hinted under hintKey x-lane: %v, want the canaries", seen)
 	}
-	if seen := spread(t, byMetadata, lane, 40); !only(seen, all) {
+	if seen := spread(t, byMetadata, lane, 40); !testutil.Exactly(seen, all) {
 		t.Fatalf("the default key under hintKey x-lane: %v, want every server", seen)
 	}
 	off := dialPushlb(t, c, "pushlb:///orders", "", pushlbConfig(`{"rule":"RoundRobin","hintKey":"-"}`, false))
 	waitReady(t, off, all...)
-	if seen := spread(t, byMetadata, off, 40); !only(seen, all) {
+	if seen := spread(t, byMetadata, off, 40); !testutil.Exactly(seen, all) {
 		t.Fatalf("hintKey -: %v, want every server", seen)
 	}
 
@@ -138,9 +117,9 @@ func TestBalancerHints(t *testing.T) {
 		}
 	}
 	testutil.Eventually(t, "the canaries' withdrawal to reach the balancer", func() bool {
-		return only(spread(t, byMetadata, conn, 4), others)
+		return testutil.Exactly(spread(t, byMetadata, conn, 4), others)
 	})
-	if seen := spread(t, byMetadata, conn, 40); !only(seen, others) {
+	if seen := spread(t, byMetadata, conn, 40); !testutil.Exactly(seen, others) {
 		t.Fatalf("hinted, the canaries gone: %v, want the others %v", seen, others)
 	}
 }

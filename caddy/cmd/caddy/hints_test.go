@@ -58,7 +58,7 @@ func TestHints(t *testing.T) {
 	}
 	check := func(header, value string, want []string) {
 		t.Helper()
-		if seen := answers(header, value); !exactly(seen, want) {
+		if seen := answers(header, value); !testutil.Exactly(seen, want) {
 			t.Errorf("%s: %s: answers %v, want %v and nothing else", header, value, seen, want)
 		}
 	}
@@ -68,29 +68,13 @@ func TestHints(t *testing.T) {
 
 	c.reload(t, policy(" {\n\t\t\thint_header X-Lane\n\t\t}"))
 	testutil.Eventually(t, "the reload to read X-Lane", func() bool {
-		return exactly(answers("X-Lane", "canary"), canaries)
+		return testutil.Exactly(answers("X-Lane", "canary"), canaries)
 	})
 	check("X-Pushlb-Hint", "canary", all)
 
 	c.reload(t, policy(" {\n\t\t\thint_header -\n\t\t}"))
 	testutil.Eventually(t, "the reload to read no hint", func() bool {
-		return exactly(answers("X-Lane", "canary"), all)
+		return testutil.Exactly(answers("X-Lane", "canary"), all)
 	})
 	check("X-Pushlb-Hint", "canary", all)
-}
-
-// exactly reports whether seen counts answers by each of want and by
-// nothing else.
-func exactly(seen map[string]int, want []string) bool {
-	n := 0
-	for _, w := range want {
-		if seen[w] == 0 {
-			return false
-		}
-		n += seen[w]
-	}
-	for _, v := range seen {
-		n -= v
-	}
-	return n == 0
 }

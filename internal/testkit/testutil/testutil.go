@@ -97,3 +97,20 @@ func (l *Rand) Float64() float64 {
 	defer l.mu.Unlock()
 	return l.r.Float64()
 }
+
+// Exactly reports whether seen (counts by name: the backend that answered,
+// the address an RPC reached) counts each of want at least once and
+// nothing else.
+func Exactly(seen map[string]int, want []string) bool {
+	n := 0
+	for _, w := range want {
+		if seen[w] == 0 {
+			return false
+		}
+		n += seen[w]
+	}
+	for _, v := range seen {
+		n -= v
+	}
+	return n == 0
+}
