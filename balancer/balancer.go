@@ -287,10 +287,10 @@ func (b *Balancer) Choose(ctx context.Context) (*Server, error) {
 // choose is Choose at the pick's time now when hasNow (Pick reads it), and
 // returns the time the pick used.
 func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server, int64, error) {
-	if snap := b.snap.Load(); snap.ramp != nil {
-		now, hasNow = b.rampDue(snap, now, hasNow) // slowstart.go: wakes the refresher when due
-	}
 	snap := b.snap.Load()
+	if snap.ramp != nil {
+		now, hasNow = b.rampDue(snap, now, hasNow) // slowstart.go: wakes the refresher when due; reads only
+	}
 	if subsetsAsked.Load() { // checked here, not in the call: no context can carry a subset otherwise
 		var err error
 		if snap, err = b.snapshotFor(ctx); err != nil { // subset.go: the current snapshot, or a subset's
