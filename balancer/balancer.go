@@ -155,6 +155,10 @@ type Balancer struct {
 	rr        *RoundRobin
 	za        *ZoneAvoidance
 	rrCounter *counter
+	// decision is the current snapshot's zone decision, kept here by
+	// syncDecision so that a pick reads it one pointer from b rather than
+	// through the snapshot (see choose).
+	decision atomic.Pointer[zoneDecision]
 	// ejectRR walks the servers round robin for skipEjected; onPanic is
 	// told of panic changes (outlier.go).
 	ejectRR *counter
@@ -255,6 +259,7 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 	empty.decision.Store(b.decideZones(empty, 0)) // not in panic: no server
 	b.shared.zonesDue.Store(math.MaxInt64)
 	b.snap.Store(empty)
+	b.syncDecision()
 	return b, nil
 }
 
@@ -287,6 +292,39 @@ func (b *Balancer) Choose(ctx context.Context) (*Server, error) {
 // choose is Choose at the pick's time now when hasNow (Pick reads it), and
 // returns the time the pick used.
 func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server, int64, error) {
+	// Round robin's common case, first: the decision alone names the
+	// servers (zoneDecision.rr: round robin, or ZoneAvoidance while every
+	// server passes; no zone drawn, no ramp, equal weights), no context
+	// may carry a subset or a zone, nothing was ejected or reached its
+	// breaker's threshold under ZoneAvoidance, and the decision needs no
+	// clock or refresh. Every load is at most two pointers from b, as
+	// grpc-go's picker's: the counter's locked add waits for them all.
+	// Each test leaves on its own: a chain of && and || was compiled into
+	// flags set and tested again.
+	d := b.decision.Load()
+	if d.rr == nil || choicesCarried.Load() || b.shared.ejectedUntilMax.Load() != 0 {
+		return b.chooseAny(ctx, now, hasNow)
+	}
+	if d.rrQuiet && b.shared.atThreshold.Load() != 0 {
+		return b.chooseAny(ctx, now, hasNow)
+	}
+	if d.due == math.MaxInt64 {
+		// Neither load nor time changes the decision: no clock to read.
+	} else if hasNow {
+		if now >= d.due {
+			return b.chooseAny(ctx, now, hasNow)
+		}
+	} else if d.clockCheck || b.shared.zonesPending.Load() {
+		return b.chooseAny(ctx, now, hasNow)
+	}
+	rr, mod := d.rr, d.rrMod // read before the add, which later loads wait for
+	i, _ := bits.Mul64(mod*uint64(uint32(b.rrCounter.n.Add(1))), uint64(len(rr)))
+	return rr[i], now, nil
+}
+
+// chooseAny is choose in every case: apart, so that choose's common case
+// sets up no frame for the rest.
+func (b *Balancer) chooseAny(ctx context.Context, now int64, hasNow bool) (*Server, int64, error) {
 	snap := b.snap.Load()
 	if snap.ramp != nil {
 		now, hasNow = b.rampDue(snap, now, hasNow) // slowstart.go: wakes the refresher when due; reads only
@@ -553,12 +591,31 @@ func (b *Balancer) swapLocked(list []*Server) {
 	d := b.decideZones(snap, b.shared.nanotime())
 	snap.decision.Store(d)
 	old := b.snap.Swap(snap)
+	b.syncDecision()
 	b.notePanic(d)
 	close(old.replaced)
 	if b.zonesRefreshing.Load() || b.shared.epoch.Load() != epoch {
 		b.refreshZones()
 	} else {
 		b.shared.zonesDue.Store(d.due)
+	}
+}
+
+// syncDecision sets b.decision to the current snapshot's decision. Every
+// writer of either calls it after its write, and it returns only once it
+// saw them agree, so the last writer leaves them agreeing. A writer that
+// read an older state fails its swap: every decision is a new object, so
+// the value it read before that state cannot be the current one again.
+// Between a write and its sync, a pick may use the decision before it, as
+// a pick that loaded the snapshot just before the write does.
+func (b *Balancer) syncDecision() {
+	for {
+		cur := b.decision.Load()
+		want := b.snap.Load().decision.Load()
+		if cur == want {
+			return
+		}
+		b.decision.CompareAndSwap(cur, want)
 	}
 }
 

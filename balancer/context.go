@@ -14,6 +14,10 @@ type hashKeyType struct{}
 // an HTTP request's or an RPC's, and would cost more than the pick itself.
 var zonesForced atomic.Bool
 
+// choicesCarried is zonesForced or subsetsAsked (subset.go): one load for
+// a pick's common case (Balancer.choose).
+var choicesCarried atomic.Bool
+
 // WithZone returns a context that makes Choose prefer zone for this call:
 // only servers of that zone are chosen while it has any usable (alive, not
 // tripped) server; otherwise the normal choice applies. It replaces the
@@ -22,6 +26,7 @@ var zonesForced atomic.Bool
 func WithZone(ctx context.Context, zone string) context.Context {
 	if !zonesForced.Load() {
 		zonesForced.Store(true)
+		choicesCarried.Store(true)
 	}
 	return context.WithValue(ctx, zoneKeyType{}, zone)
 }

@@ -236,6 +236,7 @@ var subsetsAsked atomic.Bool
 func noteSubsets() {
 	if !subsetsAsked.Load() {
 		subsetsAsked.Store(true)
+		choicesCarried.Store(true)
 	}
 }
 

@@ -44,6 +44,15 @@ type zoneDecision struct {
 	// probability (cum[i] - cum[i-1]) / cum[len-1].
 	draw []*zoneGroup
 	cum  []int
+	// rr and rrMod are view's servers and their reciprocal (View.mod) when
+	// a pick may take them from the decision alone (Balancer.choose): the
+	// rule is RoundRobin, or ZoneAvoidance without an active-request limit
+	// (its predicate then keeps every server while none is tripped:
+	// rrQuiet), no zone is drawn per pick, no server ramps
+	// (Snapshot.ramp) and the weights are equal; rr is nil otherwise.
+	rr      []*Server
+	rrMod   uint64
+	rrQuiet bool
 	// panic: too few healthy servers (Config.PanicThreshold), so the
 	// decision and the picks ignore breakers and ejections; healthy and
 	// alive are the counts it was decided on (outlier.go).
@@ -155,6 +164,10 @@ func (b *Balancer) decideZones(snap *Snapshot, now int64) *zoneDecision {
 		d.due = now + int64(b.cfg.ZoneStatsInterval)
 	}
 	d.clockCheck = tripped || (loadMatters && active)
+	za := b.za != nil && b.za.pred.limit == 0 && b.shared.breaker.Threshold > 0 // statsShared.quiet's fixed half
+	if (b.rr != nil || za) && d.draw == nil && snap.ramp == nil && d.view.sweep == nil && len(d.view.servers) > 0 {
+		d.rr, d.rrMod, d.rrQuiet = d.view.servers, d.view.mod, za
+	}
 	return d
 }
 
@@ -313,6 +326,7 @@ func (b *Balancer) publishZones(snap *Snapshot) {
 	b.shared.zonesPending.Store(false)
 	d := b.decideZones(snap, b.shared.nanotime())
 	snap.decision.Store(d)
+	b.syncDecision()
 	if b.snap.Load() == snap {
 		b.shared.zonesDue.Store(d.due)
 		b.notePanic(d)

@@ -162,6 +162,15 @@ func pushlbBalancer(b *testing.B, rule string, n, zones int) *balancer.Balancer 
 	for i, s := range bal.AllServers() {
 		bal.Begin(s).Done(balancer.DoneInfo{ResponseTime: time.Duration(i%50+1) * 100 * time.Microsecond})
 	}
+	// Those requests changed active counts after the zone decision was
+	// made: until it is remade, ZoneStatsInterval later, a Choose reads the
+	// clock to see whether it is due. Pick until then, so that the steady
+	// state is measured rather than the first tenth of a second.
+	for end := time.Now().Add(cfg.ZoneStatsInterval); time.Now().Before(end); {
+		if _, err := bal.Choose(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
 	return bal
 }
 

@@ -1,0 +1,198 @@
+package balancer
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+)
+
+// withoutContextChoices lets a test see choose's common case, which any
+// WithZone or hint made earlier in the process turns off for good: it
+// clears choicesCarried for the test and sets it back after. Sequential
+// tests only (no t.Parallel test runs beside them).
+func withoutContextChoices(t *testing.T) {
+	was := choicesCarried.Load()
+	choicesCarried.Store(false)
+	t.Cleanup(func() { choicesCarried.Store(was) })
+}
+
+// picksFrom chooses n times from counter position k on and returns the IDs.
+func (tb *testBalancer) picksFrom(t *testing.T, k uint64, n int) []string {
+	t.Helper()
+	tb.rrCounter.n.Store(k)
+	out := make([]string, n)
+	for i := range out {
+		s, err := tb.Choose(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = s.ID
+	}
+	return out
+}
+
+// pickedCounts is pickCounts through Pick, which reads the time (so a
+// decision's due, not its clockCheck, decides), each request ended
+// without an outcome.
+func (tb *testBalancer) pickedCounts(t *testing.T, n int) map[string]int {
+	t.Helper()
+	counts := map[string]int{}
+	for range n {
+		p, err := tb.Pick(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.End()
+		counts[p.Server.ID]++
+	}
+	return counts
+}
+
+// The common case of choose (the decision's servers, read from
+// Balancer.decision) picks exactly what the whole path picks from the same
+// counter position, for RoundRobin and ZoneAvoidance, one zone or three.
+func TestFastPickAgreesWithFullPath(t *testing.T) {
+	withoutContextChoices(t)
+	for _, c := range []struct {
+		rule  string
+		zones []string
+	}{
+		{RuleRoundRobin, []string{"a"}},
+		{RuleRoundRobin, []string{"a", "b", "c"}},
+		{RuleZoneAvoidance, []string{"a", "b", "c"}},
+	} {
+		t.Run(fmt.Sprintf("%s/%d", c.rule, len(c.zones)), func(t *testing.T) {
+			tb := newTest(t, func(cfg *Config) { cfg.Rule = c.rule }, zoned(3, c.zones...))
+			if tb.decision.Load().rr == nil {
+				t.Fatal("the decision offers no common case")
+			}
+			fast := tb.picksFrom(t, 1<<40, 30)
+			choicesCarried.Store(true) // the whole path from here
+			full := tb.picksFrom(t, 1<<40, 30)
+			choicesCarried.Store(false)
+			if !slices.Equal(fast, full) {
+				t.Fatalf("common case %v\nwhole path  %v", fast, full)
+			}
+			seen := map[string]bool{}
+			for _, id := range fast {
+				seen[id] = true
+			}
+			if len(seen) != 3*len(c.zones) {
+				t.Fatalf("30 picks reached %d servers, want %d", len(seen), 3*len(c.zones))
+			}
+		})
+	}
+}
+
+// Whatever the common case cannot serve leaves it: a zone drawn per pick,
+// unequal weights, a server at its breaker's threshold under
+// ZoneAvoidance, an ejection. A list change is seen by the next pick.
+func TestFastPickStepsAside(t *testing.T) {
+	withoutContextChoices(t)
+
+	t.Run("list change", func(t *testing.T) {
+		tb := newTest(t, func(c *Config) { c.Rule = RuleRoundRobin }, servers(3, "", 0))
+		if err := tb.SetServers(servers(2, "", 10)); err != nil {
+			t.Fatal(err)
+		}
+		if got := tb.decision.Load(); got != tb.snap.Load().decision.Load() {
+			t.Fatal("Balancer.decision is not the new snapshot's")
+		}
+		for _, id := range tb.picksFrom(t, 7, 20) {
+			if id != "s10" && id != "s11" {
+				t.Fatalf("picked %s after the list changed to s10, s11", id)
+			}
+		}
+	})
+
+	t.Run("zone drawn", func(t *testing.T) {
+		tb := newTest(t, func(c *Config) { c.Rule = RuleRoundRobin }, zoned(2, "a", "b", "c"))
+		tb.trip(t, "a0", "a1")
+		if tb.decision.Load().rr != nil {
+			t.Fatal("zone a avoided, yet the decision offers its servers to every pick")
+		}
+		if n := inZone(tb.pickCounts(t, 300), "a"); n != 0 {
+			t.Fatalf("zone a tripped: picked %d times", n)
+		}
+	})
+
+	t.Run("weights", func(t *testing.T) {
+		list := servers(2, "", 0)
+		list[0].Weight = 300
+		tb := newTest(t, func(c *Config) { c.Rule = RuleRoundRobin }, list)
+		if tb.decision.Load().rr != nil {
+			t.Fatal("unequal weights, yet the decision offers plain round robin")
+		}
+		if n := tb.pickCounts(t, 400)["s0"]; n != 300 {
+			t.Fatalf("s0 of weight 300 beside 100: picked %d times of 400, want 300", n)
+		}
+	})
+
+	t.Run("threshold under ZoneAvoidance", func(t *testing.T) {
+		tb := newTest(t, func(c *Config) { c.Rule = RuleZoneAvoidance; c.ZoneAware = false }, servers(3, "", 0))
+		if tb.decision.Load().rr == nil {
+			t.Fatal("the decision offers no common case")
+		}
+		tb.trip(t, "s1")
+		if n := tb.pickCounts(t, 300)["s1"]; n != 0 {
+			t.Fatalf("s1 tripped: ZoneAvoidance chose it %d times", n)
+		}
+		if n := tb.pickedCounts(t, 300)["s1"]; n != 0 {
+			t.Fatalf("s1 tripped: ZoneAvoidance picked it %d times", n)
+		}
+	})
+
+	t.Run("ejection", func(t *testing.T) {
+		tb := newTest(t, func(c *Config) {
+			c.Rule = RuleRoundRobin
+			c.OutlierDetection.Consecutive5xx = 1
+		}, servers(3, "", 0))
+		tb.Begin(tb.Server("s2")).Done(DoneInfo{ServerError: true})
+		if !tb.ServerStats("s2").Ejected() {
+			t.Fatal("s2 not ejected")
+		}
+		if n := tb.pickCounts(t, 300)["s2"]; n != 0 {
+			t.Fatalf("s2 ejected: chosen %d times", n)
+		}
+		if n := tb.pickedCounts(t, 300)["s2"]; n != 0 {
+			t.Fatalf("s2 ejected: picked %d times", n)
+		}
+	})
+}
+
+// Balancer.decision ends as the current snapshot's decision whatever the
+// order in which list changes and zone decisions raced (syncDecision).
+func TestDecisionSyncUnderRaces(t *testing.T) {
+	tb := newTest(t, func(c *Config) { c.Rule = RuleRoundRobin }, zoned(2, "a", "b", "c"))
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		for i := range 300 {
+			if err := tb.SetServers(zoned(1+i%3, "a", "b", "c")); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for range 300 {
+			tb.refreshZones()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for range 3000 {
+			if _, err := tb.Choose(t.Context()); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	if tb.decision.Load() != tb.snap.Load().decision.Load() {
+		t.Fatal("Balancer.decision is not the current snapshot's once the writers stopped")
+	}
+}
