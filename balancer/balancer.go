@@ -132,9 +132,12 @@ type Balancer struct {
 	// that avoids zones: ZoneAvoidance).
 	avoidZones bool
 	rnd        Rand
-	shared     *statsShared
-	pinger     Pinger
-	source     ServerList
+	// shared is &sharedStats, the statistics' shared state, held in the
+	// balancer so that a pick reads its flags one pointer from b.
+	shared      *statsShared
+	sharedStats statsShared
+	pinger      Pinger
+	source      ServerList
 	// pollDelay is the polling updater's first delay (Ribbon: 1 s).
 	pollDelay time.Duration
 
@@ -202,15 +205,11 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 		rnd:       globalRand{},
 		pollDelay: time.Second,
 		byID:      make(map[string]*Server),
-		shared: &statsShared{
-			clock:         systemClock{},
-			breaker:       cfg.Breaker,
-			activeTimeout: cfg.ActiveRequestsTimeout,
-			timed:         true,
-			outlier:       cfg.OutlierDetection,
-		},
-		ejectRR: newCounter(),
+		ejectRR:   newCounter(),
 	}
+	b.shared = &b.sharedStats
+	b.shared.clock, b.shared.breaker, b.shared.activeTimeout = systemClock{}, cfg.Breaker, cfg.ActiveRequestsTimeout
+	b.shared.timed, b.shared.outlier = true, cfg.OutlierDetection
 	if cfg.Ping.Kind == PingHTTP {
 		b.pinger = NewHTTPPing(cfg.Ping.Path, cfg.Ping.Timeout)
 	}
@@ -302,10 +301,10 @@ func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server,
 	// Each test leaves on its own: a chain of && and || was compiled into
 	// flags set and tested again.
 	d := b.decision.Load()
-	if d.rr == nil || choicesCarried.Load() || b.shared.ejectedUntilMax.Load() != 0 {
+	if d.rr == nil || choicesCarried.Load() || b.sharedStats.ejectedUntilMax.Load() != 0 {
 		return b.chooseAny(ctx, now, hasNow)
 	}
-	if d.rrQuiet && b.shared.atThreshold.Load() != 0 {
+	if d.rrQuiet && b.sharedStats.atThreshold.Load() != 0 {
 		return b.chooseAny(ctx, now, hasNow)
 	}
 	if d.due == math.MaxInt64 {
@@ -314,7 +313,7 @@ func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server,
 		if now >= d.due {
 			return b.chooseAny(ctx, now, hasNow)
 		}
-	} else if d.clockCheck || b.shared.zonesPending.Load() {
+	} else if d.clockCheck || b.sharedStats.zonesPending.Load() {
 		return b.chooseAny(ctx, now, hasNow)
 	}
 	rr, mod := d.rr, d.rrMod // read before the add, which later loads wait for
