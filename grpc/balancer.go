@@ -195,6 +195,7 @@ type pushlbBalancer struct {
 	core     *lb.Balancer         // nil until the first configuration
 	lastDown []string             // endpoints left out of the last list, for the log
 	entries  map[string]*endpoint // by first address: the last list's endpoints
+	hinted   bool                 // some endpoint of entries carries metadata lb.HintKey
 	noList   error                // the resolver's error while it gives no endpoint
 }
 
@@ -368,7 +369,13 @@ func (b *pushlbBalancer) UpdateState(s balancer.State) {
 		b.ClientConn.UpdateState(s)
 		return
 	}
-	p := &picker{core: b.core, hashKey: b.cfg.HashKey, hintKey: b.cfg.hintKey(), untimed: !b.core.TimesPicks()}
+	p := &picker{core: b.core, hashKey: b.cfg.HashKey, untimed: !b.core.TimesPicks()}
+	if b.hinted {
+		// Without a hinted endpoint a hint changes no pick: the picker
+		// skips looking for one in the RPC's metadata, a walk of its
+		// context's chain.
+		p.hintKey = b.cfg.hintKey()
+	}
 	b.mu.Unlock()
 	b.ClientConn.UpdateState(balancer.State{ConnectivityState: connectivity.Ready, Picker: p})
 }
@@ -421,7 +428,13 @@ func (b *pushlbBalancer) rebuildLocked(children []endpointsharding.ChildState) {
 	if !slices.Equal(skipped, b.lastDown) && len(skipped) > 0 {
 		logger.Errorf("pushlb: %s: endpoints left out: %s", b.target, strings.Join(skipped, "; "))
 	}
-	b.lastDown, b.entries = skipped, entries
+	b.lastDown, b.entries, b.hinted = skipped, entries, false
+	for _, srv := range servers {
+		if srv.Metadata[lb.HintKey] != "" {
+			b.hinted = true
+			break
+		}
+	}
 	if len(servers) > 0 {
 		if err := b.core.SetServers(servers); err != nil {
 			logger.Warningf("pushlb: %s: %v", b.target, err)

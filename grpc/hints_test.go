@@ -128,3 +128,35 @@ func TestBalancerHints(t *testing.T) {
 type withdrawer interface {
 	Withdraw(context.Context, string) error
 }
+
+// TestBalancerHintJoinsLater: a list without any hinted server makes the
+// picker skip the RPC's metadata; a canary announced afterwards gets the
+// hinted RPCs at once, and the others none of them.
+func TestBalancerHintJoinsLater(t *testing.T) {
+	srv := natstest.Start(t)
+	c := startClient(t, srv)
+	nc := srv.Connect(t)
+	var others []string
+	for i := range 2 {
+		ts := newTestServer(t)
+		others = append(others, ts.addr)
+		testpub.AnnounceAt(t, nc, ts.addr, serverlist.Instance{Service: "orders", InstanceID: fmt.Sprintf("o%d", i), Zone: "z1"})
+	}
+	conn := dialPushlb(t, c, "pushlb:///orders", "", pushlbConfig(`{"rule":"RoundRobin"}`, false))
+	waitReady(t, conn, others...)
+	byMetadata := metadata.AppendToOutgoingContext(t.Context(), pushlbgrpc.DefaultHintKey, "canary")
+	if seen := spread(t, byMetadata, conn, 20); !testutil.Exactly(seen, others) {
+		t.Fatalf("hinted, no canary yet: %v, want every server %v", seen, others)
+	}
+
+	canary := newTestServer(t)
+	testpub.AnnounceAt(t, nc, canary.addr, serverlist.Instance{Service: "orders", InstanceID: "canary", Zone: "z1",
+		Metadata: map[string]string{lb.HintKey: "canary"}})
+	waitReady(t, conn, append([]string{canary.addr}, others...)...)
+	if seen := spread(t, byMetadata, conn, 20); !testutil.Exactly(seen, []string{canary.addr}) {
+		t.Fatalf("hinted, the canary announced: %v, want only %s", seen, canary.addr)
+	}
+	if seen := spread(t, t.Context(), conn, 30); !testutil.Exactly(seen, append([]string{canary.addr}, others...)) {
+		t.Fatalf("no hint: %v, want every server", seen)
+	}
+}

@@ -9,7 +9,8 @@ import (
 
 	"google.golang.org/grpc/attributes"
 	"google.golang.org/grpc/balancer"
-	_ "google.golang.org/grpc/balancer/roundrobin" // grpc-go's round_robin, the anchor
+	_ "google.golang.org/grpc/balancer/leastrequest" // grpc-go's least_request: the anchor that counts RPCs
+	_ "google.golang.org/grpc/balancer/roundrobin"   // grpc-go's round_robin, the anchor
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
@@ -80,9 +81,9 @@ func (sc *fakeSC) RegisterHealthListener(f func(balancer.SubConnState)) {
 }
 
 // builtPicker builds the named balancer over n READY endpoints spread over
-// zones zones (as the pushlb resolver describes them; every fourth one
-// with metadata hint=canary) and returns its picker.
-func builtPicker(tb testing.TB, name, config string, n, zones int) balancer.Picker {
+// zones zones (as the pushlb resolver describes them; with hints, every
+// fourth one with metadata hint=canary) and returns its picker.
+func builtPicker(tb testing.TB, name, config string, n, zones int, hints bool) balancer.Picker {
 	tb.Helper()
 	bb := balancer.Get(name)
 	if bb == nil {
@@ -94,7 +95,7 @@ func builtPicker(tb testing.TB, name, config string, n, zones int) balancer.Pick
 	eps := make([]resolver.Endpoint, n)
 	for i := range eps {
 		var md metadataAttr
-		if i%4 == 0 {
+		if hints && i%4 == 0 {
 			md = metadataAttr{"hint": "canary"}
 		}
 		attrs := attributes.New(instanceIDKey{}, "i"+strconv.Itoa(i)).WithValue(zoneKey{}, "z"+strconv.Itoa(i%zones)).WithValue(metadataKey{}, md)
@@ -142,15 +143,19 @@ func pickLoopCtx(b *testing.B, p balancer.Picker, ctx context.Context) {
 }
 
 // BenchmarkPick compares, in one run, a pick and its Done through grpc-go's
-// round_robin and through the pushlb balancer (RoundRobin and
-// ZoneAvoidance rules), over N READY endpoints in 1 or 3 zones. Run by
-// bench/grpc.sh with -cpu 1,2.
+// round_robin, through grpc-go's least_request (two choices), and through
+// the pushlb balancer (RoundRobin and ZoneAvoidance rules), over N READY
+// endpoints in 1 or 3 zones. round_robin records nothing per RPC;
+// least_request counts each endpoint's RPCs in flight (an atomic add in
+// Pick, one in Done, and a Done closure per pick), as pushlb counts its
+// statistics. Run by bench/grpc.sh with -cpu 1,2.
 func BenchmarkPick(b *testing.B) {
 	RegisterBalancer()
 	for _, n := range []int{3, 10000} {
 		for _, zones := range []int{1, 3} {
 			for _, c := range []struct{ name, policy, config string }{
 				{"grpc-round_robin", "round_robin", ""},
+				{"grpc-least_request", "least_request_experimental", `{"choiceCount":2}`},
 				{"pushlb-RoundRobin", Name, `{"rule":"RoundRobin"}`},
 				{"pushlb-ZoneAvoidance", Name, `{"rule":"ZoneAvoidance"}`},
 			} {
@@ -158,7 +163,7 @@ func BenchmarkPick(b *testing.B) {
 				outer := b            // which closes it: a closed balancer is not what runs
 				b.Run(fmt.Sprintf("N=%d/zones=%d/%s", n, zones, c.name), func(b *testing.B) {
 					if p == nil {
-						p = builtPicker(outer, c.policy, c.config, n, zones)
+						p = builtPicker(outer, c.policy, c.config, n, zones, true)
 					}
 					pickLoop(b, p)
 				})
@@ -171,15 +176,18 @@ func BenchmarkPick(b *testing.B) {
 // and 1,000 endpoints in one zone) with the hint key off ("hintKey":"-":
 // the pick as it was before hints), with the default hint key and no
 // hint (an RPC without metadata, and one whose metadata carries another
-// key), and with a hint in the metadata or on the context (a quarter of
-// the endpoints carry it). Both pickers are built before any is timed.
+// key; the latter also over endpoints none of which carries a hint, where
+// the picker skips the metadata), and with a hint in the metadata or on
+// the context (a quarter of the endpoints carry it). The pickers are built
+// before any is timed.
 func BenchmarkPickHint(b *testing.B) {
 	RegisterBalancer()
 	bare := context.Background()
 	other := metadata.AppendToOutgoingContext(bare, "x-user", "u1")
 	for _, n := range []int{3, 1000} {
-		off := builtPicker(b, Name, `{"rule":"RoundRobin","hintKey":"-"}`, n, 1)
-		on := builtPicker(b, Name, `{"rule":"RoundRobin"}`, n, 1)
+		off := builtPicker(b, Name, `{"rule":"RoundRobin","hintKey":"-"}`, n, 1, true)
+		on := builtPicker(b, Name, `{"rule":"RoundRobin"}`, n, 1, true)
+		unhinted := builtPicker(b, Name, `{"rule":"RoundRobin"}`, n, 1, false)
 		for _, c := range []struct {
 			name string
 			p    balancer.Picker
@@ -189,6 +197,7 @@ func BenchmarkPickHint(b *testing.B) {
 			{"on/no-metadata", on, bare},
 			{"off/other-metadata", off, other},
 			{"on/other-metadata", on, other},
+			{"on/other-metadata/no-hinted-endpoint", unhinted, other},
 			{"on/hint-in-metadata", on, metadata.AppendToOutgoingContext(other, DefaultHintKey, "canary")},
 			{"on/hint-on-context", on, WithCallHint(other, "canary")},
 		} {
@@ -208,7 +217,7 @@ func BenchmarkBuild(b *testing.B) {
 		} {
 			b.Run(fmt.Sprintf("N=%d/%s", n, c.name), func(b *testing.B) {
 				for b.Loop() {
-					builtPicker(b, c.policy, c.config, n, 3)
+					builtPicker(b, c.policy, c.config, n, 3, true)
 				}
 			})
 		}

@@ -42,7 +42,7 @@ func WithCallHint(ctx context.Context, hint string) context.Context {
 type picker struct {
 	core    *lb.Balancer
 	hashKey string
-	hintKey string // "" for none (Config.hintKey)
+	hintKey string // "" for none (Config.hintKey), or while no endpoint carries a hint
 	// untimed: the core does not time its picks (lb.WithoutPickTiming),
 	// so a pick's outcome needs only its server, which the endpoint
 	// knows: the pick hands grpc-go the endpoint's own Done.
