@@ -170,7 +170,7 @@ type Balancer struct {
 	// slow is the slow-start state (slowstart.go), nil when off.
 	slow *slowStart
 
-	mu        sync.Mutex         // serialises list changes; guards the fields below
+	mu        sync.Mutex  // serialises list changes; guards the fields below
 	byID      serverIndex // the current list by ID
 	version   uint64
 	listeners []Listener

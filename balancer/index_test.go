@@ -33,7 +33,7 @@ func TestIndexByIDUnderManyChanges(t *testing.T) {
 		if len(in) > 0 && round%3 == 0 { // a duplicate of an earlier entry, and an invalid entry
 			d := in[rng.IntN(len(in))]
 			d.Port = 9999
-			at := rng.IntN(len(in)+1)
+			at := rng.IntN(len(in) + 1)
 			in = slices.Insert(in, at, Server{ID: "bad", Port: 80})
 			in = append(in, d)
 			wantErrs = []string{`server "bad": empty host`, fmt.Sprintf("server %q: duplicate ID", d.ID)}
