@@ -211,7 +211,7 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	p.janitor = newJanitor(c, visitors)
 	p.janitor.start()
 	if o.Reaper {
-		p.reaper = serverlist.NewReaper(reg, serverlist.ReaperConfig{Logger: o.log})
+		p.reaper = serverlist.NewReaper(reg, serverlist.ReaperConfig{Logger: o.log, Mirror: p.sub.Mirror()})
 		if err := p.reaper.Start(ctx); err != nil {
 			p.close()
 			return nil, fmt.Errorf("pushlb: reaper: %w", err)

@@ -47,8 +47,12 @@ func (m *Mirror) entryChange(e jetstream.KeyValueEntry) (service, id string, in 
 }
 
 // applyFresh applies an initial value to the copy being built.
-func (m *Mirror) applyFresh(fresh map[string]map[string]*mirrorEntry, e jetstream.KeyValueEntry, rev uint64) {
+func (m *Mirror) applyFresh(fresh map[string]map[string]*mirrorEntry, skipped map[string]struct{}, e jetstream.KeyValueEntry, rev uint64) {
 	service, id, in, remove, ok := m.entryChange(e)
+	setSkipped(skipped, e.Key(), skippedBy(e, remove, ok, func(service, id string) bool {
+		_, held := fresh[service][id]
+		return held
+	}))
 	if !ok {
 		return
 	}
@@ -84,6 +88,13 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
 		return
 	}
 	service, id, in, remove, ok := m.entryChange(e)
+	skip := skippedBy(e, remove, ok, func(service, id string) bool {
+		_, held := m.state.Load().instances(service)[id]
+		return held
+	})
+	m.skippedMu.Lock()
+	setSkipped(m.skipped, e.Key(), skip)
+	m.skippedMu.Unlock()
 	if !ok {
 		return
 	}
@@ -245,4 +256,38 @@ func (m *Mirror) swap(fresh map[string]map[string]*mirrorEntry, rev uint64) {
 	for _, service := range changed {
 		m.cfg.OnChange(service)
 	}
+}
+
+// skippedBy reports whether the index leaves out the record of e's key
+// after e, a change that entryChange decoded: ok false for a malformed
+// entry, remove for a removal. A malformed key is left out; a malformed
+// value only when the index holds no earlier good value of the key
+// (held reports whether it does); a record marked down is left out.
+func skippedBy(e jetstream.KeyValueEntry, remove, ok bool, held func(service, id string) bool) bool {
+	if !ok {
+		service, id, err := DecodeKey(e.Key())
+		return err != nil || !held(service, id)
+	}
+	return remove && e.Operation() == jetstream.KeyValuePut
+}
+
+// setSkipped adds key to skipped or removes it from it (see
+// Mirror.skipped).
+func setSkipped(skipped map[string]struct{}, key string, skip bool) {
+	if _, had := skipped[key]; had == skip {
+		return
+	}
+	if skip {
+		skipped[strings.Clone(key)] = struct{}{} // not the message's subject
+	} else {
+		delete(skipped, key)
+	}
+}
+
+// skippedKeys returns the keys of the records the bucket holds that the
+// index leaves out (see Mirror.skipped).
+func (m *Mirror) skippedKeys() []string {
+	m.skippedMu.Lock()
+	defer m.skippedMu.Unlock()
+	return slices.Collect(maps.Keys(m.skipped))
 }
