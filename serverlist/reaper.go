@@ -682,9 +682,9 @@ func (r *Reaper) sweepMirrored(ctx context.Context, m *Mirror, prev map[string]u
 	}
 	var orphans []string
 	for name, svc := range services {
-		for id := range *svc.ids.Load() {
-			if !live.holdsLeaseOfInstance(name, id) {
-				if key, err := EncodeKey(name, id); err == nil {
+		for _, e := range *svc.ids.Load() {
+			if !live.holdsLeaseOfInstance(name, e.rec.id) {
+				if key, err := EncodeKey(name, e.rec.id); err == nil {
 					orphans = append(orphans, key)
 				}
 			}
