@@ -343,9 +343,8 @@ func (c *Client) started() *parts {
 // Services returns the names of the services the client has a balancer
 // for, sorted.
 func (c *Client) Services() []string {
-	all := c.services.all()
-	names := make([]string, 0, len(all))
-	for n := range all {
+	names := []string{} // not nil: none is an empty list
+	for n := range c.services.all() {
 		names = append(names, n)
 	}
 	slices.Sort(names)
