@@ -211,7 +211,7 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	p.janitor = newJanitor(c, visitors)
 	p.janitor.start()
 	if o.Reaper {
-		p.reaper = serverlist.NewReaper(reg, serverlist.ReaperConfig{Logger: o.log})
+		p.reaper = serverlist.NewReaper(reg, serverlist.ReaperConfig{Logger: o.log, Mirror: p.sub.Mirror()})
 		if err := p.reaper.Start(ctx); err != nil {
 			p.close()
 			return nil, fmt.Errorf("pushlb: reaper: %w", err)
@@ -343,9 +343,8 @@ func (c *Client) started() *parts {
 // Services returns the names of the services the client has a balancer
 // for, sorted.
 func (c *Client) Services() []string {
-	all := c.services.all()
-	names := make([]string, 0, len(all))
-	for n := range all {
+	names := []string{} // not nil: none is an empty list
+	for n := range c.services.all() {
 		names = append(names, n)
 	}
 	slices.Sort(names)

@@ -1,6 +1,7 @@
 package pushlb
 
 import (
+	"iter"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,8 +23,10 @@ type service struct {
 }
 
 // serviceSet holds the balancers by service name. Reads (every request)
-// load an immutable map without locking; a new service copies the map under
-// mu, which happens once per service.
+// take no lock (a sync.Map's load); creations are serialised by mu. A
+// copy-on-write map copied itself for each new service: some 20 MB of
+// garbage at the start of a gateway with 1,000 services (docs/perf.md,
+// "Cold start, third pass").
 type serviceSet struct {
 	factory *balancer.Factory
 	log     zerolog.Logger
@@ -34,21 +37,29 @@ type serviceSet struct {
 	watchers         map[string]map[*watcher]struct{}
 	servicesWatchers map[*servicesWatcher]struct{}
 
-	mu sync.Mutex // serialises creations
-	m  atomic.Pointer[map[string]*service]
+	mu sync.Mutex // serialises creations and removals
+	m  sync.Map   // service name -> *service
 }
 
 func newServiceSet(f *balancer.Factory, log zerolog.Logger, observe ListObserver) *serviceSet {
-	s := &serviceSet{factory: f, log: log, observe: observe}
-	s.m.Store(&map[string]*service{})
-	return s
+	return &serviceSet{factory: f, log: log, observe: observe}
 }
 
 // lookup returns the service's entry, or nil.
-func (s *serviceSet) lookup(name string) *service { return (*s.m.Load())[name] }
+func (s *serviceSet) lookup(name string) *service {
+	if v, ok := s.m.Load(name); ok {
+		return v.(*service)
+	}
+	return nil
+}
 
-// all returns the current map; do not modify it.
-func (s *serviceSet) all() map[string]*service { return *s.m.Load() }
+// all yields every service's entry, each at most once (see sync.Map.Range
+// on changes made meanwhile).
+func (s *serviceSet) all() iter.Seq2[string, *service] {
+	return func(yield func(string, *service) bool) {
+		s.m.Range(func(k, v any) bool { return yield(k.(string), v.(*service)) })
+	}
+}
 
 // create returns the service's entry, building its balancer on first use.
 // The new balancer logs and counts its list changes from then on.
@@ -67,13 +78,7 @@ func (s *serviceSet) create(name string) (*service, error) {
 		return nil, err
 	}
 	sv := &service{name: name, b: b}
-	old := *s.m.Load()
-	next := make(map[string]*service, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
-	next[name] = sv
-	s.m.Store(&next)
+	s.m.Store(name, sv)
 	s.mu.Unlock()
 	// Outside the lock: AddListener calls the listener at once, and the
 	// watchers of the names run their functions.
@@ -85,19 +90,11 @@ func (s *serviceSet) create(name string) (*service, error) {
 // remove forgets the service's entry; the caller closes its balancer.
 func (s *serviceSet) remove(name string) {
 	s.mu.Lock()
-	old := *s.m.Load()
-	if _, ok := old[name]; !ok {
-		s.mu.Unlock()
+	_, had := s.m.LoadAndDelete(name)
+	s.mu.Unlock()
+	if !had {
 		return
 	}
-	next := make(map[string]*service, len(old))
-	for k, v := range old {
-		if k != name {
-			next[k] = v
-		}
-	}
-	s.m.Store(&next)
-	s.mu.Unlock()
 	s.notifyServicesWatchers()
 }
 

@@ -163,12 +163,15 @@ type ReaperStats struct {
 	Leader bool   `json:"leader"`
 	Terms  uint64 `json:"terms"`
 	// LeasesEnded counts the lease ends seen while leading; Reaped the
-	// records removed; Sweeps the sweeps for records without a lease;
-	// Errors the failed watches, reads and removals.
-	LeasesEnded uint64 `json:"leasesEnded"`
-	Reaped      uint64 `json:"reaped"`
-	Sweeps      uint64 `json:"sweeps"`
-	Errors      uint64 `json:"errors"`
+	// records removed; Sweeps the sweeps for records without a lease,
+	// MirroredSweeps those that took the records from the client's mirror
+	// instead of listing them; Errors the failed watches, reads and
+	// removals.
+	LeasesEnded    uint64 `json:"leasesEnded"`
+	Reaped         uint64 `json:"reaped"`
+	Sweeps         uint64 `json:"sweeps"`
+	MirroredSweeps uint64 `json:"mirroredSweeps"`
+	Errors         uint64 `json:"errors"`
 	// NotPermitted reports that the NATS user may not write the reaper's
 	// lock; Unled, for such a client, that no reaper has led for more than
 	// a lease (crashed instances are not being removed).

@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"sync/atomic"
 	"time"
 )
 
@@ -21,34 +22,63 @@ import (
 // ejected, or in panic, the rule's choice stands: an ejection never leaves
 // a service without a server.
 
+// outlierCounters are one server's outlier-detection counters: server
+// errors in a row, the end of the current or last ejection (nanotime, 0:
+// never ejected), and the ejections in a row, the multiplier of the next
+// one's length. A server has them from its first server error under
+// outlier detection on (ServerStats.outlier); until then every counter
+// reads as 0.
+type outlierCounters struct {
+	serverErrors atomic.Int64
+	ejectedUntil atomic.Int64
+	ejections    atomic.Int64
+}
+
+// outlierCounters returns the server's outlier counters, allocating them
+// on first use; concurrent first uses agree on one.
+func (s *ServerStats) outlierCounters() *outlierCounters {
+	if c := s.outlier.Load(); c != nil {
+		return c
+	}
+	c := new(outlierCounters)
+	if s.outlier.CompareAndSwap(nil, c) {
+		return c
+	}
+	return s.outlier.Load()
+}
+
 // serverError counts an answer that was a server error, and ejects the
 // server at Consecutive5xx in a row if the service's ejection limit
 // allows it.
 func (s *ServerStats) serverError() {
 	o := &s.shared.outlier
-	if o.Consecutive5xx == 0 || s.serverErrors.Add(1) < int64(o.Consecutive5xx) {
+	if o.Consecutive5xx == 0 {
+		return
+	}
+	c := s.outlierCounters()
+	if c.serverErrors.Add(1) < int64(o.Consecutive5xx) {
 		return
 	}
 	now := s.shared.coarseNanotime()
-	prev := s.ejectedUntil.Load()
+	prev := c.ejectedUntil.Load()
 	if now < prev {
 		return // ejected already: answers that were under way
 	}
 	if f := s.shared.ejectionAllowed; f != nil && !f(now) {
 		return // the limit; the count stays, so the next error tries again
 	}
-	k := s.ejections.Add(1)
+	k := c.ejections.Add(1)
 	if prev != 0 && now-prev > int64(o.MaxEjectionTime) {
 		// Healthy for a whole maximum ejection since the last one: start
 		// from the base again.
-		s.ejections.Store(1)
+		c.ejections.Store(1)
 		k = 1
 	}
 	until := now + int64(min(time.Duration(k)*o.BaseEjectionTime, o.MaxEjectionTime))
-	if !s.ejectedUntil.CompareAndSwap(prev, until) {
+	if !c.ejectedUntil.CompareAndSwap(prev, until) {
 		return // another error's goroutine ejected it
 	}
-	s.serverErrors.Store(0)
+	c.serverErrors.Store(0)
 	for {
 		m := s.shared.ejectedUntilMax.Load()
 		if until <= m || s.shared.ejectedUntilMax.CompareAndSwap(m, until) {
@@ -61,15 +91,24 @@ func (s *ServerStats) serverError() {
 }
 
 // goodAnswer resets the count of server errors in a row; no write when
-// it is 0.
+// it is 0 (or the server never had a server error counted).
 func (s *ServerStats) goodAnswer() {
-	if s.serverErrors.Load() != 0 {
-		s.serverErrors.Store(0)
+	if c := s.outlier.Load(); c != nil && c.serverErrors.Load() != 0 {
+		c.serverErrors.Store(0)
 	}
 }
 
+// ejectedUntil is the end of the server's current or last ejection
+// (nanotime), 0 when it was never ejected.
+func (s *ServerStats) ejectedUntil() int64 {
+	if c := s.outlier.Load(); c != nil {
+		return c.ejectedUntil.Load()
+	}
+	return 0
+}
+
 // ejectedAt reports whether the server is ejected at now.
-func (s *ServerStats) ejectedAt(now int64) bool { return now < s.ejectedUntil.Load() }
+func (s *ServerStats) ejectedAt(now int64) bool { return now < s.ejectedUntil() }
 
 // Ejected reports whether outlier detection has ejected the server now.
 func (s *ServerStats) Ejected() bool { return s.ejectedAt(s.shared.nanotime()) }
@@ -77,11 +116,16 @@ func (s *ServerStats) Ejected() bool { return s.ejectedAt(s.shared.nanotime()) }
 // EjectionRemaining returns how long the server stays ejected, 0 when it
 // is not.
 func (s *ServerStats) EjectionRemaining() time.Duration {
-	return time.Duration(max(s.ejectedUntil.Load()-s.shared.nanotime(), 0))
+	return time.Duration(max(s.ejectedUntil()-s.shared.nanotime(), 0))
 }
 
 // SuccessiveServerErrors returns the count of server errors in a row.
-func (s *ServerStats) SuccessiveServerErrors() int64 { return s.serverErrors.Load() }
+func (s *ServerStats) SuccessiveServerErrors() int64 {
+	if c := s.outlier.Load(); c != nil {
+		return c.serverErrors.Load()
+	}
+	return 0
+}
 
 // mayBeEjected reports whether some server of the balancer may be ejected
 // at now: an ejection ended at the latest at ejectedUntilMax.

@@ -3,6 +3,7 @@ package balancer
 import (
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -194,5 +195,59 @@ func TestOutlierConfigValidation(t *testing.T) {
 		if !errors.As(err, &fe) || fe.Field != tc.field || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("want an error naming %s, got %v", tc.field, err)
 		}
+	}
+}
+
+// TestOutlierCountersLazy: a server's outlier counters exist only once
+// outlier detection counted a server error of it. Without outlier
+// detection server errors allocate none and every counter reads 0; with
+// it, good answers allocate none, the first server error does, and the
+// ejection at Consecutive5xx, its end and a second, longer ejection work
+// as with counters allocated up front, also when the first errors arrive
+// from many goroutines at once.
+func TestOutlierCountersLazy(t *testing.T) {
+	off := newTest(t, func(c *Config) { c.Filter = FilterNone }, servers(2, "a", 0))
+	off.serverErrors(t, "s0", 10)
+	st := off.ServerStats("s0")
+	if st.outlier.Load() != nil || st.SuccessiveServerErrors() != 0 || st.Ejected() || st.EjectionRemaining() != 0 {
+		t.Fatalf("outlier detection off: counters %v, errors %d, ejected %v", st.outlier.Load(), st.SuccessiveServerErrors(), st.Ejected())
+	}
+
+	tb := newTest(t, outlierOn, servers(4, "a", 0))
+	for _, s := range tb.AllServers() {
+		tb.Begin(s).Done(DoneInfo{ResponseTime: time.Millisecond})
+		if s.Stats().outlier.Load() != nil {
+			t.Fatalf("%s: counters allocated by a good answer", s.ID)
+		}
+	}
+	st = tb.ServerStats("s1")
+	s1 := tb.Server("s1")
+	var wg sync.WaitGroup
+	for range 4 { // four errors from four goroutines: one set of counters
+		wg.Go(func() { tb.Begin(s1).Done(DoneInfo{ResponseTime: time.Millisecond, ServerError: true}) })
+	}
+	wg.Wait()
+	if got := st.SuccessiveServerErrors(); got != 4 || st.Ejected() {
+		t.Fatalf("after 4 errors: %d in a row, ejected %v; want 4, not ejected", got, st.Ejected())
+	}
+	tb.serverErrors(t, "s1", 1)
+	if !st.Ejected() || st.EjectionRemaining() != 30*time.Second || st.SuccessiveServerErrors() != 0 {
+		t.Fatalf("after 5 errors: ejected %v for %v, %d in a row; want ejected for 30s, 0", st.Ejected(), st.EjectionRemaining(), st.SuccessiveServerErrors())
+	}
+	for id, n := range tb.pickCounts(t, 300) {
+		if id == "s1" && n > 0 {
+			t.Fatalf("ejected s1 picked %d times", n)
+		}
+	}
+	if others := tb.ServerStats("s2"); others.outlier.Load() != nil {
+		t.Fatal("s2: counters allocated without a server error")
+	}
+	tb.clock.Advance(30 * time.Second)
+	if st.Ejected() {
+		t.Fatal("still ejected after the base ejection time")
+	}
+	tb.serverErrors(t, "s1", 5)
+	if got := st.EjectionRemaining(); got != 60*time.Second {
+		t.Fatalf("second ejection lasts %v, want 60s", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"unique"
 )
 
 // Server is one instance of a service.
@@ -53,8 +54,30 @@ type Server struct {
 	Value any
 
 	inst *instance // set on the balancer's copies
-	zone string    // lower-case Zone, set on the balancer's copies
+	zone zoneName  // lower-case Zone, set on the balancer's copies
 	addr string    // "host:port", set on the balancer's copies
+}
+
+// zoneName is a zone name in lower case, interned: a server holds one
+// pointer (8 bytes less than a string, which makes a Server a 144-byte
+// allocation instead of 160), and the servers of a zone share one string.
+// The zero value is the empty name.
+type zoneName struct{ h unique.Handle[string] }
+
+// zoneNameOf returns zone's name in lower case.
+func zoneNameOf(zone string) zoneName {
+	if zone == "" {
+		return zoneName{}
+	}
+	return zoneName{unique.Make(lowerASCII(zone))}
+}
+
+// String returns the name.
+func (z zoneName) String() string {
+	if z.h == (unique.Handle[string]{}) {
+		return ""
+	}
+	return z.h.Value()
 }
 
 // Server weights (Server.Weight), as the registry's: relative shares.
@@ -119,7 +142,7 @@ func (s *Server) Stats() *ServerStats {
 func (s *Server) Alive() bool { return s.inst == nil || s.inst.alive.Load() }
 
 // zoneKey is the zone name used for grouping: lower case, as Ribbon does.
-func (s *Server) zoneKey() string { return s.zone }
+func (s *Server) zoneKey() string { return s.zone.String() }
 
 // normalize checks the fields a balancer needs and fills the ID default.
 func (s *Server) normalize() error {

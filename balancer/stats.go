@@ -166,12 +166,11 @@ type ServerStats struct {
 	// extends it.
 	openUntil atomic.Int64
 
-	// Outlier detection (outlier.go): server errors in a row, the end of
-	// the current or last ejection (nanotime, 0: never ejected), and the
-	// ejections in a row, the multiplier of the next one's length.
-	serverErrors atomic.Int64
-	ejectedUntil atomic.Int64
-	ejections    atomic.Int64
+	// outlier holds the outlier-detection counters (outlier.go), allocated
+	// on the server's first server error while outlier detection is on:
+	// nil for almost every server, 16 bytes less per server than the
+	// counters themselves.
+	outlier atomic.Pointer[outlierCounters]
 
 	// watch is set under BestAvailable only: the leaves of its index to
 	// update when the active count or the breaker changes (see changed).

@@ -157,6 +157,14 @@ type Mirror struct {
 	// (mirror_compact.go); only the mirror's goroutine uses it.
 	labelSets labelSets
 
+	// skipped holds the keys of the records the bucket holds that the
+	// index leaves out: a malformed key or value (with no earlier good
+	// value), or a record marked down. The reaper's sweep reads them with
+	// the index (ReaperConfig.Mirror), so that it sees every record. The
+	// mirror's goroutine writes it, under skippedMu; it is usually empty.
+	skippedMu sync.Mutex
+	skipped   map[string]struct{}
+
 	// Only the mirror's goroutine touches these.
 	bucketCreated time.Time // creation time of the bucket's stream, to tell a new bucket
 	revBase       uint64    // added to the bucket's revisions (see MirrorStats.Revision)
@@ -176,12 +184,13 @@ func NewMirror(reg *Registry, cfg MirrorConfig) *Mirror {
 		cfg.BucketCheck = DefaultBucketCheck
 	}
 	m := &Mirror{
-		reg:    reg,
-		cfg:    cfg,
-		log:    cfg.Logger,
-		done:   make(chan struct{}),
-		synced: make(chan struct{}),
-		seeds:  [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+		reg:     reg,
+		cfg:     cfg,
+		log:     cfg.Logger,
+		done:    make(chan struct{}),
+		synced:  make(chan struct{}),
+		seeds:   [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+		skipped: make(map[string]struct{}),
 	}
 	m.state.Store(&mirrorState{})
 	return m
@@ -430,6 +439,7 @@ func (m *Mirror) watch(ctx context.Context, status <-chan nats.Status) (synced b
 
 	updates := w.Updates()
 	fresh := make(map[string]map[string]*mirrorEntry)
+	freshSkipped := make(map[string]struct{})
 	var freshRev uint64 // the highest revision among the initial values
 	for {
 		select {
@@ -454,10 +464,13 @@ func (m *Mirror) watch(ctx context.Context, status <-chan nats.Status) (synced b
 					if !synced {
 						synced = true
 						m.swap(fresh, freshRev)
-						fresh = nil
+						m.skippedMu.Lock()
+						m.skipped = freshSkipped
+						m.skippedMu.Unlock()
+						fresh, freshSkipped = nil, nil
 					}
 				} else if rev := m.revBase + e.Revision(); !synced {
-					m.applyFresh(fresh, e, rev)
+					m.applyFresh(fresh, freshSkipped, e, rev)
 					freshRev = max(freshRev, rev)
 				} else {
 					m.apply(e, rev)

@@ -47,8 +47,12 @@ func (m *Mirror) entryChange(e jetstream.KeyValueEntry) (service, id string, in 
 }
 
 // applyFresh applies an initial value to the copy being built.
-func (m *Mirror) applyFresh(fresh map[string]map[string]*mirrorEntry, e jetstream.KeyValueEntry, rev uint64) {
+func (m *Mirror) applyFresh(fresh map[string]map[string]*mirrorEntry, skipped map[string]struct{}, e jetstream.KeyValueEntry, rev uint64) {
 	service, id, in, remove, ok := m.entryChange(e)
+	setSkipped(skipped, e.Key(), skippedBy(e, remove, ok, func(service, id string) bool {
+		_, held := fresh[service][id]
+		return held
+	}))
 	if !ok {
 		return
 	}
@@ -84,16 +88,23 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
 		return
 	}
 	service, id, in, remove, ok := m.entryChange(e)
+	skip := skippedBy(e, remove, ok, func(service, id string) bool {
+		return m.state.Load().instances(service).find(id) != nil
+	})
+	m.skippedMu.Lock()
+	setSkipped(m.skipped, e.Key(), skip)
+	m.skippedMu.Unlock()
 	if !ok {
 		return
 	}
 	cur := m.state.Load()
 	svc := cur.services[service]
-	var ids map[string]*mirrorEntry
+	var ids instanceList
 	if svc != nil {
 		ids = *svc.ids.Load()
 	}
-	old, had := ids[id]
+	old := ids.find(id)
+	had := old != nil
 	switch {
 	case remove && !had:
 		return
@@ -105,21 +116,18 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
 		m.refresh(svc.name, old, rev)
 		return
 	}
-	next := maps.Clone(ids)
-	if next == nil {
-		next = make(map[string]*mirrorEntry, 1)
-	}
+	var next instanceList
 	var oldConn, curConn Connection
 	if had {
 		oldConn = old.connection()
 	}
 	if remove {
-		delete(next, id)
+		next = ids.without(id)
 		m.instances.Add(-1)
 	} else {
 		ne := m.compact(in, id, m.valueSum(e.Value()), rev)
 		curConn = ne.connection()
-		next[id] = ne
+		next = ids.with(ne)
 		if !had {
 			m.instances.Add(1)
 		}
@@ -190,7 +198,7 @@ func (m *Mirror) sameBytes(e jetstream.KeyValueEntry) (*mirrorService, *mirrorEn
 	if err != nil || keyEncoding.EncodedLen(n) != len(enc) {
 		return nil, nil
 	}
-	old := (*svc.ids.Load())[string(buf[:n])]
+	old := svc.ids.Load().findBytes(buf[:n])
 	if old == nil || old.sum != m.valueSum(e.Value()) {
 		return nil, nil
 	}
@@ -205,7 +213,7 @@ func (m *Mirror) swap(fresh map[string]map[string]*mirrorEntry, rev uint64) {
 	services := make(map[string]*mirrorService, len(fresh))
 	for service, ids := range fresh {
 		count += len(ids)
-		services[service] = newMirrorService(service, ids)
+		services[service] = newMirrorService(service, listOf(ids))
 	}
 	old := m.state.Swap(&mirrorState{services: services})
 	m.conns.rebuild(fresh)
@@ -221,7 +229,7 @@ func (m *Mirror) swap(fresh map[string]map[string]*mirrorEntry, rev uint64) {
 	var changed []string
 	for service, ids := range fresh {
 		before := old.instances(service)
-		if !maps.EqualFunc(ids, before, sameInstance) {
+		if !sameInstances(ids, before) {
 			changed = append(changed, service)
 			continue
 		}
@@ -230,7 +238,7 @@ func (m *Mirror) swap(fresh map[string]map[string]*mirrorEntry, rev uint64) {
 		// refreshes.
 		if m.cfg.OnRefresh != nil {
 			for id, e := range ids {
-				if r := e.rev.Load(); r > before[id].rev.Load() {
+				if r := e.rev.Load(); r > before.find(id).rev.Load() {
 					m.cfg.OnRefresh(service, id, e.rec.incarnation, r)
 				}
 			}
@@ -245,4 +253,52 @@ func (m *Mirror) swap(fresh map[string]map[string]*mirrorEntry, rev uint64) {
 	for _, service := range changed {
 		m.cfg.OnChange(service)
 	}
+}
+
+// skippedBy reports whether the index leaves out the record of e's key
+// after e, a change that entryChange decoded: ok false for a malformed
+// entry, remove for a removal. A malformed key is left out; a malformed
+// value only when the index holds no earlier good value of the key
+// (held reports whether it does); a record marked down is left out.
+func skippedBy(e jetstream.KeyValueEntry, remove, ok bool, held func(service, id string) bool) bool {
+	if !ok {
+		service, id, err := DecodeKey(e.Key())
+		return err != nil || !held(service, id)
+	}
+	return remove && e.Operation() == jetstream.KeyValuePut
+}
+
+// setSkipped adds key to skipped or removes it from it (see
+// Mirror.skipped).
+func setSkipped(skipped map[string]struct{}, key string, skip bool) {
+	if _, had := skipped[key]; had == skip {
+		return
+	}
+	if skip {
+		skipped[strings.Clone(key)] = struct{}{} // not the message's subject
+	} else {
+		delete(skipped, key)
+	}
+}
+
+// skippedKeys returns the keys of the records the bucket holds that the
+// index leaves out (see Mirror.skipped).
+func (m *Mirror) skippedKeys() []string {
+	m.skippedMu.Lock()
+	defer m.skippedMu.Unlock()
+	return slices.Collect(maps.Keys(m.skipped))
+}
+
+// sameInstances reports whether a freshly synced service's entries (ids)
+// hold the same instances as the list before.
+func sameInstances(ids map[string]*mirrorEntry, before instanceList) bool {
+	if len(ids) != len(before) {
+		return false
+	}
+	for _, b := range before {
+		if a, ok := ids[b.rec.id]; !ok || !sameInstance(a, b) {
+			return false
+		}
+	}
+	return true
 }

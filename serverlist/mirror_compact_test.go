@@ -18,7 +18,8 @@ func TestMirrorSharesRepeatedStrings(t *testing.T) {
 	var zone, version *byte
 	var set *labels
 	for _, service := range m.Services() {
-		for id, e := range m.state.Load().instances(service) {
+		for _, e := range m.state.Load().instances(service) {
+			id := e.rec.id
 			meta := e.rec.meta.get()
 			if len(meta) != 1 || meta[0] != (label{"version", "1.2.3"}) {
 				t.Fatalf("%s/%s: labels %v, want version=1.2.3", service, id, meta)

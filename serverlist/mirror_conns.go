@@ -32,27 +32,29 @@ type connIndex struct {
 
 	// servers interns server IDs: a fleet's records name a handful of
 	// servers, each ID 56 bytes, so a mirror of 100,000 instances keeps one
-	// copy of each instead of one per record.
-	servers map[string]string
+	// copy of each instead of one per record, and each record a pointer
+	// to it (8 bytes, where a string takes 16).
+	servers map[string]*string
 }
 
 // instanceKey names one instance.
 type instanceKey struct{ service, id string }
 
-// intern returns the interned copy of a server ID. Only the mirror's
-// goroutine calls it.
-func (x *connIndex) intern(serverID string) string {
+// intern returns the interned copy of a server ID, nil for none. Only the
+// mirror's goroutine calls it.
+func (x *connIndex) intern(serverID string) *string {
 	if serverID == "" {
-		return ""
+		return nil
 	}
 	if s, ok := x.servers[serverID]; ok {
 		return s
 	}
 	if x.servers == nil {
-		x.servers = make(map[string]string)
+		x.servers = make(map[string]*string)
 	}
-	x.servers[serverID] = serverID
-	return serverID
+	s := &serverID
+	x.servers[serverID] = s
+	return s
 }
 
 // update moves service/id from the connection its record named (old) to
@@ -120,12 +122,14 @@ func (x *connIndex) remove(c Connection, k instanceKey) {
 // rebuild replaces the index with the connections of a freshly synced
 // copy, and forgets the server IDs none of its records names.
 func (x *connIndex) rebuild(fresh map[string]map[string]*mirrorEntry) {
-	next := connIndex{servers: make(map[string]string)}
+	next := connIndex{servers: make(map[string]*string)}
 	for service, ids := range fresh {
 		for id, e := range ids {
 			if c := e.connection(); !c.IsZero() {
 				next.add(c, instanceKey{service, id})
-				next.servers[c.ServerID] = c.ServerID
+				if e.rec.natsServer != nil {
+					next.servers[c.ServerID] = e.rec.natsServer
+				}
 			}
 		}
 	}

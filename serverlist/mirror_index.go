@@ -6,42 +6,128 @@ package serverlist
 // it through the apply path (mirror_apply.go).
 
 import (
+	"cmp"
 	"hash/maphash"
 	"iter"
 	"maps"
 	"slices"
+	"strings"
 	"sync/atomic"
 )
 
 // mirrorState is one view of the bucket: its services. It is never modified
 // once stored in Mirror.state, and is replaced (copied) only when a service
-// appears or goes. Each service's instances are a map of their own, replaced
-// (copied) on every change to that service: a change to one instance copies
-// its service's map, not every service's.
+// appears or goes. Each service's instances are a list of their own,
+// replaced (copied) on every change to that service: a change to one
+// instance copies its service's list, not every service's.
 type mirrorState struct {
 	services map[string]*mirrorService
 }
 
-// mirrorService holds the instances of one service. The map it points to is
-// never modified once stored.
+// mirrorService holds the instances of one service. The list it points to
+// is never modified once stored.
 type mirrorService struct {
-	name string                                  // the one copy of the service's name its entries share
-	ids  atomic.Pointer[map[string]*mirrorEntry] // instance ID → entry
+	name string                       // the one copy of the service's name its entries share
+	ids  atomic.Pointer[instanceList] // by instance ID
 }
 
-func newMirrorService(name string, ids map[string]*mirrorEntry) *mirrorService {
+func newMirrorService(name string, ids instanceList) *mirrorService {
 	s := &mirrorService{name: name}
 	s.ids.Store(&ids)
 	return s
 }
 
-// instances returns the instances of service (nil for none); the map must
+// instances returns the instances of service (nil for none); the list must
 // not be modified.
-func (st *mirrorState) instances(service string) map[string]*mirrorEntry {
+func (st *mirrorState) instances(service string) instanceList {
 	if s := st.services[service]; s != nil {
 		return *s.ids.Load()
 	}
 	return nil
+}
+
+// instanceList is a service's entries sorted by instance ID (each entry's
+// rec.id), searched by binary search: 8 bytes an instance, where a map by
+// ID took about 30 (docs/perf.md, "Cold start, third pass"). A list is
+// never modified once stored: with and without return copies.
+type instanceList []*mirrorEntry
+
+// listOf returns the entries of ids as a list.
+func listOf(ids map[string]*mirrorEntry) instanceList {
+	l := make(instanceList, 0, len(ids))
+	for _, e := range ids {
+		l = append(l, e)
+	}
+	slices.SortFunc(l, func(a, b *mirrorEntry) int { return strings.Compare(a.rec.id, b.rec.id) })
+	return l
+}
+
+// search returns where id is or would be, and whether it is there.
+func (l instanceList) search(id string) (int, bool) {
+	return slices.BinarySearchFunc(l, id, func(e *mirrorEntry, id string) int { return strings.Compare(e.rec.id, id) })
+}
+
+// find returns the entry of id, or nil.
+func (l instanceList) find(id string) *mirrorEntry {
+	if i, ok := l.search(id); ok {
+		return l[i]
+	}
+	return nil
+}
+
+// findBytes is find of string(id), without converting it.
+func (l instanceList) findBytes(id []byte) *mirrorEntry {
+	lo, hi := 0, len(l)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		switch c := compareBytes(l[mid].rec.id, id); {
+		case c == 0:
+			return l[mid]
+		case c < 0:
+			lo = mid + 1
+		default:
+			hi = mid
+		}
+	}
+	return nil
+}
+
+// compareBytes is strings.Compare(s, string(b)).
+func compareBytes(s string, b []byte) int {
+	for i := range min(len(s), len(b)) {
+		if s[i] != b[i] {
+			if s[i] < b[i] {
+				return -1
+			}
+			return 1
+		}
+	}
+	return cmp.Compare(len(s), len(b))
+}
+
+// with returns a copy of l with e in the place of its ID.
+func (l instanceList) with(e *mirrorEntry) instanceList {
+	i, ok := l.search(e.rec.id)
+	if ok {
+		out := slices.Clone(l)
+		out[i] = e
+		return out
+	}
+	out := make(instanceList, 0, len(l)+1)
+	out = append(out, l[:i]...)
+	out = append(out, e)
+	return append(out, l[i:]...)
+}
+
+// without returns a copy of l without id's entry.
+func (l instanceList) without(id string) instanceList {
+	i, ok := l.search(id)
+	if !ok {
+		return l
+	}
+	out := make(instanceList, 0, len(l)-1)
+	out = append(out, l[:i]...)
+	return append(out, l[i+1:]...)
 }
 
 // mirrorEntry is one instance and the revision of its last put. The
@@ -83,8 +169,8 @@ func (m *Mirror) Get(service, id string) (Instance, bool) {
 	if svc == nil {
 		return Instance{}, false
 	}
-	e, ok := (*svc.ids.Load())[id]
-	if !ok {
+	e := svc.ids.Load().find(id)
+	if e == nil {
 		return Instance{}, false
 	}
 	return e.instance(svc.name), true
@@ -98,8 +184,8 @@ func (m *Mirror) Entry(service, id string) (Entry, bool) {
 	if svc == nil {
 		return Entry{}, false
 	}
-	e, ok := (*svc.ids.Load())[id]
-	if !ok {
+	e := svc.ids.Load().find(id)
+	if e == nil {
 		return Entry{}, false
 	}
 	return e.entry(svc.name), true
@@ -148,8 +234,8 @@ type Version struct {
 func (m *Mirror) Versions(service string) iter.Seq2[string, Version] {
 	ids := m.state.Load().instances(service)
 	return func(yield func(string, Version) bool) {
-		for id, e := range ids {
-			if !yield(id, Version{Incarnation: e.rec.incarnation, Revision: e.rev.Load()}) {
+		for _, e := range ids {
+			if !yield(e.rec.id, Version{Incarnation: e.rec.incarnation, Revision: e.rev.Load()}) {
 				return
 			}
 		}

@@ -54,7 +54,7 @@ func refreshFleet(tb testing.TB, services, perService int, cfg MirrorConfig) (*M
 			}
 			e := &fakeEntry{key: key, val: val, rev: uint64(len(ents) + 1)}
 			ents = append(ents, e)
-			m.applyFresh(fresh, e, e.rev)
+			m.applyFresh(fresh, map[string]struct{}{}, e, e.rev)
 		}
 	}
 	m.swap(fresh, uint64(len(ents)))

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +17,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb/events"
 )
 
 // DefaultSweepInterval is the pace of a leading reaper's sweep for records
@@ -36,6 +40,12 @@ type ReaperConfig struct {
 	// Logger receives elections, removals and failures. The zero value logs
 	// nothing.
 	Logger zerolog.Logger
+	// Mirror, when set, is a mirror of the same bucket (a gateway's own):
+	// once it is synced, a sweep takes the records from it instead of
+	// listing every record again, and lists the leases of its services
+	// a batch of services at a time (sweepBatch), so that the messages
+	// queued for the leader stay few. Nil: every sweep lists the bucket.
+	Mirror *Mirror
 }
 
 // ReaperStats count what a reaper did. Safe to read at any time.
@@ -51,6 +61,9 @@ type ReaperStats struct {
 	Reaped uint64 `json:"reaped"`
 	// Sweeps counts its sweeps for records without a lease.
 	Sweeps uint64 `json:"sweeps"`
+	// MirroredSweeps counts the sweeps that took the records from the
+	// mirror (ReaperConfig.Mirror) instead of listing them.
+	MirroredSweeps uint64 `json:"mirroredSweeps"`
 	// Errors counts failed watches, reads and removals.
 	Errors uint64 `json:"errors"`
 	// NotPermitted reports that the NATS account may not write the lock:
@@ -93,6 +106,7 @@ type Reaper struct {
 
 	leader, notPermitted, unled                    atomic.Bool
 	terms, leasesEnded, reaped, sweeps, errorsSeen atomic.Uint64
+	mirroredSweeps                                 atomic.Uint64
 	plainMessages                                  atomic.Uint64
 	// leasePurgeRefused: the account may not end leases (scheduled path).
 	leasePurgeRefused atomic.Bool
@@ -156,7 +170,7 @@ func (r *Reaper) PlainMessages() uint64 { return r.plainMessages.Load() }
 func (r *Reaper) Stats() ReaperStats {
 	return ReaperStats{
 		Leader: r.leader.Load(), Terms: r.terms.Load(), LeasesEnded: r.leasesEnded.Load(),
-		Reaped: r.reaped.Load(), Sweeps: r.sweeps.Load(), Errors: r.errorsSeen.Load(),
+		Reaped: r.reaped.Load(), Sweeps: r.sweeps.Load(), MirroredSweeps: r.mirroredSweeps.Load(), Errors: r.errorsSeen.Load(),
 		NotPermitted: r.notPermitted.Load(), Unled: r.unled.Load(),
 	}
 }
@@ -598,7 +612,10 @@ func (r *Reaper) remove(ctx context.Context, key string, rev uint64, why string)
 // listed).
 func (r *Reaper) sweep(ctx context.Context, prev map[string]uint64) (next map[string]uint64, plain int) {
 	r.sweeps.Add(1)
-	live, plain, err := r.listLeases(ctx)
+	if m := r.cfg.Mirror; m != nil && m.Synced() {
+		return r.sweepMirrored(ctx, m, prev)
+	}
+	live, plain, err := r.listLeases(ctx, []string{r.reg.subject(LeaseKeys)})
 	if err != nil {
 		if ctx.Err() == nil {
 			r.errorsSeen.Add(1)
@@ -620,6 +637,71 @@ func (r *Reaper) sweep(ctx context.Context, prev map[string]uint64) (next map[st
 			orphans = append(orphans, key)
 		}
 	}
+	return r.sweepOrphans(ctx, orphans, prev), plain
+}
+
+// sweepBatch is how many services' leases one consumer of a mirrored
+// sweep lists: the leader then holds at most their leases' messages
+// queued at a time, where one consumer over every lease let tens of MB
+// of them queue (docs/perf.md, "Cold start, third pass").
+const sweepBatch = 50
+
+// sweepMirrored is sweep with the records taken from m, a synced mirror
+// of the bucket: its index and the records it leaves out (malformed or
+// marked down). A record the mirror has not applied yet waits for the
+// next sweep; the records found without a lease are read from the bucket
+// before anything is removed, as in sweep.
+func (r *Reaper) sweepMirrored(ctx context.Context, m *Mirror, prev map[string]uint64) (next map[string]uint64, plain int) {
+	r.mirroredSweeps.Add(1)
+	services := m.state.Load().services
+	skipped := m.skippedKeys()
+	names := make(map[string]struct{}, len(services)+len(skipped))
+	for name := range services {
+		names[name] = struct{}{}
+	}
+	for _, key := range skipped {
+		if service, _, ok := strings.Cut(key, "."); ok && validateService(service) == nil {
+			names[service] = struct{}{}
+		}
+	}
+	filters := make([]string, 0, len(names))
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		filters = append(filters, r.reg.subject(name+".*"+leaseSuffix))
+	}
+	live := newLeaseSet()
+	for batch := range slices.Chunk(filters, sweepBatch) {
+		n, err := r.listLeasesInto(ctx, live, batch)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.errorsSeen.Add(1)
+				r.log.Warn().Err(err).Msg("serverlist: reaper: list the leases")
+			}
+			return prev, -1
+		}
+		plain += n
+	}
+	var orphans []string
+	for name, svc := range services {
+		for _, e := range *svc.ids.Load() {
+			if !live.holdsLeaseOfInstance(name, e.rec.id) {
+				if key, err := EncodeKey(name, e.rec.id); err == nil {
+					orphans = append(orphans, key)
+				}
+			}
+		}
+	}
+	for _, key := range skipped {
+		if !live.holdsLeaseOf(key) && !slices.Contains(orphans, key) {
+			orphans = append(orphans, key)
+		}
+	}
+	return r.sweepOrphans(ctx, orphans, prev), plain
+}
+
+// sweepOrphans reads again the records found without a lease (orphans),
+// removes those that had none at the previous sweep either (prev) at the
+// same revision, and returns the others with their revisions.
+func (r *Reaper) sweepOrphans(ctx context.Context, orphans []string, prev map[string]uint64) (next map[string]uint64) {
 	next = make(map[string]uint64, len(orphans))
 	for _, key := range orphans {
 		e, err := r.reg.kv.Get(ctx, key)
@@ -635,22 +717,31 @@ func (r *Reaper) sweep(ctx context.Context, prev map[string]uint64) (next map[st
 		}
 		next[key] = e.Revision()
 	}
-	return next, plain
+	return next
 }
 
-// listLeases returns the live lease keys, read from the last message of
-// each (headers only, through an ordered push consumer, as a KV watch
-// reads: the reaper's permissions are a watcher's), and how many of them
-// carry no expiry signal.
-func (r *Reaper) listLeases(ctx context.Context) (leaseSet, int, error) {
-	js, err := r.reg.js.Conn().JetStream()
+// listLeases returns the live lease keys of the lease subjects filters
+// match, read from the last message of each (headers only, through an
+// ordered push consumer, as a KV watch reads: the reaper's permissions are
+// a watcher's), and how many of them carry no expiry signal.
+func (r *Reaper) listLeases(ctx context.Context, filters []string) (leaseSet, int, error) {
+	live := newLeaseSet()
+	plain, err := r.listLeasesInto(ctx, live, filters)
 	if err != nil {
 		return leaseSet{}, 0, err
+	}
+	return live, plain, nil
+}
+
+// listLeasesInto is listLeases adding the keys to live.
+func (r *Reaper) listLeasesInto(ctx context.Context, live leaseSet, filters []string) (int, error) {
+	js, err := r.reg.js.Conn().JetStream()
+	if err != nil {
+		return 0, err
 	}
 	prefix := r.reg.subject("")
 	var (
 		mu                sync.Mutex // guards what the handler writes
-		live              = newLeaseSet()
 		plain             int
 		received, pending uint64
 		done              = make(chan struct{})
@@ -662,8 +753,12 @@ func (r *Reaper) listLeases(ctx context.Context) (leaseSet, int, error) {
 			close(done)
 		}
 	}
+	subject, opts := filters[0], []nats.SubOpt{nats.BindStream("KV_" + r.reg.cfg.Bucket), nats.OrderedConsumer(), nats.DeliverLastPerSubject(), nats.HeadersOnly(), nats.Context(ctx)}
+	if len(filters) > 1 {
+		subject, opts = "", append(opts, nats.ConsumerFilterSubjects(filters...))
+	}
 	mu.Lock()
-	sub, err := js.Subscribe(r.reg.subject(LeaseKeys), func(m *nats.Msg) {
+	sub, err := js.Subscribe(subject, func(m *nats.Msg) {
 		mu.Lock()
 		defer mu.Unlock()
 		md, err := m.Metadata()
@@ -679,10 +774,10 @@ func (r *Reaper) listLeases(ctx context.Context) (leaseSet, int, error) {
 		if received++; received >= pending || md.NumPending == 0 {
 			finish()
 		}
-	}, nats.BindStream("KV_"+r.reg.cfg.Bucket), nats.OrderedConsumer(), nats.DeliverLastPerSubject(), nats.HeadersOnly(), nats.Context(ctx))
+	}, opts...)
 	if err != nil {
 		mu.Unlock()
-		return leaseSet{}, 0, err
+		return 0, err
 	}
 	defer sub.Unsubscribe()
 	pending, err = sub.InitialConsumerPending()
@@ -691,16 +786,16 @@ func (r *Reaper) listLeases(ctx context.Context) (leaseSet, int, error) {
 	}
 	mu.Unlock()
 	if err != nil {
-		return leaseSet{}, 0, err
+		return 0, err
 	}
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return leaseSet{}, 0, ctx.Err()
+		return 0, ctx.Err()
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return live, plain, nil
+	return plain, nil
 }
 
 // leaseSet is the set of live lease keys a sweep lists, held as keyed
@@ -728,6 +823,23 @@ func (s leaseSet) holdsLeaseOf(record string) bool {
 	var h maphash.Hash
 	h.SetSeed(s.seed)
 	h.WriteString(record)
+	h.WriteString(leaseSuffix)
+	_, ok := s.sums[h.Sum64()]
+	return ok
+}
+
+// holdsLeaseOfInstance is holdsLeaseOf for the record of service/id,
+// without building its key: the ID is encoded on the stack.
+func (s leaseSet) holdsLeaseOfInstance(service, id string) bool {
+	var raw [events.MaxInstanceIDLength]byte
+	var enc [maxEncodedID]byte
+	n := copy(raw[:], id)
+	keyEncoding.Encode(enc[:], raw[:n])
+	var h maphash.Hash
+	h.SetSeed(s.seed)
+	h.WriteString(service)
+	h.WriteByte('.')
+	h.Write(enc[:keyEncoding.EncodedLen(n)])
 	h.WriteString(leaseSuffix)
 	_, ok := s.sums[h.Sum64()]
 	return ok

@@ -2,6 +2,8 @@ package serverlist_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -206,4 +208,72 @@ accounts: {
 	lead := startReaper(t, rw, serverlist.ReaperConfig{Node: "rw"})
 	testutil.Eventually(t, "the permitted reaper to lead", lead.Leader)
 	testutil.Eventually(t, "the leader seen", func() bool { return !ro.Stats().Unled })
+}
+
+// TestReaperSweepsFromTheMirror: a reaper given a synced mirror takes the
+// records of its sweeps from the mirror, and lists the leases a batch of
+// services at a time: it removes a crashed instance's record whose lease
+// ended while no reaper led, and, from the records the mirror leaves out
+// of its index, one marked down and one malformed, none with a lease;
+// the records of more services than one batch, whose leases are renewed,
+// stay.
+func TestReaperSweepsFromTheMirror(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{TTL: 2 * time.Second})
+	ctx := testCtx(t, 30*time.Second)
+	m := startMirror(t, e.reg, serverlist.MirrorConfig{})
+	if err := m.WaitSynced(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const services = 60 // more than one batch of the lease listing
+	var live []serverlist.Instance
+	for i := range services {
+		in := inst(fmt.Sprintf("svc%02d", i), "live", 8000+i)
+		c := claim(t, e.reg, in, "o-live")
+		t.Cleanup(renewing(t, e.reg, in, "o-live", c.Lease, 250*time.Millisecond))
+		live = append(live, in)
+	}
+	bucket := e.reg.Config().Bucket
+	st, err := e.js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropLease := func(service, id string) {
+		lease, _ := serverlist.LeaseKey(service, id)
+		if err := st.Purge(ctx, jetstream.WithPurgeSubject("$KV."+bucket+"."+lease)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim(t, e.reg, inst("orders", "crashed", 1), "o-crashed")
+	dropLease("orders", "crashed")
+	down := inst("orders", "down", 2)
+	down.Status = serverlist.StatusDown
+	claim(t, e.reg, down, "o-down")
+	dropLease("orders", "down")
+	junk, _ := serverlist.EncodeKey("orders", "junk")
+	rev, err := e.reg.KeyValue().Put(ctx, junk, []byte("{not a record"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the mirror to apply the writes", func() bool { return m.Revision() >= rev })
+	if _, ok := m.Get("orders", "down"); ok {
+		t.Fatal("the mirror indexes a record marked down")
+	}
+
+	r := startReaper(t, e.reg, serverlist.ReaperConfig{Node: "r", Mirror: m})
+	testutil.EventuallyWithin(t, 20*time.Second, "three records reaped", func() bool { return r.Stats().Reaped >= 3 })
+	for _, key := range []string{"crashed", "down", "junk"} {
+		k, _ := serverlist.EncodeKey("orders", key)
+		if _, err := e.reg.KeyValue().Get(ctx, k); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Errorf("record %s: %v, want removed", key, err)
+		}
+	}
+	for _, in := range live {
+		if _, err := e.reg.Get(ctx, in.Service, in.InstanceID); err != nil {
+			t.Errorf("leased record %s/%s: %v", in.Service, in.InstanceID, err)
+		}
+	}
+	if st := r.Stats(); st.Reaped != 3 || st.MirroredSweeps < 2 || st.MirroredSweeps != st.Sweeps || st.Errors != 0 {
+		t.Fatalf("reaper stats %+v: want 3 reaped by sweeps from the mirror, no error", st)
+	}
 }

@@ -33,12 +33,11 @@ type member struct {
 	// rev is the registry revision (the mirror's, see
 	// serverlist.MirrorStats.Revision) of the entry last seen; 0: none yet.
 	rev uint64
-	// offRev is, while offline, the mirror's revision when the offline was
-	// recorded: a registry write above it is newer than the offline.
-	offRev uint64
-	// changed is when it last went online or offline, since the table's
-	// epoch (membership.stamp); tombstones are collected by age.
-	changed time.Duration
+	// offline is set at the instance's first offline and kept after: most
+	// instances never go offline while the table knows them, and a live
+	// member is 16 bytes smaller without these fields (a 32-byte
+	// allocation instead of 48).
+	offline *offState
 	// off says why the instance is offline; offNone means it is live.
 	off offReason
 	// confirmed says the registry has held the instance: only events or
@@ -48,6 +47,33 @@ type member struct {
 }
 
 func (m *member) live() bool { return m.off == offNone }
+
+// offState is when and as of which revision an instance last went offline.
+type offState struct {
+	// rev is the mirror's revision when the offline was recorded: while
+	// offline, a registry write above it is newer than the offline.
+	rev uint64
+	// changed is when it went offline, since the table's epoch
+	// (membership.stamp); tombstones are collected by age.
+	changed time.Duration
+}
+
+// goOffline takes the member offline for reason off, as of revision rev,
+// at changed.
+func (m *member) goOffline(off offReason, rev uint64, changed time.Duration) {
+	if m.offline == nil {
+		m.offline = new(offState)
+	}
+	m.off, m.offline.rev, m.offline.changed = off, rev, changed
+}
+
+// offRev is the revision of the member's last offline (0: none yet).
+func (m *member) offRev() uint64 {
+	if m.offline == nil {
+		return 0
+	}
+	return m.offline.rev
+}
 
 // offReason records who took an instance offline, which decides who may
 // bring it back within the same incarnation.
@@ -265,13 +291,13 @@ func (m *membership) event(service, id string, inc int64, online bool, src sourc
 		// reach us after its gossip.
 		return unchanged
 	case cur == nil:
-		cur = &member{incarnation: inc, changed: m.stamp(now)}
+		cur = &member{incarnation: inc}
 		m.add(service, id, cur)
 		m.addUnconfirmed(service, id, now)
 		if !online {
 			// Remember the tombstone: an online of this incarnation that
 			// arrives late must not resurrect the instance.
-			cur.off, cur.offRev = off, regRev
+			cur.goOffline(off, regRev, m.stamp(now))
 			return unchanged
 		}
 		return applied
@@ -279,11 +305,11 @@ func (m *membership) event(service, id string, inc int64, online bool, src sourc
 		return stale
 	case inc > cur.incarnation:
 		wasLive := cur.live()
-		cur.incarnation, cur.changed = inc, m.stamp(now)
+		cur.incarnation = inc
 		if online {
 			cur.off = offNone
 		} else {
-			cur.off, cur.offRev = off, regRev
+			cur.goOffline(off, regRev, m.stamp(now))
 		}
 		if !wasLive && !online {
 			return unchanged
@@ -295,13 +321,13 @@ func (m *membership) event(service, id string, inc int64, online bool, src sourc
 		switch {
 		case src == fromEvent && cur.off != offAnnounced:
 			wasLive := cur.live()
-			cur.off, cur.offRev, cur.changed = offAnnounced, max(cur.offRev, regRev), m.stamp(now)
+			cur.goOffline(offAnnounced, max(cur.offRev(), regRev), m.stamp(now))
 			if wasLive {
 				return applied
 			}
 			return unchanged
 		case cur.live():
-			cur.off, cur.offRev, cur.changed = off, regRev, m.stamp(now)
+			cur.goOffline(off, regRev, m.stamp(now))
 			return applied
 		}
 		return duplicate
@@ -310,7 +336,7 @@ func (m *membership) event(service, id string, inc int64, online bool, src sourc
 	case cur.live():
 		return duplicate
 	case src == fromGossip && cur.off == offGossip:
-		cur.off, cur.changed = offNone, m.stamp(now)
+		cur.off = offNone
 		return applied
 	}
 	return stale
@@ -329,7 +355,7 @@ func (m *membership) registered(service, id string, inc int64, rev uint64, now t
 	}
 	switch {
 	case cur == nil:
-		m.add(service, id, &member{incarnation: inc, rev: rev, changed: m.stamp(now), confirmed: true})
+		m.add(service, id, &member{incarnation: inc, rev: rev, confirmed: true})
 		m.confirmedIn[service]++
 		return applied
 	case rev == 0:
@@ -348,11 +374,11 @@ func (m *membership) registered(service, id string, inc int64, rev uint64, now t
 		cur.incarnation = inc
 		return unchanged
 	}
-	if rev <= cur.offRev {
+	if rev <= cur.offRev() {
 		// The write came before the offline did: it stays offline.
 		return unchanged
 	}
-	cur.incarnation, cur.off, cur.changed = inc, offNone, m.stamp(now)
+	cur.incarnation, cur.off = inc, offNone
 	return applied
 }
 
@@ -368,7 +394,7 @@ func (m *membership) crashed(service, id string, inc int64, recRev uint64, now t
 	if cur == nil || !cur.live() || cur.incarnation != inc || cur.rev > recRev {
 		return unchanged
 	}
-	cur.off, cur.offRev, cur.changed = offAdvisory, recRev, m.stamp(now)
+	cur.goOffline(offAdvisory, recRev, m.stamp(now))
 	return applied
 }
 
@@ -380,7 +406,7 @@ func (m *membership) unregistered(service, id string, asOf uint64, now time.Time
 	if cur == nil || !cur.live() || cur.rev > asOf {
 		return unchanged
 	}
-	cur.off, cur.offRev, cur.changed = offRegistry, asOf, m.stamp(now)
+	cur.goOffline(offRegistry, asOf, m.stamp(now))
 	return applied
 }
 
@@ -444,7 +470,7 @@ func (m *membership) serviceNames() []string {
 func (m *membership) collect(cutoff time.Time) {
 	for service, ids := range m.services {
 		for id, mem := range ids {
-			if !mem.live() && mem.changed < m.stamp(cutoff) {
+			if !mem.live() && mem.offline.changed < m.stamp(cutoff) {
 				m.forget(service, mem)
 				delete(ids, id)
 			}

@@ -172,10 +172,46 @@ func TestMembershipLimitsAndExpiry(t *testing.T) {
 	}
 }
 
-// TestMemberSize: the table holds one member per instance; it stays in a
-// 48-byte allocation (64 with a time.Time).
+// TestMemberSize: the table holds one member per instance; a live one
+// stays in a 32-byte allocation (its offline state is allocated apart).
 func TestMemberSize(t *testing.T) {
-	if size := unsafe.Sizeof(member{}); size > 48 {
-		t.Errorf("a member takes %d bytes, want at most 48", size)
+	if size := unsafe.Sizeof(member{}); size > 32 {
+		t.Errorf("a member takes %d bytes, want at most 32", size)
+	}
+}
+
+// TestMemberOfflineStateLazy: a member has its offline state from its
+// first offline on: none while it only ever was live; an offline records
+// its revision, so that an older registry write does not bring it back and
+// a newer one does; a tombstone is collected by the age of its offline.
+func TestMemberOfflineStateLazy(t *testing.T) {
+	m := newMembership()
+	t0 := m.epoch.Add(time.Minute)
+	if got := m.registered("a", "i1", 1, 10, t0); got != applied {
+		t.Fatalf("registered: %v", got)
+	}
+	cur := m.member("a", "i1")
+	if cur.offline != nil || cur.offRev() != 0 {
+		t.Fatal("a live member has an offline state")
+	}
+	if got := m.event("a", "i1", 1, false, fromEvent, 20, t0.Add(time.Second)); got != applied || cur.offline == nil || cur.offRev() != 20 {
+		t.Fatalf("offline event: %v, offline state %+v", got, cur.offline)
+	}
+	if got := m.registered("a", "i1", 1, 15, t0.Add(2*time.Second)); got != unchanged || cur.live() {
+		t.Fatalf("a write older than the offline: %v, live %v; want it offline", got, cur.live())
+	}
+	if got := m.registered("a", "i1", 1, 25, t0.Add(3*time.Second)); got != applied || !cur.live() {
+		t.Fatalf("a write newer than the offline: %v, live %v; want it back", got, cur.live())
+	}
+	if got := m.event("a", "i1", 1, false, fromGossip, 30, t0.Add(4*time.Second)); got != applied {
+		t.Fatalf("gossip offline: %v", got)
+	}
+	m.collect(t0.Add(4 * time.Second)) // offline at 4 s: not older than the cutoff
+	if m.member("a", "i1") == nil {
+		t.Fatal("a tombstone collected before its age")
+	}
+	m.collect(t0.Add(5 * time.Second))
+	if m.member("a", "i1") != nil {
+		t.Fatal("a tombstone older than the cutoff kept")
 	}
 }
