@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
@@ -38,10 +37,11 @@ func TestStartupMistakesSayWhy(t *testing.T) {
 			1, []string{g.admin + " is an HTTP server", "NATS client port"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			began := time.Now()
+			// Wait fails the test if the process has not exited within
+			// exitTimeout: a mistake is reported, not retried. No tighter
+			// bound: a loaded CI machine starts processes slowly.
 			p := start(t, tc.bin, tc.args...)
 			code := p.Wait(t, exitTimeout)
-			took := time.Since(began)
 			out := p.Output()
 			if code != tc.code {
 				t.Fatalf("exit %d, want %d:\n%s", code, tc.code, out)
@@ -57,9 +57,6 @@ func TestStartupMistakesSayWhy(t *testing.T) {
 			// A gateway that never started does not say it stopped.
 			if strings.Contains(out, "gateway stopped") {
 				t.Errorf("a failed start logs a stop:\n%s", out)
-			}
-			if took > 5*time.Second {
-				t.Errorf("took %v, want at once", took)
 			}
 		})
 	}
