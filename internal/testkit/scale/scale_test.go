@@ -249,6 +249,9 @@ var (
 	refreshesLine = regexp.MustCompile(`(?m)^pushlb_registry_refreshes_total (\S+)$`)
 	leaderLine    = regexp.MustCompile(`(?m)^pushlb_reaper_leader 1$`)
 	heapLine      = regexp.MustCompile(`(?m)^go_memstats_heap_inuse_bytes (\S+)$`)
+	gcsLine       = regexp.MustCompile(`(?m)^go_gc_duration_seconds_count (\S+)$`)
+	allocLine     = regexp.MustCompile(`(?m)^go_memstats_alloc_bytes_total (\S+)$`)
+	memLimitLine  = regexp.MustCompile(`(?m)^go_gc_gomemlimit_bytes (\S+)$`)
 )
 
 // gatewayMetrics is what the benchmarks read from a gateway's /metrics.
@@ -257,6 +260,9 @@ type gatewayMetrics struct {
 	refreshes    float64 // record refreshes its mirror saw
 	reaperLeader bool    // it leads the registry's reapers
 	heap         float64 // Go heap in use, bytes
+	gcs          float64 // GC cycles completed
+	allocated    float64 // heap bytes allocated since the start
+	memLimit     float64 // the runtime's soft memory limit, bytes (math.MaxInt64: none)
 }
 
 func scrape(tb testing.TB, admin string) gatewayMetrics {
@@ -278,8 +284,13 @@ func scrape(tb testing.TB, admin string) gatewayMetrics {
 		m.refreshes, _ = strconv.ParseFloat(l[1], 64)
 	}
 	m.reaperLeader = leaderLine.MatchString(string(body))
-	if l := heapLine.FindStringSubmatch(string(body)); l != nil {
-		m.heap, _ = strconv.ParseFloat(l[1], 64)
+	for _, v := range []struct {
+		re  *regexp.Regexp
+		dst *float64
+	}{{heapLine, &m.heap}, {gcsLine, &m.gcs}, {allocLine, &m.allocated}, {memLimitLine, &m.memLimit}} {
+		if l := v.re.FindStringSubmatch(string(body)); l != nil {
+			*v.dst, _ = strconv.ParseFloat(l[1], 64)
+		}
 	}
 	return m
 }
@@ -288,7 +299,12 @@ func scrape(tb testing.TB, admin string) gatewayMetrics {
 // ready: the client's Start returned, which it does once every registered
 // instance is in a balancer. The binary is built before, not timed.
 func startGateway(b *testing.B, nb bus, args ...string) (*testutil.Proc, string, time.Duration) {
-	admin, listen, bin := testutil.FreeAddr(b), testutil.FreeAddr(b), gateway(b)
+	return startGatewayOn(b, nb, testutil.FreeAddr(b), args...)
+}
+
+// startGatewayOn is startGateway with the proxy listening on listen.
+func startGatewayOn(b *testing.B, nb bus, listen string, args ...string) (*testutil.Proc, string, time.Duration) {
+	admin, bin := testutil.FreeAddr(b), gateway(b)
 	start := time.Now()
 	cmd := exec.Command(bin, append([]string{"-nats", nb.url, "-listen", listen, "-admin", admin,
 		"-lease", "10m", "-log-level", "warn"}, args...)...)
