@@ -23,6 +23,9 @@
 # announce in hold mode), loaded in the same rounds, so that a change is
 # measured against its base commit in one run (BASE_COMMIT names it).
 #
+# GATEWAY_ENV="GOGC=400" sets environment variables for the pushlb gateway
+# alone (a runtime setting measured against the other proxies).
+#
 # Installs wrk and nginx with apt-get when they are missing (Debian). Ports,
 # all on 127.0.0.1, can be moved with the variables below; every process the
 # script starts is stopped on exit, and its files live in a mktemp dir.
@@ -108,7 +111,7 @@ waitfor() {
 }
 
 echo "== start the pushlb gateway (embedded NATS on :$NATS_PORT) and the backend under announce"
-"$tmp/bin/gateway" -listen "127.0.0.1:$GW_PORT" -admin "127.0.0.1:$GW_ADMIN_PORT" \
+env ${GATEWAY_ENV:-} "$tmp/bin/gateway" -listen "127.0.0.1:$GW_PORT" -admin "127.0.0.1:$GW_ADMIN_PORT" \
 	-embedded-nats "127.0.0.1:$NATS_PORT" -data-dir "$tmp/gateway-data" -log-level warn \
 	>"$tmp/gateway.log" 2>&1 &
 pids+=($!)
