@@ -295,8 +295,9 @@ func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server,
 	// servers (zoneDecision.rr: round robin, or ZoneAvoidance while every
 	// server passes; no zone drawn, no ramp, equal weights), no context
 	// may carry a subset or a zone, nothing was ejected or reached its
-	// breaker's threshold under ZoneAvoidance, and the decision needs no
-	// clock or refresh. Every load is at most two pointers from b, as
+	// breaker's threshold under ZoneAvoidance, and the decision is not
+	// due (no clock read unless the load changed since it was made, and
+	// then the coarse clock's one load). Every load is at most two pointers from b, as
 	// grpc-go's picker's: the counter's locked add waits for them all.
 	// Each test leaves on its own: a chain of && and || was compiled into
 	// flags set and tested again.
@@ -314,7 +315,13 @@ func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server,
 			return b.chooseAny(ctx, now, hasNow)
 		}
 	} else if d.clockCheck || b.sharedStats.zonesPending.Load() {
-		return b.chooseAny(ctx, now, hasNow)
+		// A Choose whose decision may be due (the load changed since it
+		// was made, as it does under traffic) reads the started
+		// balancer's coarse clock, one atomic load, as chooseZone would:
+		// the decision stands until it is due.
+		if !b.sharedStats.coarse.Load() || coarse.nanotime() >= d.due {
+			return b.chooseAny(ctx, now, hasNow)
+		}
 	}
 	rr, mod := d.rr, d.rrMod // read before the add, which later loads wait for
 	i, _ := bits.Mul64(mod*uint64(uint32(b.rrCounter.n.Add(1))), uint64(len(rr)))

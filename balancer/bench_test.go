@@ -123,3 +123,36 @@ func benchPickDone(b *testing.B, name string, bal *Balancer) {
 		return err
 	})
 }
+
+// BenchmarkChooseUnderLoad measures a request as lbhttp's Transport makes
+// one, Choose then Begin and Done, on a started balancer (its coarse
+// clock) over 3 zones with requests in flight on every server: the load
+// changes with every request, so each Choose finds its zone decision's
+// load changed since it was made. The balancer is built
+// WithoutPickTiming, so that the figure is the choice and the statistics
+// (the Transport's timed picks add two readings of the system clock).
+func BenchmarkChooseUnderLoad(b *testing.B) {
+	for _, rule := range []string{RuleRoundRobin, RuleZoneAvoidance} {
+		for _, n := range []int{3, 100} {
+			bal := benchBalancer(b, rule, n, WithoutPickTiming())
+			if err := bal.Start(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			for _, s := range bal.AllServers() {
+				p := bal.Begin(s) // one request in flight on each server
+				b.Cleanup(p.End)
+			}
+			ctx := context.Background()
+			b.Run(fmt.Sprintf("%s/N=%d", rule, n), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					s, err := bal.Choose(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					bal.Begin(s).Done(DoneInfo{})
+				}
+			})
+		}
+	}
+}

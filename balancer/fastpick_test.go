@@ -1,10 +1,14 @@
 package balancer
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 // withoutContextChoices lets a test see choose's common case, which any
@@ -195,4 +199,48 @@ func TestDecisionSyncUnderRaces(t *testing.T) {
 	if tb.decision.Load() != tb.snap.Load().decision.Load() {
 		t.Fatal("Balancer.decision is not the current snapshot's once the writers stopped")
 	}
+}
+
+// TestFastChooseUnderLoadWaitsForDue: on a started balancer (the system
+// clock, its coarse clock), a Choose whose decision's load changed keeps
+// the decision until it is due, then remakes it: zone a, loaded well past
+// the triggering load, is avoided once ZoneStatsInterval has passed,
+// though nothing but Choose runs after the load was taken.
+func TestFastChooseUnderLoadWaitsForDue(t *testing.T) {
+	withoutContextChoices(t)
+	cfg := DefaultConfig()
+	cfg.Rule = RuleRoundRobin
+	cfg.ZoneStatsInterval = 20 * time.Millisecond
+	b, err := New("due", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if err := b.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetServers(zoned(2, "a", "b", "c")); err != nil {
+		t.Fatal(err)
+	}
+	if b.decision.Load().rr == nil {
+		t.Fatal("no load: the decision offers no common case")
+	}
+	for _, id := range []string{"a0", "a1"} {
+		for range 10 {
+			p := b.Begin(b.Server(id)) // held: 10 requests in flight on each
+			t.Cleanup(p.End)
+		}
+	}
+	testutil.Eventually(t, "Choose to remake the due decision and avoid the loaded zone a", func() bool {
+		for range 30 {
+			s, err := b.Choose(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Zone == "a" {
+				return false
+			}
+		}
+		return true
+	})
 }
