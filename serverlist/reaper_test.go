@@ -219,7 +219,10 @@ accounts: {
 // stay.
 func TestReaperSweepsFromTheMirror(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, serverlist.RegistryConfig{TTL: 2 * time.Second})
+	// A lease of 5 s renewed every 250 ms: 60 renewing instances stay
+	// leased on a loaded machine; the second sweep comes one lease after
+	// the first.
+	e := newEnv(t, serverlist.RegistryConfig{TTL: 5 * time.Second})
 	ctx := testCtx(t, 30*time.Second)
 	m := startMirror(t, e.reg, serverlist.MirrorConfig{})
 	if err := m.WaitSynced(ctx); err != nil {
