@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -184,8 +185,8 @@ type load struct {
 	wg   sync.WaitGroup
 
 	// retryEOF retries, once, a request whose connection closed before
-	// any answer (io.EOF), as an idempotent client would, and counts it:
-	// Caddy's reload can close a connection it just accepted.
+	// any answer (closedBeforeAnswer), as an idempotent client would, and
+	// counts it: Caddy's reload can close a connection it just accepted.
 	retryEOF bool
 
 	mu      sync.Mutex
@@ -224,7 +225,7 @@ func (l *load) run() {
 		}
 		name, err := answeredBy(l.http, l.url)
 		retried := false
-		if err != nil && l.retryEOF && errors.Is(err, io.EOF) {
+		if err != nil && l.retryEOF && closedBeforeAnswer(err) {
 			retried = true
 			name, err = answeredBy(l.http, l.url)
 		}
@@ -245,6 +246,13 @@ func (l *load) run() {
 		}
 		l.mu.Unlock()
 	}
+}
+
+// closedBeforeAnswer reports whether err says the connection closed
+// before any answer: io.EOF, or a reset when the closing side still held
+// the request unread (its kernel then answers with RST).
+func closedBeforeAnswer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // retriedCount returns how many requests were retried (see retryEOF).
