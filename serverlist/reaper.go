@@ -680,19 +680,27 @@ func (r *Reaper) sweepMirrored(ctx context.Context, m *Mirror, prev map[string]u
 		}
 		plain += n
 	}
+	// The records the index leaves out first; an indexed record that was
+	// also among them (read while the mirror applied its change) is not
+	// listed twice.
 	var orphans []string
+	unindexed := make(map[string]struct{}, len(skipped))
+	for _, key := range skipped {
+		unindexed[key] = struct{}{}
+		if !live.holdsLeaseOf(key) {
+			orphans = append(orphans, key)
+		}
+	}
 	for name, svc := range services {
 		for _, e := range *svc.ids.Load() {
-			if !live.holdsLeaseOfInstance(name, e.rec.id) {
-				if key, err := EncodeKey(name, e.rec.id); err == nil {
+			if live.holdsLeaseOfInstance(name, e.rec.id) {
+				continue
+			}
+			if key, err := EncodeKey(name, e.rec.id); err == nil {
+				if _, listed := unindexed[key]; !listed {
 					orphans = append(orphans, key)
 				}
 			}
-		}
-	}
-	for _, key := range skipped {
-		if !live.holdsLeaseOf(key) && !slices.Contains(orphans, key) {
-			orphans = append(orphans, key)
 		}
 	}
 	return r.sweepOrphans(ctx, orphans, prev), plain
