@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -369,18 +370,26 @@ func TestBalancerBreaker(t *testing.T) {
 	})
 }
 
+// announceServers starts n test servers, announced as the instances
+// o0...o<n-1> of orders in zone z1, and returns their addresses.
+func announceServers(t *testing.T, nc *nats.Conn, n int) []string {
+	t.Helper()
+	var addrs []string
+	for i := range n {
+		s := newTestServer(t)
+		addrs = append(addrs, s.addr)
+		testpub.AnnounceAddr(t, nc, "orders", "z1", fmt.Sprintf("o%d", i), s.addr)
+	}
+	return addrs
+}
+
 // TestBalancerHashKey: a keyed rule sends the RPCs of one metadata value
 // to one server.
 func TestBalancerHashKey(t *testing.T) {
 	srv := natstest.Start(t)
 	c := startClient(t, srv)
 	nc := srv.Connect(t)
-	var addrs []string
-	for i := range 4 {
-		s := newTestServer(t)
-		addrs = append(addrs, s.addr)
-		testpub.AnnounceAddr(t, nc, "orders", "z1", fmt.Sprintf("o%d", i), s.addr)
-	}
+	addrs := announceServers(t, nc, 4)
 	conn := dialPushlb(t, c, "pushlb:///orders", "", pushlbConfig(`{"rule":"Maglev","hashKey":"X-User"}`, false))
 	waitReady(t, conn, addrs...)
 	servers := map[string]bool{}

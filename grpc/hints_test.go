@@ -136,12 +136,7 @@ func TestBalancerHintJoinsLater(t *testing.T) {
 	srv := natstest.Start(t)
 	c := startClient(t, srv)
 	nc := srv.Connect(t)
-	var others []string
-	for i := range 2 {
-		ts := newTestServer(t)
-		others = append(others, ts.addr)
-		testpub.AnnounceAt(t, nc, ts.addr, serverlist.Instance{Service: "orders", InstanceID: fmt.Sprintf("o%d", i), Zone: "z1"})
-	}
+	others := announceServers(t, nc, 2)
 	conn := dialPushlb(t, c, "pushlb:///orders", "", pushlbConfig(`{"rule":"RoundRobin"}`, false))
 	waitReady(t, conn, others...)
 	byMetadata := metadata.AppendToOutgoingContext(t.Context(), pushlbgrpc.DefaultHintKey, "canary")
