@@ -41,6 +41,9 @@ func TestIndexByIDUnderManyChanges(t *testing.T) {
 				wantErrs = wantErrs[:1]
 			}
 		}
+		if round%2 == 1 { // in ID order, as a registry lists them: the list is its own index
+			slices.SortStableFunc(in, func(a, b Server) int { return strings.Compare(a.ID, b.ID) })
+		}
 		var err error
 		if round%5 == 4 {
 			err = tb.AddServers(in...)
@@ -83,6 +86,11 @@ func TestIndexByIDUnderManyChanges(t *testing.T) {
 		}
 		if !slices.Equal(got, want) {
 			t.Fatalf("round %d: list %v, want %v", round, got, want)
+		}
+		all := tb.AllServers()
+		sorted := slices.IsSortedFunc(all, func(a, b *Server) int { return strings.Compare(a.ID, b.ID) })
+		if shared := sameArray(all, tb.byID); shared && !sorted || !shared && sorted && err == nil && round%5 != 4 && len(all) > 0 {
+			t.Fatalf("round %d: the index shares the list: %v; the list in ID order: %v", round, shared, sorted)
 		}
 		for i := range universe {
 			s := tb.Server(id(i))

@@ -187,18 +187,35 @@ func (s *Snapshot) Zones() []string {
 // (r: nil when no server ramps). all is kept as given.
 func buildSnapshot(version uint64, all []*Server, r *ramp) *Snapshot {
 	s := &Snapshot{version: version, all: all, ramp: r, replaced: make(chan struct{})}
-	up := make([]*Server, 0, len(all))
+	// The lists share their backing arrays where they hold the same
+	// servers (every server alive: the alive list is all; one zone: its
+	// list is the alive list), 8 bytes a server each: no list of a
+	// snapshot is ever written once built.
+	// One read of each server's flag (a subset's snapshot is built
+	// without the lock that changes them): up is all's prefix until the
+	// first server down, then a list of its own.
+	up := all
 	counts := make(map[string]int)
-	for _, srv := range all {
-		if srv.inst.alive.Load() {
-			up = append(up, srv)
-			counts[srv.zoneKey()]++
+	for i, srv := range all {
+		if !srv.inst.alive.Load() {
+			if len(up) == len(all) {
+				up = append(make([]*Server, 0, len(all)-1), all[:i]...)
+			}
+			continue
 		}
+		if len(up) < len(all) {
+			up = append(up, srv)
+		}
+		counts[srv.zoneKey()]++
 	}
 	s.byZone = make(map[string]*zoneGroup, len(counts))
 	for name, n := range counts {
 		g := &zoneGroup{name: name}
-		g.view.servers = make([]*Server, 0, n)
+		if len(counts) == 1 {
+			g.view.servers = up
+		} else {
+			g.view.servers = make([]*Server, 0, n)
+		}
 		g.view.snap = s
 		g.view.zones = []*zoneGroup{g}
 		s.byZone[name] = g
@@ -208,9 +225,11 @@ func buildSnapshot(version uint64, all []*Server, r *ramp) *Snapshot {
 	for i, g := range s.zones {
 		g.idx = i
 	}
-	for _, srv := range up {
-		g := s.byZone[srv.zoneKey()]
-		g.view.servers = append(g.view.servers, srv)
+	if len(s.zones) > 1 {
+		for _, srv := range up {
+			g := s.byZone[srv.zoneKey()]
+			g.view.servers = append(g.view.servers, srv)
+		}
 	}
 	for _, g := range s.zones {
 		g.view.setServers(g.view.servers)
@@ -225,6 +244,10 @@ func buildSnapshot(version uint64, all []*Server, r *ramp) *Snapshot {
 	}
 	return s
 }
+
+// sameArray reports whether a and b start at the same element of one
+// backing array.
+func sameArray(a, b []*Server) bool { return len(a) > 0 && len(b) > 0 && &a[0] == &b[0] }
 
 // lowerASCII lower-cases s without allocating when it is already lower case.
 func lowerASCII(s string) string {
