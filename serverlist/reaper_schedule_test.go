@@ -2,10 +2,12 @@ package serverlist_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
@@ -162,5 +164,39 @@ func TestOpenPlainLeases(t *testing.T) {
 		if allowed := st.CachedInfo().Config.AllowMsgSchedules; allowed == plain || reg.ScheduledLeases() == plain {
 			t.Errorf("PlainLeases %v: the bucket allows schedules: %v, scheduled leases: %v", plain, allowed, reg.ScheduledLeases())
 		}
+	}
+}
+
+// TestReaperPlainLeasesSaidNotWarned: a leading reaper over a bucket
+// without message schedules warns, unless its registry was opened with
+// PlainLeases (the gateway with its embedded NATS server, whose first run
+// must show no warning): then it says so at info level.
+func TestReaperPlainLeasesSaidNotWarned(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	ctx := testCtx(t, 10*time.Second)
+	for _, plain := range []bool{true, false} {
+		js := mustJetStream(t, srv.Connect(t))
+		bucket := "said_" + map[bool]string{true: "plain", false: "made_plain"}[plain]
+		// The bucket made plain by an earlier PlainLeases open: the second
+		// open, with or without, finds it existing and never changes it.
+		if _, err := serverlist.Open(ctx, js, serverlist.RegistryConfig{Bucket: bucket, PlainLeases: true}); err != nil {
+			t.Fatal(err)
+		}
+		var logs testutil.SyncBuffer
+		reg, err := serverlist.Open(ctx, js, serverlist.RegistryConfig{Bucket: bucket, PlainLeases: plain})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := startReaper(t, reg, serverlist.ReaperConfig{Node: "r-" + bucket, Logger: zerolog.New(&logs)})
+		testutil.Eventually(t, "the reaper to say its leases are plain", func() bool {
+			return strings.Contains(logs.String(), "leading reaper receives every renewal")
+		})
+		warned := strings.Contains(logs.String(), `"level":"warn"`)
+		said := strings.Contains(logs.String(), "leases are plain, as configured")
+		if warned == plain || said != plain {
+			t.Errorf("PlainLeases %v: warned %v, said as configured %v; logs:\n%s", plain, warned, said, logs.String())
+		}
+		r.Close()
 	}
 }

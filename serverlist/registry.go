@@ -66,7 +66,9 @@ type RegistryConfig struct {
 	// reaper receives every renewal, which costs the NATS server less
 	// (docs/protocol.md, "The reaper by design"): for a gateway that
 	// embeds the NATS server. False allows schedules on a bucket Open
-	// creates. An existing bucket is never changed either way.
+	// creates. An existing bucket is never changed either way. A reaper
+	// over a registry opened with it says at info level that its leases
+	// are plain, where it otherwise warns.
 	PlainLeases bool
 
 	// MarkerTTL is how long the marker left by an expiry stays in the bucket
