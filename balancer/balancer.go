@@ -302,7 +302,13 @@ func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server,
 	// Each test leaves on its own: a chain of && and || was compiled into
 	// flags set and tested again.
 	d := b.decision.Load()
-	if d.rr == nil || choicesCarried.Load() || b.sharedStats.ejectedUntilMax.Load() != 0 {
+	if d.rr == nil {
+		return b.chooseAny(ctx, now, hasNow)
+	}
+	if choicesCarried.Load() {
+		return b.chooseAny(ctx, now, hasNow)
+	}
+	if b.sharedStats.ejectedUntilMax.Load() != 0 {
 		return b.chooseAny(ctx, now, hasNow)
 	}
 	if d.rrQuiet && b.sharedStats.atThreshold.Load() != 0 {
@@ -314,18 +320,32 @@ func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server,
 		if now >= d.due {
 			return b.chooseAny(ctx, now, hasNow)
 		}
-	} else if d.clockCheck || b.sharedStats.zonesPending.Load() {
-		// A Choose whose decision may be due (the load changed since it
-		// was made, as it does under traffic) reads the started
-		// balancer's coarse clock, one atomic load, as chooseZone would:
-		// the decision stands until it is due.
-		if !b.sharedStats.coarse.Load() || coarse.nanotime() >= d.due {
-			return b.chooseAny(ctx, now, hasNow)
-		}
+	} else if d.clockCheck {
+		return b.chooseIfDue(ctx, d)
+	} else if b.sharedStats.zonesPending.Load() {
+		return b.chooseIfDue(ctx, d)
 	}
-	rr, mod := d.rr, d.rrMod // read before the add, which later loads wait for
-	i, _ := bits.Mul64(mod*uint64(uint32(b.rrCounter.n.Add(1))), uint64(len(rr)))
-	return rr[i], now, nil
+	return rrPick(d.rr, d.rrMod, b.rrCounter), now, nil
+}
+
+// rrPick is round robin's pick over rr, mod being its View.mod. Its
+// arguments are read before the counter's add, which later loads would
+// wait for.
+func rrPick(rr []*Server, mod uint64, c *counter) *Server {
+	i, _ := bits.Mul64(mod*uint64(uint32(c.n.Add(1))), uint64(len(rr)))
+	return rr[i]
+}
+
+// chooseIfDue is choose's common case for a Choose whose decision may be
+// due (time alone changes it, or the load changed since it was made, as
+// it does under traffic): it reads the started balancer's coarse clock,
+// one atomic load, as chooseZone would, and the decision stands until it
+// is due. Apart from choose, so that choose sets up no frame for the call.
+func (b *Balancer) chooseIfDue(ctx context.Context, d *zoneDecision) (*Server, int64, error) {
+	if !b.sharedStats.coarse.Load() || coarse.nanotime() >= d.due {
+		return b.chooseAny(ctx, 0, false)
+	}
+	return rrPick(d.rr, d.rrMod, b.rrCounter), 0, nil
 }
 
 // chooseAny is choose in every case: apart, so that choose's common case
