@@ -348,12 +348,18 @@ func TestLeastRequestSkipsTripped(t *testing.T) {
 	checkUniform(t, tb.pickCounts(t, 1000), idRange(0, 10), 1000, 0.01)
 }
 
-// The pick path of the least-loaded and keyed rules allocates nothing.
+// The pick path of the least-loaded and keyed rules allocates nothing,
+// once each server has had the connection failure that allocates its
+// breaker counters (once in its life: TestBreakerCountersLazy).
 func TestLeastAndKeyedPicksDoNotAllocate(t *testing.T) {
 	for _, rule := range []string{RuleBestAvailable, RuleLeastRequest, RuleMaglev} {
 		tb := newTest(t, func(c *Config) { c.Rule = rule }, zoned(30, "a", "b", "c"))
 		ctx := WithKey(t.Context(), "user-42")
 		zctx := WithZone(ctx, "b")
+		for _, s := range tb.AllServers() {
+			tb.Begin(s).Done(DoneInfo{ConnectFailure: true})
+			tb.Begin(s).Done(DoneInfo{ResponseTime: time.Millisecond})
+		}
 		tb.trip(t, "a1")
 		if n := testing.AllocsPerRun(200, func() {
 			for _, c := range []context.Context{ctx, zctx} {

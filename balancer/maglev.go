@@ -131,7 +131,7 @@ func (t *maglevTable) lookup(p *PickInfo, servers []*Server, kh uint64) *Server 
 // is not tripped.
 func mayBeTripped(s *Server) bool {
 	st := &s.inst.stats
-	return st.failures.Load() >= int64(st.shared.breaker.Threshold) || st.ejectedUntil() != 0
+	return st.failureCount() >= int64(st.shared.breaker.Threshold) || st.ejectedUntil() != 0
 }
 
 // keyHash hashes a key for the table: FNV-1a spread by splitmix64's

@@ -36,16 +36,7 @@ type outlierCounters struct {
 
 // outlierCounters returns the server's outlier counters, allocating them
 // on first use; concurrent first uses agree on one.
-func (s *ServerStats) outlierCounters() *outlierCounters {
-	if c := s.outlier.Load(); c != nil {
-		return c
-	}
-	c := new(outlierCounters)
-	if s.outlier.CompareAndSwap(nil, c) {
-		return c
-	}
-	return s.outlier.Load()
-}
+func (s *ServerStats) outlierCounters() *outlierCounters { return lazy(&s.outlier) }
 
 // serverError counts an answer that was a server error, and ejects the
 // server at Consecutive5xx in a row if the service's ejection limit

@@ -77,7 +77,7 @@ func (p *PickInfo) Tripped(s *Server) bool {
 		return false // s need not be read: at N=10,000, a cache miss per pick
 	}
 	now := p.nanotime()
-	return (st.failures.Load() >= int64(st.shared.breaker.Threshold) && st.trippedAt(now)) || st.ejectedAt(now)
+	return st.trippedAt(now) || st.ejectedAt(now)
 }
 
 // ActiveRequests returns s's requests in flight at the pick's time (see

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func TestPickDone(t *testing.T) {
@@ -190,5 +192,50 @@ func TestPickDoesNotAllocate(t *testing.T) {
 func TestRuleNamesInErrors(t *testing.T) {
 	if _, err := NewRule("nope", &Config{}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "RoundRobin") {
 		t.Fatalf("NewRule(nope) = %v", err)
+	}
+}
+
+// TestBreakerCountersLazy: a server's breaker counters are allocated on its
+// first connection failure, once however many goroutines fail it at once,
+// and read as 0 (closed, nothing remaining) until then: answers, server
+// errors and read failures allocate none. The breaker then works as
+// before: it opens at the threshold, the blackout runs, an answer resets it.
+func TestBreakerCountersLazy(t *testing.T) {
+	tb := newTest(t, nil, servers(3, "a", 0))
+	for _, s := range tb.AllServers() {
+		tb.Begin(s).Done(DoneInfo{ResponseTime: time.Millisecond})
+		tb.Begin(s).Done(DoneInfo{ResponseTime: time.Millisecond, ServerError: true})
+		tb.Begin(s).Done(DoneInfo{Err: errors.New("reset")})
+		st := s.Stats()
+		if st.breaker.Load() != nil || st.SuccessiveFailures() != 0 || st.CircuitTripped() || st.BlackoutRemaining() != 0 {
+			t.Fatalf("%s: counters %v after no connection failure, failures %d", s.ID, st.breaker.Load(), st.SuccessiveFailures())
+		}
+	}
+	s1 := tb.Server("s1")
+	st := s1.Stats()
+	var wg sync.WaitGroup
+	for range 3 { // three failures from three goroutines: one set of counters
+		wg.Go(func() { tb.Begin(s1).Done(DoneInfo{ConnectFailure: true}) })
+	}
+	wg.Wait()
+	if st.SuccessiveFailures() != 3 || !st.CircuitTripped() || st.BlackoutRemaining() != 10*time.Second {
+		t.Fatalf("after 3 connection failures: %d, tripped %v for %v; want 3, tripped for 10s", st.SuccessiveFailures(), st.CircuitTripped(), st.BlackoutRemaining())
+	}
+	if n := tb.pickCounts(t, 60)["s1"]; n != 0 {
+		t.Fatalf("tripped s1 picked %d times", n)
+	}
+	if tb.ServerStats("s2").breaker.Load() != nil {
+		t.Fatal("s2: counters allocated by another server's failures")
+	}
+	tb.clock.Advance(10 * time.Second)
+	if st.CircuitTripped() {
+		t.Fatal("still tripped after the blackout")
+	}
+	tb.Begin(s1).Done(DoneInfo{ResponseTime: time.Millisecond})
+	if st.SuccessiveFailures() != 0 || st.BlackoutRemaining() != 0 {
+		t.Fatalf("after an answer: failures %d, blackout %v", st.SuccessiveFailures(), st.BlackoutRemaining())
+	}
+	if size := unsafe.Sizeof(instance{}); size > 80 {
+		t.Errorf("instance is %d bytes, want at most 80 (an 80-byte allocation)", size)
 	}
 }
