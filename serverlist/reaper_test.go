@@ -253,11 +253,19 @@ func TestReaperSweepsFromTheMirror(t *testing.T) {
 	down.Status = serverlist.StatusDown
 	claim(t, e.reg, down, "o-down")
 	dropLease("orders", "down")
+	// The malformed record never ages out (Nats-TTL: never), as Claim
+	// writes records: a plain put would age out with the bucket's MaxAge,
+	// the lease, about when the second sweep comes (one lease after the
+	// first), and the reaper would then find no record to remove.
 	junk, _ := serverlist.EncodeKey("orders", "junk")
-	rev, err := e.reg.KeyValue().Put(ctx, junk, []byte("{not a record"))
+	msg := nats.NewMsg("$KV." + bucket + "." + junk)
+	msg.Data = []byte("{not a record")
+	msg.Header.Set("Nats-TTL", "never")
+	ack, err := e.js.PublishMsg(ctx, msg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rev := ack.Sequence
 	testutil.Eventually(t, "the mirror to apply the writes", func() bool { return m.Revision() >= rev })
 	if _, ok := m.Get("orders", "down"); ok {
 		t.Fatal("the mirror indexes a record marked down")

@@ -10,10 +10,18 @@ import (
 	"time"
 
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
+	"github.com/pushlb/pushlb/lbhttp"
 )
 
-// loadWorkers is the concurrency of the tests' steady load.
-const loadWorkers = 4
+// loadWorkers is the concurrency of the tests' steady load: at most the
+// retries the gateway's default retry budget allows whatever the load
+// (lbhttp.DefaultRetryBudget.MinConcurrent, checked by startLoad), so
+// that the budget never refuses a retry and the tests' "no request
+// fails" holds by construction. With 4, around a SIGKILL the 4 requests
+// could all be retrying at once (those in flight to the killed instance
+// reset, the next ones refused a connection until the advisory removed
+// it), and the budget refused the 4th: a 502 "retry budget is spent".
+const loadWorkers = 3
 
 // load is a steady load through a gateway: a few clients, each sending a
 // request, then the next on the tick of a 1 ms ticker (a steady stream,
@@ -33,6 +41,9 @@ type load struct {
 }
 
 func startLoad(g *gw, workers int) *load {
+	if workers > lbhttp.DefaultRetryBudget.MinConcurrent {
+		panic(fmt.Sprintf("startLoad: %d workers, more than the %d retries the default retry budget always allows", workers, lbhttp.DefaultRetryBudget.MinConcurrent))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &load{cancel: cancel, last: map[string]time.Time{}}
 	for range workers {
