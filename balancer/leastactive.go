@@ -98,14 +98,12 @@ func word(key uint64, count uint64) uint64 { return key<<keyBits | count }
 // timeout; the hooks skip it, as they run right after the count changed.
 // expiry is when an open breaker closes, 0 when it is not open.
 func leafWord(st *ServerStats, now int64, decay bool) (w uint64, expiry int64) {
-	if c := st.breaker.Load(); c != nil {
-		if f := c.failures.Load(); f >= int64(st.shared.breaker.Threshold) {
-			if now < 0 {
-				now = st.shared.nanotime()
-			}
-			if end := c.lastFailure.Load() + int64(st.shared.breaker.Blackout(f)); now < end {
-				return word(trippedKey, 1), end
-			}
+	if end := st.blackoutEnd(); end != 0 {
+		if now < 0 {
+			now = st.shared.nanotime()
+		}
+		if now < end {
+			return word(trippedKey, 1), end
 		}
 	}
 	a := st.active.Load()

@@ -391,25 +391,28 @@ func (s *ServerStats) CircuitTripped() bool { return s.trippedAt(s.shared.nanoti
 
 // BlackoutRemaining returns how long the breaker stays open, 0 when closed.
 func (s *ServerStats) BlackoutRemaining() time.Duration {
+	end := s.blackoutEnd()
+	if end == 0 {
+		return 0
+	}
+	return time.Duration(max(end-s.shared.nanotime(), 0))
+}
+
+func (s *ServerStats) trippedAt(now int64) bool { return now < s.blackoutEnd() }
+
+// blackoutEnd returns when the breaker's blackout ends (nanotime), or 0
+// while the failures in a row are below the threshold: the breaker is
+// open before that time.
+func (s *ServerStats) blackoutEnd() int64 {
 	c := s.breaker.Load()
 	if c == nil {
 		return 0
 	}
-	now := s.shared.nanotime()
-	end := c.lastFailure.Load() + int64(s.shared.breaker.Blackout(c.failures.Load()))
-	return time.Duration(max(end-now, 0))
-}
-
-func (s *ServerStats) trippedAt(now int64) bool {
-	c := s.breaker.Load()
-	if c == nil {
-		return false
-	}
 	f := c.failures.Load()
 	if f < int64(s.shared.breaker.Threshold) {
-		return false
+		return 0
 	}
-	return now < c.lastFailure.Load()+int64(s.shared.breaker.Blackout(f))
+	return c.lastFailure.Load() + int64(s.shared.breaker.Blackout(f))
 }
 
 // ZoneSnapshot summarises the servers of one zone, as Ribbon's ZoneSnapshot.
