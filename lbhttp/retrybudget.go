@@ -14,9 +14,20 @@ import (
 // A retry after a connection failure is always allowed, and counted in
 // flight: nothing reached the server, so it adds no load to a failing
 // service, and the circuit breaker already bounds how often a dead server
-// is tried; this is what keeps a crash or a rolling restart free of
-// failed requests. The budget limits the retries that do load the
-// service: after a timeout, a reset, or a retryable status.
+// is tried; this is what keeps a rolling restart, and the requests that
+// start around a crash, free of failures. The budget limits the retries
+// that do load the service: after a timeout, a reset, or a retryable
+// status.
+//
+// A reset is counted even when its server crashed, which the Transport
+// cannot tell from a server that failed under load when the reset comes:
+// the requests in flight on a server that is killed each get one, all at
+// once. A service with few instances and many concurrent requests (more
+// in flight on one instance than Percent of the service's, and more than
+// MinConcurrent) then fails the requests beyond the budget around a
+// crash, as Envoy's budget would. Raise MinConcurrent to about what one
+// instance has in flight for such a service, or disable the budget when a
+// retry storm cannot overload it.
 //
 // A retry the budget refuses is not made: the request fails with what its
 // last attempt got (the error says the budget is spent), and the refusal

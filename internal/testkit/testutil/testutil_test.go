@@ -1,11 +1,13 @@
 package testutil
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -298,6 +300,41 @@ func TestFreePort(t *testing.T) {
 		t.Fatal(err)
 	}
 	u.Close()
+}
+
+// TestFreePortReserved: on Linux a port comes from below the kernel's
+// ephemeral range, which the kernel never hands to a port-0 bind or an
+// outgoing connection, and no other test (this process or another) gets it
+// until its test ends.
+func TestFreePortReserved(t *testing.T) {
+	first, ok := ephemeralStart()
+	if !ok {
+		t.Skip("the kernel's ephemeral range is unknown here: ports come from the kernel")
+	}
+	dir := filepath.Join(os.TempDir(), "pushlb-test-ports")
+	var port int
+	t.Run("hold", func(t *testing.T) {
+		port = FreePort(t)
+		if port < reservedLow || port >= first {
+			t.Fatalf("port %d, want one in [%d, %d)", port, reservedLow, first)
+		}
+		if _, err := lockPort(dir, port); !errors.Is(err, errPortLocked) {
+			t.Fatalf("port %d's lock taken again while its test runs: %v", port, err)
+		}
+		seen := map[int]bool{port: true}
+		for range 50 {
+			p := FreePort(t)
+			if seen[p] {
+				t.Fatalf("port %d handed out twice in one test", p)
+			}
+			seen[p] = true
+		}
+	})
+	release, err := lockPort(dir, port)
+	if err != nil {
+		t.Fatalf("port %d still reserved after its test ended: %v", port, err)
+	}
+	release()
 }
 
 func TestBuildBinaries(t *testing.T) {
