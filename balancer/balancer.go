@@ -254,6 +254,7 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 	b.slow = newSlowStart(b, cfg.SlowStart, b.rule)
 	b.shared.zonesChanged = b.refreshZones
 	b.shared.zonesDueAt = b.refreshZonesDue
+	b.shared.zonesLoadChanged = b.markLoadChanged
 	empty := buildSnapshot(0, nil, nil)
 	empty.decision.Store(b.decideZones(empty, 0)) // not in panic: no server
 	b.shared.zonesDue.Store(math.MaxInt64)
@@ -296,11 +297,13 @@ func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server,
 	// server passes; no zone drawn, no ramp, equal weights), no context
 	// may carry a subset or a zone, nothing was ejected or reached its
 	// breaker's threshold under ZoneAvoidance, and the decision is not
-	// due (no clock read unless the load changed since it was made, and
-	// then the coarse clock's one load). Every load is at most two pointers from b, as
-	// grpc-go's picker's: the counter's locked add waits for them all.
-	// Each test leaves on its own: a chain of && and || was compiled into
-	// flags set and tested again.
+	// due: a Pick compares its time with due; a Choose tests the
+	// decision's recheck word, and reads the coarse clock (one load) only
+	// when time alone changes the decision or the load changed since it
+	// was made. Every load is at most two pointers from b, as grpc-go's
+	// picker's: the counter's locked add waits for them all. Each test
+	// leaves on its own: a chain of && and || was compiled into flags set
+	// and tested again.
 	d := b.decision.Load()
 	if d.rr == nil {
 		return b.chooseAny(ctx, now, hasNow)
@@ -314,15 +317,11 @@ func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server,
 	if d.rrQuiet && b.sharedStats.atThreshold.Load() != 0 {
 		return b.chooseAny(ctx, now, hasNow)
 	}
-	if d.due == math.MaxInt64 {
-		// Neither load nor time changes the decision: no clock to read.
-	} else if hasNow {
-		if now >= d.due {
+	if hasNow {
+		if now >= d.due { // never when neither load nor time changes it (due: MaxInt64)
 			return b.chooseAny(ctx, now, hasNow)
 		}
-	} else if d.clockCheck {
-		return b.chooseIfDue(ctx, d)
-	} else if b.sharedStats.zonesPending.Load() {
+	} else if d.recheck.Load() != 0 {
 		return b.chooseIfDue(ctx, d)
 	}
 	return rrPick(d.rr, d.rrMod, b.rrCounter), now, nil
@@ -701,6 +700,7 @@ func (b *Balancer) swapLocked(list []*Server) {
 	snap.decision.Store(d)
 	old := b.snap.Swap(snap)
 	b.syncDecision()
+	b.recheckIfLoadChanged()
 	b.notePanic(d)
 	close(old.replaced)
 	if b.zonesRefreshing.Load() || b.shared.epoch.Load() != epoch {
@@ -725,6 +725,29 @@ func (b *Balancer) syncDecision() {
 			return
 		}
 		b.decision.CompareAndSwap(cur, want)
+	}
+}
+
+// markLoadChanged tells the balancer's current decision that an active
+// count changed after it was made (statsShared.loadChanged, once
+// zonesPending is set), so that a Choose reads the clock to see whether
+// it is due.
+func (b *Balancer) markLoadChanged() {
+	if d := b.decision.Load(); d != nil { // nil only while New runs
+		d.recheck.Or(recheckLoad)
+	}
+}
+
+// recheckIfLoadChanged is called after a new decision is installed: if an
+// active count changed since zonesPending was cleared for it, the count's
+// markLoadChanged may have marked the decision before (its load of
+// b.decision came first), so the current one is marked here. zonesPending
+// is set before its decision is marked, and cleared before a decision is
+// made: either this load sees it set, or the mark comes after the new
+// decision is installed and lands on it.
+func (b *Balancer) recheckIfLoadChanged() {
+	if b.shared.zonesPending.Load() {
+		b.markLoadChanged()
 	}
 }
 

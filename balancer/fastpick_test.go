@@ -3,8 +3,10 @@ package balancer
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -243,4 +245,76 @@ func TestFastChooseUnderLoadWaitsForDue(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestLoadChangeMarksTheDecisionMadeMeanwhile: an active count that
+// changes while the zone decision is remade marks the decision being
+// replaced (markLoadChanged loads the current one first), and the new one
+// must carry the mark too, or a Choose would keep it past its due without
+// reading the clock. One goroutine starts and ends requests without a
+// pause while the test remakes the decision; once both are done, the
+// current decision carries the mark whenever zonesPending is set.
+func TestLoadChangeMarksTheDecisionMadeMeanwhile(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Rule = RuleRoundRobin
+	cfg.ZoneStatsInterval = time.Hour // never due: only the test remakes it
+	b, err := New("meanwhile", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if err := b.SetServers(zoned(250, "a", "b", "c")); err != nil {
+		t.Fatal(err)
+	}
+	srv := b.Server("a0")
+	long, short := zoned(250, "a", "b", "c"), zoned(249, "a", "b", "c")
+	remakes := map[string]func(round int){
+		// The refresher's remake when due, or a breaker's.
+		"publishZones": func(int) { b.publishZones(b.snap.Load()) },
+		// A list change: the new snapshot's decision (swapLocked).
+		"SetServers": func(round int) {
+			if err := b.SetServers([][]Server{long, short}[round%2]); err != nil {
+				t.Error(err)
+			}
+		},
+	}
+	for _, how := range []string{"publishZones", "SetServers"} {
+		testLoadChangeMarks(t, b, srv, how, remakes[how])
+	}
+}
+
+func testLoadChangeMarks(t *testing.T, b *Balancer, srv *Server, how string, remake func(round int)) {
+	for round := range 200 {
+		stop := make(chan struct{})
+		var requests atomic.Int64
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					b.Begin(srv).End()
+					requests.Add(1)
+				}
+			}
+		})
+		for requests.Load() == 0 {
+			runtime.Gosched()
+		}
+		remake(round) // clears zonesPending, decides over 750 servers, installs
+		// A request that began after the decision was installed: load
+		// changed since, whatever came during the remake.
+		for after := requests.Load(); requests.Load() < after+2; {
+			runtime.Gosched()
+		}
+		close(stop)
+		wg.Wait()
+		if !b.shared.zonesPending.Load() {
+			t.Fatalf("%s, round %d: requests ran since the decision was made and nothing is pending", how, round)
+		}
+		if b.decision.Load().recheck.Load()&recheckLoad == 0 {
+			t.Fatalf("%s, round %d: load changed since the decision was made (zonesPending), and the decision is not marked: a Choose would not read the clock", how, round)
+		}
+	}
 }

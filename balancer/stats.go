@@ -85,8 +85,12 @@ type statsShared struct {
 	// to see whether the decision is due.
 	zonesChanged func()
 	zonesDueAt   func(now int64)
-	zonesDue     atomic.Int64
-	zonesPending atomic.Bool
+	// zonesLoadChanged marks the current decision once zonesPending is
+	// set (Balancer.markLoadChanged), for choose's common case, which
+	// tests the decision alone.
+	zonesLoadChanged func()
+	zonesDue         atomic.Int64
+	zonesPending     atomic.Bool
 }
 
 // loadChanged tells the zone decision that an active count changed at now:
@@ -102,6 +106,9 @@ func (s *statsShared) loadChanged(now int64) {
 		}
 	case !s.zonesPending.Load():
 		s.zonesPending.Store(true)
+		if s.zonesLoadChanged != nil {
+			s.zonesLoadChanged()
+		}
 	}
 }
 

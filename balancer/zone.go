@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/bits"
+	"sync/atomic"
 )
 
 // zoneDecision is the zone choice of every pick over one snapshot, made off
@@ -27,13 +28,32 @@ import (
 // the decision was made; Pick reads it once, for the decision and the
 // request's start together.
 type zoneDecision struct {
-	at int64 // nanotime it was made at
+	// What Balancer.choose's common case reads comes first, together.
+	//
+	// rr and rrMod are view's servers and their reciprocal (View.mod) when
+	// a pick may take them from the decision alone (Balancer.choose): the
+	// rule is RoundRobin, or ZoneAvoidance without an active-request limit
+	// (its predicate then keeps every server while none is tripped:
+	// rrQuiet), no zone is drawn per pick, no server ramps
+	// (Snapshot.ramp) and the weights are equal; rr is nil otherwise.
+	rr    []*Server
+	rrMod uint64
 	// due is when load or time may have changed it: at plus
 	// ZoneStatsInterval, or math.MaxInt64 when neither matters to it.
 	due int64
+	// recheck is not 0 when a Choose, which reads no clock otherwise, must
+	// read it to see whether the decision is due: recheckClock when time
+	// alone changes it (set when it is made), recheckLoad once an active
+	// count changed after it was made (statsShared.zonesPending, which
+	// the balancer's current decision mirrors here: markLoadChanged). One
+	// word, so that choose's common case tests one.
+	recheck atomic.Uint32
+	rrQuiet bool
 	// clockCheck: time alone changes the decision (a breaker is open, an
 	// active count may decay); a Choose reads the clock to check due.
 	clockCheck bool
+
+	at int64 // nanotime it was made at
 	// usable[i] reports that zone snap.zones[i] has a server whose breaker
 	// is closed, for a zone forced with WithZone.
 	usable []bool
@@ -44,21 +64,18 @@ type zoneDecision struct {
 	// probability (cum[i] - cum[i-1]) / cum[len-1].
 	draw []*zoneGroup
 	cum  []int
-	// rr and rrMod are view's servers and their reciprocal (View.mod) when
-	// a pick may take them from the decision alone (Balancer.choose): the
-	// rule is RoundRobin, or ZoneAvoidance without an active-request limit
-	// (its predicate then keeps every server while none is tripped:
-	// rrQuiet), no zone is drawn per pick, no server ramps
-	// (Snapshot.ramp) and the weights are equal; rr is nil otherwise.
-	rr      []*Server
-	rrMod   uint64
-	rrQuiet bool
 	// panic: too few healthy servers (Config.PanicThreshold), so the
 	// decision and the picks ignore breakers and ejections; healthy and
 	// alive are the counts it was decided on (outlier.go).
 	panic          bool
 	healthy, alive int
 }
+
+// The bits of zoneDecision.recheck.
+const (
+	recheckClock = 1 << iota
+	recheckLoad
+)
 
 // drawScale is the total weight of a draw whose probabilities are not
 // ratios of instance counts (several worst zones, one dropped at random):
@@ -164,6 +181,9 @@ func (b *Balancer) decideZones(snap *Snapshot, now int64) *zoneDecision {
 		d.due = now + int64(b.cfg.ZoneStatsInterval)
 	}
 	d.clockCheck = tripped || (loadMatters && active)
+	if d.clockCheck {
+		d.recheck.Store(recheckClock)
+	}
 	za := b.za != nil && b.za.pred.limit == 0 && b.shared.breaker.Threshold > 0 // statsShared.quiet's fixed half
 	if (b.rr != nil || za) && d.draw == nil && snap.ramp == nil && d.view.sweep == nil && len(d.view.servers) > 0 {
 		d.rr, d.rrMod, d.rrQuiet = d.view.servers, d.view.mod, za
@@ -327,6 +347,7 @@ func (b *Balancer) publishZones(snap *Snapshot) {
 	d := b.decideZones(snap, b.shared.nanotime())
 	snap.decision.Store(d)
 	b.syncDecision()
+	b.recheckIfLoadChanged()
 	if b.snap.Load() == snap {
 		b.shared.zonesDue.Store(d.due)
 		b.notePanic(d)
