@@ -52,8 +52,8 @@ func reservePort(tb testing.TB) (int, error) {
 	if !ok || first <= reservedLow+1000 {
 		return kernelPort()
 	}
-	dir := filepath.Join(os.TempDir(), "pushlb-test-ports")
-	if err := os.MkdirAll(dir, 0o777); err != nil {
+	dir := portLockDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, fmt.Errorf("free port: %w", err)
 	}
 	for range 200 {
@@ -73,6 +73,12 @@ func reservePort(tb testing.TB) (int, error) {
 		return port, nil
 	}
 	return 0, fmt.Errorf("free port: no port in [%d, %d) free for both TCP and UDP on 127.0.0.1", reservedLow, first)
+}
+
+// portLockDir is where the ports' lock files live: one directory per
+// user, whose test processes are the ones that share ports.
+func portLockDir() string {
+	return filepath.Join(os.TempDir(), "pushlb-test-ports-"+strconv.Itoa(os.Getuid()))
 }
 
 // kernelPort is the fallback where the ephemeral range is unknown: a port

@@ -16,7 +16,7 @@ var errPortLocked = errors.New("port reserved by another test")
 // it. The lock is the open file's: it ends with the file's close, or with
 // the process.
 func lockPort(dir string, port int) (release func(), err error) {
-	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDONLY, 0o600)
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -311,7 +310,7 @@ func TestFreePortReserved(t *testing.T) {
 	if !ok {
 		t.Skip("the kernel's ephemeral range is unknown here: ports come from the kernel")
 	}
-	dir := filepath.Join(os.TempDir(), "pushlb-test-ports")
+	dir := portLockDir()
 	var port int
 	t.Run("hold", func(t *testing.T) {
 		port = FreePort(t)
