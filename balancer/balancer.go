@@ -362,7 +362,7 @@ func (b *Balancer) chooseAny(ctx context.Context, now int64, hasNow bool) (*Serv
 	}
 	var v, c *View
 	if d := snap.decision.Load(); d.draw == nil && !zonesForced.Load() &&
-		(hasNow && now < d.due || !hasNow && !d.clockCheck && !b.shared.zonesPending.Load()) {
+		(hasNow && now < d.due || !hasNow && !d.clockCheck() && !b.shared.zonesPending.Load()) {
 		v, c = d.view, d.scope // chooseZone's answer, without its call: no draw, clock or refresh
 	} else {
 		v, c, now, hasNow = b.chooseZone(ctx, snap, now, hasNow)

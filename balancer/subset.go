@@ -468,7 +468,7 @@ func (b *Balancer) freshSubset(v *subsetView) *Snapshot {
 	s := v.snap
 	d := s.decision.Load()
 	epoch := b.shared.epoch.Load()
-	if epoch == v.epoch.Load() && (d.due == math.MaxInt64 || !(d.clockCheck || b.shared.zonesPending.Load())) {
+	if epoch == v.epoch.Load() && (d.due == math.MaxInt64 || !(d.clockCheck() || b.shared.zonesPending.Load())) {
 		// As chooseZone: no clock read unless a breaker is open or load
 		// changed since a decision was made.
 		return s

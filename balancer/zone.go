@@ -49,9 +49,6 @@ type zoneDecision struct {
 	// word, so that choose's common case tests one.
 	recheck atomic.Uint32
 	rrQuiet bool
-	// clockCheck: time alone changes the decision (a breaker is open, an
-	// active count may decay); a Choose reads the clock to check due.
-	clockCheck bool
 
 	at int64 // nanotime it was made at
 	// usable[i] reports that zone snap.zones[i] has a server whose breaker
@@ -76,6 +73,10 @@ const (
 	recheckClock = 1 << iota
 	recheckLoad
 )
+
+// clockCheck reports that time alone changes the decision (a breaker is
+// open, an active count may decay): a Choose reads the clock to check due.
+func (d *zoneDecision) clockCheck() bool { return d.recheck.Load()&recheckClock != 0 }
 
 // drawScale is the total weight of a draw whose probabilities are not
 // ratios of instance counts (several worst zones, one dropped at random):
@@ -114,7 +115,7 @@ func (b *Balancer) chooseZone(ctx context.Context, snap *Snapshot, now int64, ha
 		return &snap.full, &snap.full, now, hasNow
 	}
 	d := snap.decision.Load()
-	if !hasNow && (d.clockCheck || b.shared.zonesPending.Load()) {
+	if !hasNow && (d.clockCheck() || b.shared.zonesPending.Load()) {
 		now, hasNow = b.shared.coarseNanotime(), true
 	}
 	if hasNow && now >= d.due {
@@ -180,8 +181,7 @@ func (b *Balancer) decideZones(snap *Snapshot, now int64) *zoneDecision {
 	if loadMatters || tripped {
 		d.due = now + int64(b.cfg.ZoneStatsInterval)
 	}
-	d.clockCheck = tripped || (loadMatters && active)
-	if d.clockCheck {
+	if tripped || (loadMatters && active) {
 		d.recheck.Store(recheckClock)
 	}
 	za := b.za != nil && b.za.pred.limit == 0 && b.shared.breaker.Threshold > 0 // statsShared.quiet's fixed half

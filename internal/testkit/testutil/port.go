@@ -43,6 +43,9 @@ func FreeAddr(tb testing.TB) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(tb)))
 }
 
+// errPortLocked is lockPort's answer for a port another test holds.
+var errPortLocked = errors.New("port reserved by another test")
+
 // The range FreePort picks from when the kernel's ephemeral range is
 // known: from reservedLow to the range's start (32768 by default).
 const reservedLow = 10000

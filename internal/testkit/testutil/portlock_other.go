@@ -2,10 +2,6 @@
 
 package testutil
 
-import "errors"
-
-var errPortLocked = errors.New("port reserved by another test")
-
 // lockPort reserves nothing where flock is missing: the bind check alone
 // stands.
 func lockPort(string, int) (release func(), err error) { return func() {}, nil }

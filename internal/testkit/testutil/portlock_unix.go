@@ -10,8 +10,6 @@ import (
 	"syscall"
 )
 
-var errPortLocked = errors.New("port reserved by another test")
-
 // lockPort takes port's lock file in dir without waiting; release unlocks
 // it. The lock is the open file's: it ends with the file's close, or with
 // the process.
