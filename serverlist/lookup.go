@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pushlb/pushlb/internal/ctxutil"
+	"github.com/pushlb/pushlb/internal/base/ctxutil"
 )
 
 // Lookup defaults. The seed system slept 3 x 3 s on a registry miss; an

@@ -13,7 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/pushlb/pushlb/balancer"
-	"github.com/pushlb/pushlb/internal/yamlx"
+	"github.com/pushlb/pushlb/internal/base/yamlx"
 )
 
 // LoadYAML reads a YAML configuration (see [balancer.ClientsConfig] for

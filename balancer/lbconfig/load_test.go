@@ -14,7 +14,7 @@ import (
 
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/balancer/lbconfig"
-	"github.com/pushlb/pushlb/internal/yamlx"
+	"github.com/pushlb/pushlb/internal/base/yamlx"
 )
 
 const loadExampleYAML = `

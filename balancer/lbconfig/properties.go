@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/pushlb/pushlb/balancer"
-	"github.com/pushlb/pushlb/internal/commalist"
-	"github.com/pushlb/pushlb/internal/yamlx"
+	"github.com/pushlb/pushlb/internal/base/commalist"
+	"github.com/pushlb/pushlb/internal/base/yamlx"
 )
 
 // LoadProperties reads the Ribbon client settings of a Java or Spring

@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/pushlb/pushlb/internal/base/ctxutil"
 	"github.com/pushlb/pushlb/internal/cli/logx"
 	"github.com/pushlb/pushlb/internal/cli/natsconn"
-	"github.com/pushlb/pushlb/internal/ctxutil"
 	"github.com/pushlb/pushlb/publisher"
 	"github.com/pushlb/pushlb/serverlist"
 )

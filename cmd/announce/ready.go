@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/pushlb/pushlb/internal/ctxutil"
+	"github.com/pushlb/pushlb/internal/base/ctxutil"
 )
 
 const (

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
 
-	"github.com/pushlb/pushlb/internal/natsaccounts"
+	"github.com/pushlb/pushlb/internal/app/natsaccounts"
 )
 
 // embeddedStartTimeout bounds the wait for the embedded server to accept

@@ -12,7 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/gossip"
-	"github.com/pushlb/pushlb/internal/commalist"
+	"github.com/pushlb/pushlb/internal/base/commalist"
 )
 
 // Settings are the gossip settings. Gossip is on when Bind or Join is set

@@ -1,7 +1,7 @@
 package natsconn
 
 import (
-	"github.com/pushlb/pushlb/internal/commalist"
+	"github.com/pushlb/pushlb/internal/base/commalist"
 
 	"bufio"
 	"context"

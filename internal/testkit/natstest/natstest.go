@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/pushlb/pushlb/internal/natsaccounts"
+	"github.com/pushlb/pushlb/internal/app/natsaccounts"
 )
 
 // readyTimeout bounds how long Start and Restart wait for the server to

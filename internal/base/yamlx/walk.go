@@ -1,7 +1,7 @@
 package yamlx
 
 import (
-	"github.com/pushlb/pushlb/internal/commalist"
+	"github.com/pushlb/pushlb/internal/base/commalist"
 
 	"encoding"
 	"fmt"

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pushlb/pushlb/events"
-	"github.com/pushlb/pushlb/internal/natsaccounts"
+	"github.com/pushlb/pushlb/internal/app/natsaccounts"
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/pushlb/pushlb/internal/yamlx"
+	"github.com/pushlb/pushlb/internal/base/yamlx"
 )
 
 type natsConfig struct {
