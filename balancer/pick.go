@@ -2,8 +2,177 @@ package balancer
 
 import (
 	"context"
+	"math/bits"
 	"time"
 )
+
+// Choose picks a server for one request without recording anything: the
+// server is not counted as busy and no outcome can be reported for it. Use
+// it to look (an admin page, a test, a candidate to filter); to send a
+// request, use Pick, or Begin on the server Choose returned. It is safe for
+// concurrent use with everything else and, for the simple rules, takes no
+// lock and allocates nothing. The context may force a zone (WithZone) or
+// carry a key (WithKey). It returns ErrNoServers when there is nothing to
+// choose, or the rule's error.
+func (b *Balancer) Choose(ctx context.Context) (*Server, error) {
+	srv, _, err := b.choose(ctx, 0, false)
+	return srv, err
+}
+
+// choose is Choose at the pick's time now when hasNow (Pick reads it), and
+// returns the time the pick used.
+func (b *Balancer) choose(ctx context.Context, now int64, hasNow bool) (*Server, int64, error) {
+	// Round robin's common case, first: the decision alone names the
+	// servers (zoneDecision.rr: round robin, or ZoneAvoidance while every
+	// server passes; no zone drawn, no ramp, equal weights), no context
+	// may carry a subset or a zone, nothing was ejected or reached its
+	// breaker's threshold under ZoneAvoidance, and the decision is not
+	// due: a Pick compares its time with due; a Choose tests the
+	// decision's recheck word, and reads the coarse clock (one load) only
+	// when time alone changes the decision or the load changed since it
+	// was made. Every load is at most two pointers from b, as grpc-go's
+	// picker's: the counter's locked add waits for them all. Each test
+	// leaves on its own: a chain of && and || was compiled into flags set
+	// and tested again.
+	d := b.decision.Load()
+	if d.rr == nil {
+		return b.chooseAny(ctx, now, hasNow)
+	}
+	if choicesCarried.Load() {
+		return b.chooseAny(ctx, now, hasNow)
+	}
+	if b.sharedStats.ejectedUntilMax.Load() != 0 {
+		return b.chooseAny(ctx, now, hasNow)
+	}
+	if d.rrQuiet && b.sharedStats.atThreshold.Load() != 0 {
+		return b.chooseAny(ctx, now, hasNow)
+	}
+	if hasNow {
+		if now >= d.due { // never when neither load nor time changes it (due: MaxInt64)
+			return b.chooseAny(ctx, now, hasNow)
+		}
+	} else if d.recheck.Load() != 0 {
+		return b.chooseIfDue(ctx, d)
+	}
+	return rrPick(d.rr, d.rrMod, b.rrCounter), now, nil
+}
+
+// rrPick is round robin's pick over rr, mod being its View.mod. Its
+// arguments are read before the counter's add, which later loads would
+// wait for.
+func rrPick(rr []*Server, mod uint64, c *counter) *Server {
+	i, _ := bits.Mul64(mod*uint64(uint32(c.n.Add(1))), uint64(len(rr)))
+	return rr[i]
+}
+
+// chooseIfDue is choose's common case for a Choose whose decision may be
+// due (time alone changes it, or the load changed since it was made, as
+// it does under traffic): it reads the started balancer's coarse clock,
+// one atomic load, as chooseZone would, and the decision stands until it
+// is due. Apart from choose, so that choose sets up no frame for the call.
+func (b *Balancer) chooseIfDue(ctx context.Context, d *zoneDecision) (*Server, int64, error) {
+	if !b.sharedStats.coarse.Load() || coarse.nanotime() >= d.due {
+		return b.chooseAny(ctx, 0, false)
+	}
+	return rrPick(d.rr, d.rrMod, b.rrCounter), 0, nil
+}
+
+// chooseAny is choose in every case: apart, so that choose's common case
+// sets up no frame for the rest.
+func (b *Balancer) chooseAny(ctx context.Context, now int64, hasNow bool) (*Server, int64, error) {
+	snap := b.snap.Load()
+	if snap.ramp != nil {
+		now, hasNow = b.rampDue(snap, now, hasNow) // slowstart.go: wakes the refresher when due; reads only
+	}
+	if subsetsAsked.Load() { // checked here, not in the call: no context can carry a subset otherwise
+		var err error
+		if snap, err = b.snapshotFor(ctx); err != nil { // subset.go: the current snapshot, or a subset's
+			return nil, now, err
+		}
+	}
+	var v, c *View
+	if d := snap.decision.Load(); d.draw == nil && !zonesForced.Load() &&
+		(hasNow && now < d.due || !hasNow && !d.clockCheck() && !b.shared.zonesPending.Load()) {
+		v, c = d.view, d.scope // chooseZone's answer, without its call: no draw, clock or refresh
+	} else {
+		v, c, now, hasNow = b.chooseZone(ctx, snap, now, hasNow)
+	}
+	var srv *Server
+	switch {
+	case len(v.servers) > 0 && (b.rr != nil || b.za != nil && b.za.pred.limit == 0 && b.shared.quiet()):
+		// RoundRobin's Choose, or ZoneAvoidance's while every server
+		// passes its predicate (its first round-robin position then:
+		// roundRobinAvailable), with View.at written out: at does not
+		// inline, and its call was a fifth of the pick in a profile.
+		if k := b.rrCounter.n.Add(1); v.sweep == nil {
+			srv = v.servers[v.index(k)]
+		} else {
+			srv = v.weightedAt(k)
+		}
+	case len(v.servers) > 0 && b.za != nil:
+		// Field by field: a composite literal is built in a temporary and
+		// copied, and the copy's wide loads of narrow stores stall (a
+		// third of the pick in a profile).
+		var p PickInfo
+		p.Ctx, p.View, p.Candidates, p.b, p.now, p.hasNow = ctx, v, c, b, now, hasNow
+		srv = b.za.choose(&p)
+	default:
+		var err error
+		srv, err = b.rule.Choose(PickInfo{Ctx: ctx, View: v, Candidates: c, b: b, now: now, hasNow: hasNow})
+		if srv == nil && err == nil && v != &snap.full {
+			// Ribbon's ZoneAwareLoadBalancer: a zone that yields nothing
+			// falls back to the whole list. A zone view always holds an
+			// alive server, so only a rule that declines one gets here.
+			full := &snap.full
+			srv, err = b.rule.Choose(PickInfo{Ctx: ctx, View: full, Candidates: full, b: b, now: now, hasNow: hasNow})
+		}
+		if err != nil {
+			return nil, now, err
+		}
+		if srv == nil {
+			return nil, now, ErrNoServers
+		}
+	}
+	if b.shared.ejectedUntilMax.Load() != 0 { // outlier detection ejected a server once
+		srv, now = b.skipEjected(srv, snap, v, c, now, hasNow)
+	}
+	return srv, now, nil
+}
+
+// Pick chooses a server for one request, as Choose does, and starts the
+// request in the server's statistics: report its outcome through the
+// returned Pick (Done, or Responded then End). It is safe for concurrent
+// use and, for the simple rules, takes no lock and allocates nothing.
+//
+// It reads the time once, for the zone decision, the rule and the
+// request's start together (twice under Retry, whose pick may wait): the
+// system clock, to time the request for a Done without a ResponseTime,
+// unless the balancer was built WithoutPickTiming, in which case a
+// started balancer reads the coarse clock, an atomic load (see Start).
+func (b *Balancer) Pick(ctx context.Context) (Pick, error) {
+	srv, now, err := b.choose(ctx, b.shared.pickTime(), true)
+	if err != nil {
+		return Pick{}, err
+	}
+	if srv.inst == nil {
+		return Pick{Server: srv}, nil
+	}
+	if b.ruleWaits {
+		now = b.shared.pickTime()
+	}
+	return Pick{Server: srv, start: srv.inst.stats.requestStartedAt(now)}, nil
+}
+
+// Begin starts a request to s, a server of this balancer the caller chose
+// itself (with Choose, or from ReachableServers: a same-server retry, a
+// fail-over outside the rule), and returns its Pick. A server that did
+// not come from a balancer gets a Pick that records nothing.
+func (b *Balancer) Begin(s *Server) Pick {
+	if s == nil || s.inst == nil {
+		return Pick{Server: s}
+	}
+	return Pick{Server: s, start: s.inst.stats.requestStarted()}
+}
 
 // PickInfo is everything a [Rule] chooses from for one pick: the
 // candidates, already narrowed by the zone choice, the caller's context,

@@ -1,0 +1,165 @@
+package balancer
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// adopt turns caller values into the balancer's *Server copies, reusing the
+// current copy of an unchanged server, and indexes them by ID. Called with
+// b.mu held.
+func (b *Balancer) adopt(servers []Server) ([]*Server, serverIndex, error) {
+	var errs []indexedError
+	var metadata metadataCopies
+	list := make([]*Server, 0, len(servers))
+	from := make([]int, 0, len(servers)) // list[i] is servers[from[i]]
+	prev := b.snap.Load().all
+	for i := range servers {
+		s := servers[i]
+		// A copy of one of our servers carries derived fields: drop them,
+		// the caller may have changed what they derive from.
+		s.inst, s.zone, s.addr = nil, zoneName{}, ""
+		if err := s.normalize(); err != nil {
+			errs = append(errs, indexedError{i, err})
+			continue
+		}
+		// A list mostly comes in the order of the one before: the server
+		// at the same position is the likely one, then a search.
+		var old *Server
+		if j := len(list); j < len(prev) && prev[j].ID == s.ID {
+			old = prev[j]
+		} else {
+			old = b.byID.find(s.ID)
+		}
+		if old != nil && old.sameAs(&s) {
+			list = append(list, old)
+			from = append(from, i)
+			continue
+		}
+		// A fresh copy only for new or changed servers: taking &s would
+		// move every loop's s to the heap.
+		ns := new(Server)
+		*ns = s
+		ns.Metadata = metadata.copyOf(s.Metadata)
+		ns.zone = zoneNameOf(s.Zone)
+		ns.addr = ns.Addr()
+		if old != nil {
+			ns.inst = old.inst // same instance, new details: keep its stats
+		} else {
+			ns.inst = &instance{stats: ServerStats{shared: b.shared}}
+			ns.inst.alive.Store(true)
+		}
+		list = append(list, ns)
+		from = append(from, i)
+	}
+	list, byID, dups := indexByID(list, from)
+	errs = append(errs, dups...)
+	return list, byID, joinInOrder(errs)
+}
+
+// serverIndex is a list of servers sorted by ID, searched by binary
+// search: 8 bytes a server, where a map by ID took about 33 (docs/perf.md,
+// "Cold start, third pass").
+type serverIndex []*Server
+
+func compareID(s *Server, id string) int { return strings.Compare(s.ID, id) }
+
+// find returns the server with this ID, or nil.
+func (x serverIndex) find(id string) *Server {
+	if i, ok := slices.BinarySearchFunc(x, id, compareID); ok {
+		return x[i]
+	}
+	return nil
+}
+
+// indexByID indexes list by ID, from[i] being the position in the
+// caller's list of list[i]. Of servers with one ID the first is kept:
+// it returns the list without the others, the index, and an error for
+// each server left out, at its position in the caller's list.
+func indexByID(list []*Server, from []int) ([]*Server, serverIndex, []indexedError) {
+	byID := func(a, b *Server) int { return strings.Compare(a.ID, b.ID) }
+	// A list in ID order (a registry's, as lbvisitor gives it) is its own
+	// index, 8 bytes a server less: neither is ever written once built.
+	index := list
+	if !slices.IsSortedFunc(list, byID) {
+		index = slices.Clone(list)
+		// Stable: of equal IDs, the first of the list comes first.
+		slices.SortStableFunc(index, byID)
+	}
+	dup := false
+	for i := 1; i < len(index); i++ {
+		if index[i].ID == index[i-1].ID {
+			dup = true
+			break
+		}
+	}
+	if !dup {
+		return list, index, nil
+	}
+	// Duplicates are rare: find them again by position, as the same
+	// *Server may stand at two positions.
+	var errs []indexedError
+	seen := make(map[string]bool, len(list))
+	kept := list[:0:0]
+	for i, s := range list {
+		if seen[s.ID] {
+			errs = append(errs, indexedError{from[i], fmt.Errorf("balancer: server %q: duplicate ID, first kept", s.ID)})
+			continue
+		}
+		seen[s.ID] = true
+		kept = append(kept, s)
+	}
+	if sameArray(index, list) {
+		index = slices.Clone(index) // compacted below: the caller's list stays as it is
+	}
+	return kept, slices.CompactFunc(index, func(a, b *Server) bool { return a.ID == b.ID }), errs
+}
+
+// indexedError is an error about the server at position at of a list.
+type indexedError struct {
+	at  int
+	err error
+}
+
+// joinInOrder joins errs in the order of their positions.
+func joinInOrder(errs []indexedError) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(errs, func(a, b indexedError) int { return a.at - b.at })
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		out[i] = e.err
+	}
+	return errors.Join(out...)
+}
+
+// metadataCopies makes the balancer's copies of its servers' metadata,
+// one copy shared by the servers whose metadata are equal: the instances
+// of a service mostly carry the same labels (a version, a team), and a
+// copy per server was the largest part of a balancer's memory at 100,000
+// servers (docs/perf.md, "Cold start"). The copies are never modified.
+// It remembers the last few distinct maps it copied, which catches runs
+// of equal maps in a list; the zero value is ready to use.
+type metadataCopies struct {
+	recent [4]map[string]string
+	next   int
+}
+
+func (c *metadataCopies) copyOf(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	for _, r := range c.recent {
+		if r != nil && maps.Equal(r, m) {
+			return r
+		}
+	}
+	out := maps.Clone(m)
+	c.recent[c.next] = out
+	c.next = (c.next + 1) % len(c.recent)
+	return out
+}
