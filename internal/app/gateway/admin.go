@@ -22,7 +22,7 @@ type State struct {
 	// balancer defaults' (a .properties file's zone); empty for none.
 	Zone       string                `json:"zone,omitempty"`
 	Services   []ServiceState        `json:"services"`
-	Timeline   []ListChange          `json:"timeline"`
+	Timeline   []TimelineEntry       `json:"timeline"`
 	Subscriber *pushlb.EventStats    `json:"subscriber,omitempty"`
 	Lookups    *pushlb.LookupStats   `json:"lookups,omitempty"`
 	Mirror     *pushlb.RegistryStats `json:"mirror,omitempty"`
@@ -247,6 +247,25 @@ func (g *Gateway) adminHandler() http.Handler {
 		mux.HandleFunc("POST /-/demo/start/{name}", g.demo.serveStart)
 	}
 	return mux
+}
+
+// serveService is GET /-/lb/service?name=: one service as /-/lb shows it,
+// with every instance; the page fetches it when a service is opened while
+// the stream carries summaries.
+func (g *Gateway) serveService(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("name")
+	if name == "" {
+		http.Error(w, "usage: GET /-/lb/service?name=SERVICE", http.StatusBadRequest)
+		return
+	}
+	ss, ok := g.serviceState(name)
+	if !ok {
+		http.Error(w, "no such service", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-cache")
+	json.NewEncoder(w).Encode(ss)
 }
 
 func (g *Gateway) serveState(w http.ResponseWriter, r *http.Request) {

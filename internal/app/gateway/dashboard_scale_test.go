@@ -193,7 +193,7 @@ type summarized struct {
 	Services  []ServiceState
 	Summaries []ServiceSummary
 	Removed   []string
-	Changes   []ListChange
+	Changes   []TimelineEntry
 }
 
 // fetchService reads /-/lb/service?name=.

@@ -90,7 +90,7 @@ func TestEventsStreamPushesListChanges(t *testing.T) {
 	ch, _ := openStream(t, g)
 	var st struct {
 		Services   []ServiceState
-		Timeline   []ListChange
+		Timeline   []TimelineEntry
 		Subscriber json.RawMessage
 	}
 	if err := json.Unmarshal([]byte(nextEvent(t, ch, "state", nil)), &st); err != nil {
@@ -118,7 +118,7 @@ func TestEventsStreamPushesListChanges(t *testing.T) {
 		json.Unmarshal([]byte(data), &u)
 		return len(u.Services) == 1 && len(u.Services[0].Servers) == 0
 	})
-	var offline *ListChange
+	var offline *TimelineEntry
 	for i, c := range g.State().Timeline {
 		if c.Change == "offline" && c.Service == "orders" {
 			offline = &g.State().Timeline[i]
