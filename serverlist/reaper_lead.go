@@ -221,7 +221,7 @@ func (r *Reaper) scheduleLeases(ctx context.Context, logOff bool) bool {
 		// Asked for (a gateway with its embedded NATS server): said, not
 		// warned, so that a newcomer's first run shows no warning.
 		r.log.Info().Str("bucket", r.reg.cfg.Bucket).
-			Msg("serverlist: reaper: leases are plain, as configured (PlainLeases), so the leading reaper receives every renewal (docs/protocol.md, \"The reaper by design\")")
+			Msg("serverlist: reaper: leases are plain, as configured: the registry bucket has no message schedules (cheaper for an embedded NATS server), so leases carry no expiry signal and the leading reaper receives every renewal (docs/protocol.md, \"The reaper by design\")")
 	case !on && logOff:
 		r.log.Warn().Str("bucket", r.reg.cfg.Bucket).
 			Msg("serverlist: reaper: the registry bucket does not allow message schedules, so leases carry no expiry signal and the leading reaper receives every renewal (docs/protocol.md, \"The reaper by design\": how to allow them, and what it costs the NATS server)")
