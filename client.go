@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
@@ -35,16 +34,14 @@ type Client struct {
 	nc        *nats.Conn
 	opts      options
 	factory   *balancer.Factory
-	guard     *emptyGuard // Config.EmptyListHold
-	services  *serviceSet
+	guard     *subscriber.EmptyGuard // Config.EmptyListHold
+	services  *lbvisitor.Services
 	transport *lbhttp.Transport
 	proxy     *lbhttp.Proxy
 
 	mu    sync.Mutex // guards state and the parts below
 	state clientState
 	parts *parts
-
-	removed atomic.Uint64 // services the janitor removed
 }
 
 type clientState int
@@ -61,9 +58,8 @@ type parts struct {
 	sub         *subscriber.Subscriber
 	lookup      *serverlist.Lookup
 	stopScaling func() // stops the bucket's scale-up (started last)
-	visitors    *lbvisitor.Registry
 	gossip      *gossip.Node
-	janitor     *janitor
+	janitor     *lbvisitor.Janitor
 	reaper      *serverlist.Reaper // nil without Config.Reaper
 }
 
@@ -84,10 +80,10 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, optionError("balancer configuration: %w", err)
 	}
-	c := &Client{nc: nc, opts: o, factory: factory, guard: newEmptyGuard(o.EmptyListHold, o.Gossip != nil, o.log)}
-	c.services = newServiceSet(factory, o.log, o.onList)
+	c := &Client{nc: nc, opts: o, factory: factory, guard: subscriber.NewEmptyGuard(o.EmptyListHold, o.Gossip != nil, o.log)}
+	c.services = lbvisitor.NewServices(factory, lbvisitor.ServicesConfig{Guard: c.guard, Observer: o.onList, Logger: o.log})
 	topts := append([]lbhttp.Option{lbhttp.WithLogger(o.log)}, o.transport...)
-	if c.transport, err = lbhttp.NewTransport(existing{c.services}, topts...); err != nil {
+	if c.transport, err = lbhttp.NewTransport(c.services.Balancers(), topts...); err != nil {
 		return nil, optionError("WithTransportOptions: %w", err)
 	}
 	popts := append([]lbhttp.ProxyOption{lbhttp.WithProxyLogger(o.log)}, o.proxy...)
@@ -150,31 +146,15 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	// A service the configuration names is served from the start, from its
 	// static list if it has one, until the push path takes it over.
 	for _, name := range o.Balancers.Names() {
-		if _, err := c.services.create(name); err != nil {
+		if _, err := c.services.Follow(name); err != nil {
 			return nil, fmt.Errorf("pushlb: balancer %q: %w", name, err)
 		}
 	}
 	p := &parts{}
-	var visitors *lbvisitor.Registry
-	first := newFirstLists()
-	p.sub, err = subscriber.New(c.nc, reg, func(ctx context.Context, lc events.ListChanged) error {
-		var listed []*balancer.Server
-		if sv := c.services.lookup(lc.Service); sv != nil {
-			listed = sv.b.AllServers()
-		}
-		if err := c.guard.check(lc, listed); err != nil {
-			return err // the last list stays (subscriber.ErrDeferred)
-		}
-		rs := &resolving{lc: lc, listed: listed}
-		c.services.setCauses(lc)
-		err := visitors.Handle(context.WithValue(ctx, resolvingKey{}, rs), lc)
-		c.services.clearCauses(lc.Service)
-		first.handled(lc.Service)
-		if rs.deferred != nil {
-			return rs.deferred // the lookups found none of its IDs: held after all
-		}
-		return err
-	}, subscriber.Config{
+	// The subscriber delivers lists to the services' handler, which the
+	// registry's lookups feed; the lookups read the subscriber's mirror.
+	var handle func(context.Context, events.ListChanged) error
+	p.sub, err = subscriber.New(c.nc, reg, func(ctx context.Context, lc events.ListChanged) error { return handle(ctx, lc) }, subscriber.Config{
 		Prefix: o.Prefix, Services: o.Services, Coalesce: o.Coalesce, AntiEntropy: o.AntiEntropy,
 		Logger: o.log, OnEvent: o.onEvent,
 		AdvisorySubject: o.advisorySubject(), ProbeTimeout: o.Advisories.ProbeTimeout,
@@ -184,32 +164,32 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("pushlb: subscriber: %w", err)
 	}
-	c.guard.use(p.sub.Mirror(), nil)
+	c.guard.Use(p.sub.Mirror(), nil)
 	if p.lookup, err = serverlist.NewLookup(reg, p.sub.Mirror(), serverlist.LookupConfig{}); err != nil {
 		return nil, fmt.Errorf("pushlb: lookup: %w", err)
 	}
-	visitors = lbvisitor.NewRegistry(creating{c.services}, guardedResolver{p.lookup, c.guard}, o.log)
-	p.visitors = visitors
+	handle = c.services.Handler(p.lookup)
+	waitFirst := c.services.TrackFirstLists()
 	if err := p.sub.Start(ctx); err != nil {
 		return nil, fmt.Errorf("pushlb: subscriber: %w", err)
 	}
 	// The subscriber delivers each service's first list on the service's
 	// own goroutine; Start returns once every one was applied (or failed
 	// and is being retried), so what the registry held is routable.
-	if err := first.wait(ctx, p.sub.Live()); err != nil {
+	if err := waitFirst(ctx, p.sub.Live()); err != nil {
 		p.close()
 		return nil, fmt.Errorf("pushlb: initial lists: %w", err)
 	}
 	if o.Gossip != nil {
-		h := c.guard.gossipHandler(p.sub.GossipHandler(), p.sub.Reoffer)
+		h := c.guard.GossipHandler(p.sub.GossipHandler(), p.sub.Reoffer)
 		if p.gossip, err = startGossip(ctx, *o.Gossip, h, o); err != nil {
 			p.close()
 			return nil, err
 		}
-		c.guard.use(p.sub.Mirror(), p.gossip)
+		c.guard.Use(p.sub.Mirror(), p.gossip)
 	}
-	p.janitor = newJanitor(c, visitors)
-	p.janitor.start()
+	p.janitor = lbvisitor.NewJanitor(c.services, o.ServiceGrace, o.Balancers.Names(), o.log)
+	p.janitor.Start()
 	if o.Reaper {
 		p.reaper = serverlist.NewReaper(reg, serverlist.ReaperConfig{Logger: o.log, Mirror: p.sub.Mirror()})
 		if err := p.reaper.Start(ctx); err != nil {
@@ -256,7 +236,7 @@ func (p *parts) close() {
 		p.reaper.Close()
 	}
 	if p.janitor != nil {
-		p.janitor.close()
+		p.janitor.Close()
 	}
 	if p.gossip != nil {
 		// No graceful leave: its broadcast waits for retransmissions (about
@@ -314,10 +294,10 @@ func (c *Client) Handler() http.Handler { return c.proxy }
 // Balancer), or an error wrapping ErrUnknownService when the client has
 // none: nothing announced the service and no configuration names it.
 func (c *Client) Balancer(service string) (Balancer, error) {
-	if sv := c.services.lookup(service); sv != nil {
-		return Balancer{sv.b}, nil
+	if sv := c.services.Lookup(service); sv != nil {
+		return Balancer{sv.Balancer()}, nil
 	}
-	return Balancer{}, fmt.Errorf("%w: %q", ErrUnknownService, service)
+	return Balancer{}, fmt.Errorf("pushlb: no balancer for %q: %w", service, ErrUnknownService)
 }
 
 // GossipAddr returns the address of the client's gossip node, or "" when
@@ -342,66 +322,18 @@ func (c *Client) started() *parts {
 
 // Services returns the names of the services the client has a balancer
 // for, sorted.
-func (c *Client) Services() []string {
-	names := []string{} // not nil: none is an empty list
-	for n := range c.services.all() {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
-}
+func (c *Client) Services() []string { return c.services.Names() }
 
-// firstLists tells when every service live at start had its first list
-// handled.
-type firstLists struct {
-	mu       sync.Mutex
-	seen     map[string]bool // until wait ends
-	pending  map[string]bool
-	done     chan struct{} // closed when pending empties
-	finished bool          // wait returned: nothing more to record
-}
-
-func newFirstLists() *firstLists { return &firstLists{seen: map[string]bool{}} }
-
-// handled records a service's list as handled.
-func (f *firstLists) handled(service string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.finished {
-		return
-	}
-	f.seen[service] = true
-	if f.pending[service] {
-		delete(f.pending, service)
-		if len(f.pending) == 0 {
-			close(f.done)
+// panicLogger logs a balancer's entry into panic and its exit
+// (balancer.Config.PanicThreshold).
+func panicLogger(log zerolog.Logger) balancer.PanicListener {
+	return func(b *balancer.Balancer, panic bool, healthy, alive int) {
+		if panic {
+			log.Warn().Str("service", b.Name()).Int("healthy", healthy).Int("alive", alive).
+				Float64("threshold_percent", b.Config().PanicThreshold).
+				Msg("panic: too few healthy servers, balancing over all of them")
+			return
 		}
-	}
-}
-
-// wait returns when every service of live with instances had a list
-// handled, or when ctx ends.
-func (f *firstLists) wait(ctx context.Context, live map[string][]string) error {
-	f.mu.Lock()
-	f.pending, f.done = map[string]bool{}, make(chan struct{})
-	for s, ids := range live {
-		if len(ids) > 0 && !f.seen[s] {
-			f.pending[s] = true
-		}
-	}
-	if len(f.pending) == 0 {
-		close(f.done)
-	}
-	f.mu.Unlock()
-	defer func() {
-		f.mu.Lock()
-		f.finished, f.seen, f.pending = true, nil, nil
-		f.mu.Unlock()
-	}()
-	select {
-	case <-f.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+		log.Info().Str("service", b.Name()).Int("healthy", healthy).Int("alive", alive).Msg("panic over")
 	}
 }

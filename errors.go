@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/pushlb/pushlb/lbhttp"
+	"github.com/pushlb/pushlb/lbvisitor"
 )
 
 var (
@@ -18,10 +18,11 @@ var (
 	// ErrClosed is returned by Start on a closed client.
 	ErrClosed = errors.New("pushlb: closed")
 
-	// ErrUnknownService is returned by Balancer for a service the client has
-	// no balancer for: nothing announced it and no configuration names it.
-	// It is lbhttp's sentinel, so errors.Is matches a Transport's errors too.
-	ErrUnknownService = lbhttp.ErrUnknownService
+	// ErrUnknownService is wrapped by the error of Balancer for a service
+	// the client has no balancer for: nothing announced it and no
+	// configuration names it. A Transport's error for such a service
+	// matches it too (and lbhttp.ErrUnknownService).
+	ErrUnknownService = lbvisitor.ErrUnknownService
 )
 
 func optionError(format string, a ...any) error {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pushlb/pushlb/lbvisitor"
 	"github.com/pushlb/pushlb/subscriber"
 )
 
@@ -209,29 +210,22 @@ type ServiceStats struct {
 // when the client has no balancer for the service. It costs one pass over
 // the service's servers.
 func (c *Client) ServiceStats(name string) (ServiceStats, bool) {
-	sv := c.services.lookup(name)
+	sv := c.services.Lookup(name)
 	if sv == nil {
 		return ServiceStats{}, false
 	}
 	return c.serviceStats(sv), true
 }
 
-// serviceStats is sv's summary, with what the client knows of it.
-func (c *Client) serviceStats(sv *service) ServiceStats {
-	ss := sv.stats()
-	ss.Held = c.guard.isHeld(sv.name)
-	return ss
-}
-
-func (sv *service) stats() ServiceStats {
+// serviceStats is sv's summary.
+func (c *Client) serviceStats(sv *lbvisitor.Service) ServiceStats {
+	b := sv.Balancer()
 	ss := ServiceStats{
-		Name: sv.name, Servers: len(sv.b.AllServers()), Updates: sv.updates.Load(),
-		BreakerTrips: sv.b.BreakerTrips(), Ejections: sv.b.Ejections(), Panic: sv.b.Panicking(),
+		Name: sv.Name(), Servers: len(b.AllServers()), Updates: sv.Updates(), LastChange: sv.LastChange(),
+		BreakerTrips: b.BreakerTrips(), Ejections: b.Ejections(), Panic: b.Panicking(),
+		Held: c.guard.Held(sv.Name()),
 	}
-	ss.Reachable, ss.Ejected = Balancer{sv.b}.reachable()
-	if ns := sv.lastChange.Load(); ns != 0 {
-		ss.LastChange = time.Unix(0, ns)
-	}
+	ss.Reachable, ss.Ejected = Balancer{b}.reachable()
 	return ss
 }
 
@@ -249,7 +243,6 @@ func (c *Client) Stats() Stats {
 		// change on purpose or not at all.
 		st.Registry = RegistryStats(p.sub.Mirror().Stats())
 		st.Lookups = LookupStats(p.lookup.Stats())
-		st.Unregistered = p.visitors.Unregistered()
 		if p.gossip != nil {
 			st.Gossip = GossipStats{Members: p.gossip.NumMembers(), Ignored: sub.GossipIgnored}
 		}
@@ -257,9 +250,10 @@ func (c *Client) Stats() Stats {
 			st.Reaper = ReaperStats(p.reaper.Stats())
 		}
 	}
-	st.ServicesRemoved = c.removed.Load()
-	st.ListsHeld = c.guard.holds.Load()
-	for _, sv := range c.services.all() {
+	st.Unregistered = c.services.Unregistered()
+	st.ServicesRemoved = c.services.Removed()
+	st.ListsHeld = c.guard.Holds()
+	for sv := range c.services.All() {
 		st.Services = append(st.Services, c.serviceStats(sv))
 	}
 	slices.SortFunc(st.Services, func(a, b ServiceStats) int { return strings.Compare(a.Name, b.Name) })

@@ -1,11 +1,25 @@
 package pushlb
 
 import (
-	"sync"
-	"sync/atomic"
-
 	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/lbvisitor"
 )
+
+// ListChange is one change of a service's server list, as a ListObserver
+// hears it: who joined, who left, and why each did (see
+// lbvisitor.ListChange, where the push path builds it).
+type ListChange = lbvisitor.ListChange
+
+// ServerChange is one server that joined or left a list, with its cause.
+type ServerChange = lbvisitor.ServerChange
+
+// ListObserver is told of every change of every service's server list
+// (WithListObserver). Changes of one service arrive one at a time and in
+// order; those of different services may arrive concurrently. It runs on
+// the goroutine that applies the change, so it must be quick and must not
+// block: hand the work to another goroutine. The slices are its own; the
+// servers are the balancer's.
+type ListObserver = lbvisitor.ListObserver
 
 // Watch calls f with the current server list of service at once, and again
 // after each change of that list, until stop is called: the way an adapter
@@ -24,82 +38,16 @@ import (
 // (read them, do not modify them). Watch works before Start and after
 // Close (the lists then stay as they are).
 func (c *Client) Watch(service string, f func(servers []*balancer.Server)) (stop func()) {
-	w := &watcher{service: service, f: f, set: c.services}
-	c.services.addWatcher(w)
-	w.deliver()
-	return func() { c.services.removeWatcher(w) }
-}
-
-// watcher is one Watch.
-type watcher struct {
-	service string
-	f       func([]*balancer.Server)
-	set     *serviceSet
-
-	mu      sync.Mutex // serialises the calls of f
-	stopped atomic.Bool
-}
-
-// deliver calls f with the service's current list, unless the watch was
-// stopped.
-func (w *watcher) deliver() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.stopped.Load() {
-		return
-	}
-	var servers []*balancer.Server
-	if sv := w.set.lookup(w.service); sv != nil {
-		servers = append(servers, sv.b.AllServers()...)
-	}
-	w.f(servers)
-}
-
-// addWatcher registers w for its service's changes.
-func (s *serviceSet) addWatcher(w *watcher) {
-	s.watchMu.Lock()
-	defer s.watchMu.Unlock()
-	if s.watchers == nil {
-		s.watchers = map[string]map[*watcher]struct{}{}
-	}
-	if s.watchers[w.service] == nil {
-		s.watchers[w.service] = map[*watcher]struct{}{}
-	}
-	s.watchers[w.service][w] = struct{}{}
-}
-
-// removeWatcher ends w: no call of f begins after it returns (one already
-// past its check may finish).
-func (s *serviceSet) removeWatcher(w *watcher) {
-	w.stopped.Store(true)
-	s.watchMu.Lock()
-	defer s.watchMu.Unlock()
-	delete(s.watchers[w.service], w)
-	if len(s.watchers[w.service]) == 0 {
-		delete(s.watchers, w.service)
-	}
-}
-
-// notifyWatchers tells the watchers of service that its list changed.
-func (s *serviceSet) notifyWatchers(service string) {
-	s.watchMu.Lock()
-	ws := make([]*watcher, 0, len(s.watchers[service]))
-	for w := range s.watchers[service] {
-		ws = append(ws, w)
-	}
-	s.watchMu.Unlock()
-	for _, w := range ws {
-		w.deliver()
-	}
+	return c.services.Watch(service, f)
 }
 
 // WatchServices calls f with the names of the services the client has a
 // balancer for, sorted as Services returns them, at once and again after
-// each time one is added (its first announcement, or a configured service
-// at Start) or removed (gone for Config.ServiceGrace), until stop is
-// called: the way an adapter that serves every service (the xds module's
-// control plane) learns of a new one without polling. Follow each
-// service's list with Watch.
+// each time one is added (its first list, or a configured service at
+// Start) or removed (gone for Config.ServiceGrace), until stop is called:
+// the way an adapter that serves every service (the xds module's control
+// plane) learns of a new one without polling. Follow each service's list
+// with Watch.
 //
 // The call rules are Watch's: each call reads the names as they are when
 // it runs, so it is never older than the one before it, and the same
@@ -108,57 +56,5 @@ func (s *serviceSet) notifyWatchers(service string) {
 // call), so it must be quick and must not block, and it may call stop,
 // after which no call begins. The slice is f's own.
 func (c *Client) WatchServices(f func(services []string)) (stop func()) {
-	w := &servicesWatcher{f: f, c: c}
-	c.services.addServicesWatcher(w)
-	w.deliver()
-	return func() { c.services.removeServicesWatcher(w) }
-}
-
-// servicesWatcher is one WatchServices.
-type servicesWatcher struct {
-	f func([]string)
-	c *Client
-
-	mu      sync.Mutex // serialises the calls of f
-	stopped atomic.Bool
-}
-
-// deliver calls f with the current names, unless the watch was stopped.
-func (w *servicesWatcher) deliver() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.stopped.Load() {
-		return
-	}
-	w.f(w.c.Services())
-}
-
-func (s *serviceSet) addServicesWatcher(w *servicesWatcher) {
-	s.watchMu.Lock()
-	defer s.watchMu.Unlock()
-	if s.servicesWatchers == nil {
-		s.servicesWatchers = map[*servicesWatcher]struct{}{}
-	}
-	s.servicesWatchers[w] = struct{}{}
-}
-
-func (s *serviceSet) removeServicesWatcher(w *servicesWatcher) {
-	w.stopped.Store(true)
-	s.watchMu.Lock()
-	defer s.watchMu.Unlock()
-	delete(s.servicesWatchers, w)
-}
-
-// notifyServicesWatchers tells the WatchServices watchers that a service
-// was added or removed. Call it without holding mu.
-func (s *serviceSet) notifyServicesWatchers() {
-	s.watchMu.Lock()
-	ws := make([]*servicesWatcher, 0, len(s.servicesWatchers))
-	for w := range s.servicesWatchers {
-		ws = append(ws, w)
-	}
-	s.watchMu.Unlock()
-	for _, w := range ws {
-		w.deliver()
-	}
+	return c.services.WatchNames(f)
 }

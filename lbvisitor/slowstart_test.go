@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/pushlb/pushlb/balancer"
 )
 
@@ -25,7 +23,7 @@ func TestVisitorIncarnationRestartsSlowStart(t *testing.T) {
 	one.Incarnation, two.Incarnation = 1, 1
 	res := &fixedResolver{}
 	res.set(false, one, two)
-	v := NewVisitor(b, res, zerolog.Nop())
+	v := NewVisitor(b, res, VisitorConfig{})
 	ctx := t.Context()
 	if err := v.Apply(ctx, lc(1, 1, 2)); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -30,6 +31,36 @@ type Resolver interface {
 	ResolveEach(ctx context.Context, service string, ids []string) (found []serverlist.Instance, errs []error)
 }
 
+// Guard has the last word on the lists a Visitor applies: it may keep the
+// balancer's last list instead (subscriber.EmptyGuard keeps it when the
+// registry loses every instance of a service at once). Its methods are
+// called under the Visitor's lock, one list at a time per Visitor, Visitors
+// concurrently; they must not call back into the Visitor.
+type Guard interface {
+	// Admit is called with every list before its lookups, with the servers
+	// the balancer lists now. An error keeps the last list; Apply returns it.
+	Admit(lc events.ListChanged, listed []*balancer.Server) error
+	// AdmitEmpty is called when the lookups found none of lc's IDs
+	// registered, so that applying lc would empty the balancer's list
+	// (listed, not empty): the records went between Admit and the lookups.
+	// An error keeps the last list; Apply returns it.
+	AdmitEmpty(lc events.ListChanged, listed []*balancer.Server) error
+}
+
+// VisitorConfig is what a Visitor is built with; the zero value is a
+// Visitor without guard, observer or logs.
+type VisitorConfig struct {
+	// Guard, when set, may keep the last list (see Guard).
+	Guard Guard
+	// OnChange, when set, is told of every change Apply makes to the list,
+	// with the causes the ListChanged carries, under the Visitor's lock
+	// (changes of one Visitor arrive one at a time, in order). It must be
+	// quick and must not call Apply.
+	OnChange func(ListChange)
+	// Logger receives the Visitor's logs; the zero value logs nothing.
+	Logger zerolog.Logger
+}
+
 // Stats are a Visitor's counters.
 type Stats struct {
 	// Applies counts ListChanged applied; Stale those dropped for an old
@@ -44,10 +75,12 @@ type Stats struct {
 
 // Visitor applies ListChanged to one balancer.
 type Visitor struct {
-	b       *balancer.Balancer
-	res     Resolver
-	service string
-	log     zerolog.Logger
+	b        *balancer.Balancer
+	res      Resolver
+	service  string
+	guard    Guard
+	onChange func(ListChange)
+	log      zerolog.Logger
 
 	mu      sync.Mutex // serialises Apply
 	lastRev uint64
@@ -60,9 +93,9 @@ type Visitor struct {
 // NewVisitor wraps b, whose list it will own from now on: the balancer's
 // polling updater is stopped. A Visitor owns no goroutine: there is nothing
 // to start or close.
-func NewVisitor(b *balancer.Balancer, res Resolver, log zerolog.Logger) *Visitor {
+func NewVisitor(b *balancer.Balancer, res Resolver, cfg VisitorConfig) *Visitor {
 	b.StopPolling()
-	return &Visitor{b: b, res: res, service: b.Name(), log: log}
+	return &Visitor{b: b, res: res, service: b.Name(), guard: cfg.Guard, onChange: cfg.OnChange, log: cfg.Logger}
 }
 
 // Balancer returns the wrapped balancer.
@@ -92,6 +125,12 @@ func (v *Visitor) Apply(ctx context.Context, lc events.ListChanged) error {
 		v.stale.Add(1)
 		return nil
 	}
+	listed := v.b.AllServers()
+	if v.guard != nil {
+		if err := v.guard.Admit(lc, listed); err != nil {
+			return err
+		}
+	}
 	found, errs := v.res.ResolveEach(ctx, v.service, lc.InstanceIDs)
 	list := make([]balancer.Server, 0, len(lc.InstanceIDs))
 	var keptIDs []string
@@ -118,16 +157,27 @@ func (v *Visitor) Apply(ctx context.Context, lc events.ListChanged) error {
 		// the balancer's list rather than emptying it.
 		return fmt.Errorf("%w: %s: %d of %d lookups failed, list unchanged", ErrKeptLastGood, v.service, outage, len(lc.InstanceIDs))
 	}
-	before := len(v.b.AllServers())
+	if len(list) == 0 && len(listed) > 0 && len(lc.InstanceIDs) > 0 && v.guard != nil {
+		// Every ID is unregistered (an outage returned above).
+		if err := v.guard.AdmitEmpty(lc, listed); err != nil {
+			return err
+		}
+	}
 	if err := v.b.SetServers(list); err != nil && !errors.Is(err, balancer.ErrClosed) {
 		v.log.Warn().Err(err).Str("service", v.service).Msg("invalid servers from the registry left out")
 	} else if errors.Is(err, balancer.ErrClosed) {
 		return err
 	}
+	// The list changes only here while the Visitor owns the balancer, so
+	// listed and now are this apply's before and after.
+	now := v.b.AllServers()
 	v.lastRev = lc.Revision
 	v.applies.Add(1)
 	v.lastSize.Store(int64(len(list)))
-	v.log.Debug().Str("service", v.service).Int("before", before).Int("size", len(list)).Uint64("revision", lc.Revision).Msg("list applied")
+	v.log.Debug().Str("service", v.service).Int("before", len(listed)).Int("size", len(list)).Uint64("revision", lc.Revision).Msg("list applied")
+	if v.onChange != nil && !slices.Equal(listed, now) {
+		v.onChange(pushedChange(lc, listed, now))
+	}
 	if len(keptIDs) > 0 {
 		v.kept.Add(uint64(len(keptIDs)))
 		return fmt.Errorf("%w: %s: %v", ErrKeptLastGood, v.service, keptIDs)

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
 	"github.com/pushlb/pushlb/balancer"
@@ -98,7 +97,7 @@ func TestVisitorAppliesListsFromLookups(t *testing.T) {
 	b := newBalancer(t)
 	res := &fixedResolver{}
 	res.set(false, inst(1), inst(2), inst(3))
-	v := NewVisitor(b, res, zerolog.Nop())
+	v := NewVisitor(b, res, VisitorConfig{})
 	if b.Polling() {
 		t.Fatal("the visitor must stop polling")
 	}
@@ -144,7 +143,7 @@ func TestVisitorKeepsLastGoodDuringOutage(t *testing.T) {
 	b := newBalancer(t)
 	res := &fixedResolver{}
 	res.set(false, inst(1), inst(2))
-	v := NewVisitor(b, res, zerolog.Nop())
+	v := NewVisitor(b, res, VisitorConfig{})
 	ctx := t.Context()
 	if err := v.Apply(ctx, lc(1, 1, 2)); err != nil {
 		t.Fatal(err)
@@ -197,107 +196,15 @@ func (f *factory) Get(name string) (*balancer.Balancer, error) {
 	return b, nil
 }
 
-func TestRegistryCreatesOneVisitorPerService(t *testing.T) {
-	f := &factory{made: map[string]int{}, bals: map[string]*balancer.Balancer{}, delay: time.Millisecond}
-	defer func() {
-		for _, b := range f.bals {
-			b.Close()
-		}
-	}()
-	res := &fixedResolver{}
-	res.set(false, inst(1))
-	r := NewRegistry(f, res, zerolog.Nop())
-	var wg sync.WaitGroup
-	for i := range 20 {
-		wg.Go(func() {
-			svc := []string{"orders", "billing"}[i%2]
-			r.Handle(t.Context(), events.ListChanged{Service: svc, InstanceIDs: []string{inst(1).InstanceID}, Revision: uint64(i + 1)})
-		})
+func (f *factory) Remove(name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.bals[name]
+	if b != nil {
+		b.Close()
+		delete(f.bals, name)
 	}
-	wg.Wait()
-	if f.made["orders"] != 1 || f.made["billing"] != 1 {
-		t.Fatalf("balancers made: %v", f.made)
-	}
-	if got := r.Services(); !slices.Equal(got, []string{"billing", "orders"}) {
-		t.Fatalf("services %v", got)
-	}
-	if err := r.Handle(t.Context(), events.ListChanged{Service: "orders", InstanceIDs: []string{inst(1).InstanceID}, Revision: 100}); err != nil {
-		t.Fatal(err)
-	}
-	v, _ := r.Visitor("orders")
-	if len(v.Balancer().AllServers()) != 1 {
-		t.Fatal("the registry's visitor did not apply the list")
-	}
+	return b != nil
 }
 
-// A list naming only IDs nobody registered builds no balancer, and an
-// outage for a new service is an error (the subscriber retries).
-func TestRegistryBuildsNothingForUnregisteredIDs(t *testing.T) {
-	f := &factory{made: map[string]int{}, bals: map[string]*balancer.Balancer{}}
-	defer func() {
-		for _, b := range f.bals {
-			b.Close()
-		}
-	}()
-	res := &fixedResolver{}
-	res.set(false, inst(1))
-	r := NewRegistry(f, res, zerolog.Nop())
-	for i := range 100 {
-		lc := events.ListChanged{Service: fmt.Sprintf("invented-%d", i), InstanceIDs: []string{"ghost"}, Revision: 1}
-		if err := r.Handle(t.Context(), lc); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := r.Handle(t.Context(), events.ListChanged{Service: "empty", Revision: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if len(f.made) != 0 || len(r.Services()) != 0 || r.Unregistered() != 101 {
-		t.Fatalf("made %v, services %v, unregistered %d", f.made, r.Services(), r.Unregistered())
-	}
-	res.set(true)
-	if err := r.Handle(t.Context(), events.ListChanged{Service: "orders", InstanceIDs: []string{inst(1).InstanceID}, Revision: 1}); err == nil {
-		t.Fatal("an outage for a new service must be an error")
-	}
-	if len(f.made) != 0 {
-		t.Fatalf("made %v during an outage", f.made)
-	}
-	if r.RemoveIf("nobody", func(*Visitor) bool { return true }) {
-		t.Fatal("RemoveIf of an unknown service reported true")
-	}
-}
-
-// A removed visitor refuses lists; the registry builds a new one.
-func TestRegistryRemoveIf(t *testing.T) {
-	f := &factory{made: map[string]int{}, bals: map[string]*balancer.Balancer{}}
-	defer func() {
-		for _, b := range f.bals {
-			b.Close()
-		}
-	}()
-	res := &fixedResolver{}
-	res.set(false, inst(1))
-	r := NewRegistry(f, res, zerolog.Nop())
-	lc := events.ListChanged{Service: "orders", InstanceIDs: []string{inst(1).InstanceID}, Revision: 1}
-	if err := r.Handle(t.Context(), lc); err != nil {
-		t.Fatal(err)
-	}
-	old, _ := r.Visitor("orders")
-	if r.RemoveIf("orders", func(v *Visitor) bool { return len(v.Balancer().AllServers()) == 0 }) {
-		t.Fatal("removed a visitor whose cond is false")
-	}
-	if !r.RemoveIf("orders", func(*Visitor) bool { return true }) || len(r.Services()) != 0 {
-		t.Fatal("RemoveIf did not remove")
-	}
-	if err := old.Apply(t.Context(), lc); !errors.Is(err, ErrRemoved) {
-		t.Fatalf("Apply on a removed visitor: %v", err)
-	}
-	lc.Revision = 2
-	if err := r.Handle(t.Context(), lc); err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := r.Visitor("orders"); v == old {
-		t.Fatal("Handle reused the removed visitor")
-	}
-}
-
-var _ balancer.Balancers = (*factory)(nil)
+var _ Balancers = (*factory)(nil)

@@ -216,7 +216,7 @@ func BenchmarkRebuild10k(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer bal.Close()
-	v := lbvisitor.NewVisitor(bal, lookup, nopLog)
+	v := lbvisitor.NewVisitor(bal, lookup, lbvisitor.VisitorConfig{Logger: nopLog})
 	sort.Strings(ids)
 	lists := [2][]string{ids, ids[1:]} // alternate, so every apply changes the list
 	rev := uint64(0)

@@ -60,6 +60,17 @@ func (b *balancers) get(name string) *balancer.Balancer {
 	return b.m[name]
 }
 
+func (b *balancers) Remove(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bal := b.m[name]
+	if bal != nil {
+		bal.Close()
+		delete(b.m, name)
+	}
+	return bal != nil
+}
+
 func (b *balancers) close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -68,14 +79,15 @@ func (b *balancers) close() {
 	}
 }
 
-var _ balancer.Balancers = (*balancers)(nil)
+var _ lbvisitor.Balancers = (*balancers)(nil)
 
 // gateway is the gateway side of the push path, wired as cmd/gateway does.
 type gateway struct {
 	nc   *nats.Conn
 	reg  *serverlist.Registry
 	bals *balancers
-	vis  *lbvisitor.Registry
+	svcs *lbvisitor.Services
+	vis  func(context.Context, events.ListChanged) error // svcs' handler
 	sub  *subscriber.Subscriber
 
 	mu      sync.Mutex
@@ -85,7 +97,7 @@ type gateway struct {
 // handle is the subscriber's Handler: it applies lc and then records it, so
 // a test can wait for a list to have been applied.
 func (g *gateway) handle(ctx context.Context, lc events.ListChanged) error {
-	err := g.vis.Handle(ctx, lc)
+	err := g.vis(ctx, lc)
 	g.mu.Lock()
 	g.handled = append(g.handled, lc)
 	g.mu.Unlock()
@@ -137,7 +149,8 @@ func startGateway(t testing.TB, srv *natstest.Server, cfg subscriber.Config) *ga
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.vis = lbvisitor.NewRegistry(g.bals, lookup, nopLog)
+	g.svcs = lbvisitor.NewServices(g.bals, lbvisitor.ServicesConfig{Logger: nopLog})
+	g.vis = g.svcs.Handler(lookup)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if err := sub.Start(ctx); err != nil {
@@ -294,10 +307,7 @@ func TestOnlineEventWithoutRegistryEntryRoutesNothing(t *testing.T) {
 	if got := g.ids("cart"); len(got) != 1 || got[0] != "10.0.0.1:cart:8080" {
 		t.Fatalf("an unregistered ID was routed: %v", got)
 	}
-	v, err := g.vis.Visitor("cart")
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := g.svcs.Lookup("cart").Visitor()
 	if v.Stats().NotFound == 0 {
 		t.Fatalf("the ghost's lookup should count as not found: %+v", v.Stats())
 	}

@@ -1,7 +1,9 @@
-package pushlb
+package lbvisitor
 
 import (
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
@@ -46,9 +48,25 @@ type ServerChange struct {
 // balancer's.
 type ListObserver func(ListChange)
 
+// pushedChange is the ListChange of a pushed list, lc, that took the
+// balancer from old to new: each server changed for the cause lc records
+// for it, else for lc's own cause, else because of its registry record.
+func pushedChange(lc events.ListChanged, old, new []*balancer.Server) ListChange {
+	fallback := events.CauseRegistry
+	if lc.Cause != "" {
+		fallback = lc.Cause
+	}
+	return listChange(lc.Service, old, new, lc.Changes, fallback)
+}
+
+// configChange is the ListChange of a list the push path did not make: a
+// static list of the configuration.
+func configChange(service string, old, new []*balancer.Server) ListChange {
+	return listChange(service, old, new, nil, events.CauseConfig)
+}
+
 // listChange builds the ListChange of a list going from old to new, with
-// the causes the push path recorded (nil for a change it did not make)
-// and fallback for a server without one.
+// causes per instance ID and fallback for a server without one.
 func listChange(service string, old, new []*balancer.Server, causes map[string]events.Change, fallback events.Cause) ListChange {
 	lc := ListChange{Service: service, At: time.Now(), Servers: append([]*balancer.Server(nil), new...)}
 	before := make(map[string]bool, len(old))
@@ -74,4 +92,13 @@ func listChange(service string, old, new []*balancer.Server, causes map[string]e
 		}
 	}
 	return lc
+}
+
+// changesLog logs server changes as "id (cause)".
+type changesLog []ServerChange
+
+func (c changesLog) MarshalZerologArray(a *zerolog.Array) {
+	for _, ch := range c {
+		a.Str(ch.Server.ID + " (" + string(ch.Cause) + ")")
+	}
 }

@@ -1,8 +1,6 @@
-package pushlb
+package subscriber
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -14,16 +12,15 @@ import (
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/gossip"
-	"github.com/pushlb/pushlb/lbvisitor"
 	"github.com/pushlb/pushlb/serverlist"
-	"github.com/pushlb/pushlb/subscriber"
 )
 
-// emptyGuard keeps a service's last list when the registry loses it all at
-// once (Config.EmptyListHold): the bucket deleted, recreated empty, or
-// purged. It looks at each list before it is applied, and again when the
-// lookups that build its servers find none of its IDs (guardedResolver).
-// A list is held back
+// EmptyGuard keeps a service's last list when the registry loses it all at
+// once (pushlb's Config.EmptyListHold): the bucket deleted, recreated
+// empty, or purged. It is the balancers' guard (lbvisitor.Guard): it looks
+// at each list before it is applied (Admit), and again when the lookups
+// that build its servers find none of its IDs (AdmitEmpty). A list is held
+// back
 // when it is empty, every instance the run of removals that empties it
 // removed left because the registry no longer holds it (cause registry or
 // resync: no offline announcement, no gossip death, no disconnect
@@ -41,7 +38,7 @@ import (
 //     of the removed instances' nodes dead.
 //
 // The subscriber offers a held list again after its backoff
-// (subscriber.ErrDeferred); it is applied once it names instances again
+// (ErrDeferred); it is applied once it names instances again
 // (the registry is back: the publishers re-registered), once a removal has
 // another cause, once gossip knows every held instance's node gone and
 // none alive (a crash after the loss), or once it has been held for the
@@ -53,13 +50,13 @@ import (
 // ended together without gossip or advisories to tell: the hold time
 // bounds that case.
 //
-// Threading: check runs on the subscriber's delivery goroutines (one per
-// service at a time, services concurrently), the gossipHandler on the
-// gossip node's handler goroutine, isHeld on any goroutine; every method
-// takes mu. Nothing is called back while mu is held: the mirror and the
+// Threading: Admit and AdmitEmpty run on the subscriber's delivery
+// goroutines (one per service at a time, services concurrently), the
+// GossipHandler on the gossip node's handler goroutine, Held on any
+// goroutine; every method takes mu. Nothing is called back while mu is held: the mirror and the
 // gossip node only answer queries, and the handler offers a list again
 // after it let mu go.
-type emptyGuard struct {
+type EmptyGuard struct {
 	hold  time.Duration // <= 0: off
 	now   func() time.Time
 	log   zerolog.Logger
@@ -118,46 +115,47 @@ type lossRun struct {
 // one.
 const lossWindow = time.Second
 
-// newEmptyGuard builds a guard; withGossip says whether the client will
-// run gossip, so that the guard remembers the records' gossip nodes from
-// the first lists on, before the node starts.
-func newEmptyGuard(hold time.Duration, withGossip bool, log zerolog.Logger) *emptyGuard {
-	g := &emptyGuard{hold: hold, now: time.Now, log: log, held: map[string]holdState{}, losing: map[string]lossRun{}}
+// NewEmptyGuard builds a guard that holds a list at most hold (<= 0: the
+// guard is off and admits every list); withGossip says whether the client
+// will run gossip, so that the guard remembers the records' gossip nodes
+// from the first lists on, before the node starts.
+func NewEmptyGuard(hold time.Duration, withGossip bool, log zerolog.Logger) *EmptyGuard {
+	g := &EmptyGuard{hold: hold, now: time.Now, log: log, held: map[string]holdState{}, losing: map[string]lossRun{}}
 	if withGossip {
 		g.nodes = map[string]map[string]gossipNode{}
 	}
 	return g
 }
 
-// use gives the guard the registry's mirror and, once started, the
-// client's gossip node (nil: none).
-func (g *emptyGuard) use(rs records, m memberLister) {
+// Use gives the guard the registry's mirror (Subscriber.Mirror) and, once
+// started, the client's gossip node (nil: none).
+func (g *EmptyGuard) Use(rs records, m memberLister) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.records, g.gossip = rs, m
 }
 
-// check decides on lc, the next list of a service whose balancer lists
+// Admit decides on lc, the next list of a service whose balancer lists
 // listed servers now (none when it has no balancer yet): nil to apply it,
-// an error wrapping subscriber.ErrDeferred to keep the last list. A list
+// an error wrapping ErrDeferred to keep the last list. A list
 // whose every ID the mirror lacks would be emptied all the same, by the
 // lookups that build the servers (the rest of a purge, already applied to
 // the mirror).
-func (g *emptyGuard) check(lc events.ListChanged, listed []*balancer.Server) error {
+func (g *EmptyGuard) Admit(lc events.ListChanged, listed []*balancer.Server) error {
 	return g.decide(lc, listed, false)
 }
 
-// checkResolved is check for a list whose every ID the lookups that build
-// its servers found missing: the records went between check and the
+// AdmitEmpty is Admit for a list whose every ID the lookups that build
+// its servers found missing: the records went between Admit and the
 // lookups (a purge key by key, whose next key reached the mirror in
 // between), and the list would empty the service all the same.
-func (g *emptyGuard) checkResolved(lc events.ListChanged, listed []*balancer.Server) error {
+func (g *EmptyGuard) AdmitEmpty(lc events.ListChanged, listed []*balancer.Server) error {
 	return g.decide(lc, listed, true)
 }
 
-// decide is check; resolvedNone says that the lookups found none of lc's
+// decide is Admit; resolvedNone says that the lookups found none of lc's
 // IDs.
-func (g *emptyGuard) decide(lc events.ListChanged, listed []*balancer.Server, resolvedNone bool) error {
+func (g *EmptyGuard) decide(lc events.ListChanged, listed []*balancer.Server, resolvedNone bool) error {
 	if g.hold <= 0 {
 		return nil
 	}
@@ -186,7 +184,7 @@ func (g *emptyGuard) decide(lc events.ListChanged, listed []*balancer.Server, re
 			g.log.Error().Str("service", svc).Int("instances", run.before).Int("kept", len(listed)).
 				Int("gossip_alive", w.alive).Dur("hold_at_most", g.hold).
 				Msg("the registry lost every instance of the service at once (none announced offline, none found dead): last list kept")
-			return fmt.Errorf("%w: %s: the registry lost its %d instances at once", subscriber.ErrDeferred, svc, run.before)
+			return fmt.Errorf("%w: %s: the registry lost its %d instances at once", ErrDeferred, svc, run.before)
 		}
 	}
 	g.forget(lc)
@@ -195,7 +193,7 @@ func (g *emptyGuard) decide(lc events.ListChanged, listed []*balancer.Server, re
 
 // whileHeld decides on the next list of a held service; stillLost says
 // that it still empties the service for the registry's loss alone.
-func (g *emptyGuard) whileHeld(lc events.ListChanged, listed []*balancer.Server, h holdState, stillLost bool, now time.Time) error {
+func (g *EmptyGuard) whileHeld(lc events.ListChanged, listed []*balancer.Server, h holdState, stillLost bool, now time.Time) error {
 	svc := lc.Service
 	level, why := zerolog.ErrorLevel, ""
 	switch {
@@ -206,7 +204,7 @@ func (g *emptyGuard) whileHeld(lc events.ListChanged, listed []*balancer.Server,
 	case !g.witness(svc, listed).protects(h.before):
 		why = "gossip found the held instances' nodes gone (a crash after the loss): list emptied"
 	default:
-		return fmt.Errorf("%w: %s: held since %s", subscriber.ErrDeferred, svc, h.since.Format(time.RFC3339))
+		return fmt.Errorf("%w: %s: held since %s", ErrDeferred, svc, h.since.Format(time.RFC3339))
 	}
 	delete(g.held, svc)
 	delete(g.losing, svc)
@@ -218,7 +216,7 @@ func (g *emptyGuard) whileHeld(lc events.ListChanged, listed []*balancer.Server,
 
 // registered reports whether the registry's mirror holds service/id.
 // Called with mu held.
-func (g *emptyGuard) registered(service, id string) bool {
+func (g *EmptyGuard) registered(service, id string) bool {
 	if g.records == nil {
 		return false
 	}
@@ -244,7 +242,7 @@ func (w witness) protects(before int) bool {
 // record named no node, or another incarnation, is neither alive nor
 // gone: gossip knows nothing of it. Zero without gossip. Called with mu
 // held.
-func (g *emptyGuard) witness(service string, servers []*balancer.Server) witness {
+func (g *EmptyGuard) witness(service string, servers []*balancer.Server) witness {
 	known := g.nodes[service]
 	if g.gossip == nil || len(known) == 0 {
 		return witness{}
@@ -278,7 +276,7 @@ func (g *emptyGuard) witness(service string, servers []*balancer.Server) witness
 // change), so that a list costs a read per changed instance. A node
 // missed all the same (its record's incarnation no longer the server's)
 // is not asked about (witness). Called with mu held.
-func (g *emptyGuard) remember(lc events.ListChanged) {
+func (g *EmptyGuard) remember(lc events.ListChanged) {
 	if g.nodes == nil || g.records == nil {
 		return
 	}
@@ -307,7 +305,7 @@ func (g *emptyGuard) remember(lc events.ListChanged) {
 // outnumber the listed ones (a pass over lc's IDs then, so that each
 // removal costs O(1) amortised). Stale nodes until then are harmless:
 // only listed instances are asked about. Called with mu held.
-func (g *emptyGuard) forget(lc events.ListChanged) {
+func (g *EmptyGuard) forget(lc events.ListChanged) {
 	known := g.nodes[lc.Service]
 	switch {
 	case known == nil:
@@ -326,12 +324,12 @@ func (g *emptyGuard) forget(lc events.ListChanged) {
 	}
 }
 
-// gossipHandler wraps h, the subscriber's gossip handler: when the node
+// GossipHandler wraps h, the subscriber's gossip handler: when the node
 // that a held list's instance record named is gone, the list is offered
 // again at once (reoffer) rather than after the subscriber's backoff (up
 // to 5 s), so that a crash after the loss empties the list within
 // gossip's detection time.
-func (g *emptyGuard) gossipHandler(h gossip.Handler, reoffer func(service string)) gossip.Handler {
+func (g *EmptyGuard) GossipHandler(h gossip.Handler, reoffer func(service string)) gossip.Handler {
 	return gossip.HandlerFuncs{
 		Alive: h.NodeAlive,
 		Gone: func(m gossip.Member, reason gossip.Reason) {
@@ -345,7 +343,7 @@ func (g *emptyGuard) gossipHandler(h gossip.Handler, reoffer func(service string
 
 // heldNode reports whether m is the gossip node that the record of an
 // instance of a held list named.
-func (g *emptyGuard) heldNode(m gossip.Member) bool {
+func (g *EmptyGuard) heldNode(m gossip.Member) bool {
 	if m.Meta.Role != gossip.RoleInstance {
 		return false
 	}
@@ -356,44 +354,6 @@ func (g *emptyGuard) heldNode(m gossip.Member) bool {
 	}
 	n, ok := g.nodes[m.Meta.Service][m.Meta.InstanceID]
 	return ok && n.name == m.Name && n.addr == m.Addr
-}
-
-// guardedResolver is the visitors' Resolver: the registry's lookups, with
-// the guard's last word on a list whose every ID they find missing (see
-// checkResolved). The list handler puts the list being applied in the
-// context (resolvingKey); when the guard holds it, every ID fails with
-// the guard's error, which is no serverlist.ErrNotFound: the visitor
-// keeps what the balancer lists of those IDs (see lbvisitor.Visitor.Apply)
-// and the handler returns the deferral.
-type guardedResolver struct {
-	lookup lbvisitor.Resolver
-	guard  *emptyGuard
-}
-
-// resolving is the list the handler applies, for guardedResolver, and the
-// guard's deferral of it, if any.
-type resolving struct {
-	lc       events.ListChanged
-	listed   []*balancer.Server
-	deferred error
-}
-
-type resolvingKey struct{}
-
-func (r guardedResolver) ResolveEach(ctx context.Context, service string, ids []string) ([]serverlist.Instance, []error) {
-	found, errs := r.lookup.ResolveEach(ctx, service, ids)
-	rs, ok := ctx.Value(resolvingKey{}).(*resolving)
-	if !ok || rs.lc.Service != service || len(ids) == 0 ||
-		slices.ContainsFunc(errs, func(err error) bool { return !errors.Is(err, serverlist.ErrNotFound) }) {
-		return found, errs
-	}
-	if err := r.guard.checkResolved(rs.lc, rs.listed); err != nil {
-		rs.deferred = err
-		for i := range errs {
-			errs[i] = err
-		}
-	}
-	return found, errs
 }
 
 // registryLost reports whether every instance lc removes left because the
@@ -410,10 +370,13 @@ func registryLost(lc events.ListChanged) bool {
 	return true
 }
 
-// isHeld reports whether the service's list is held now.
-func (g *emptyGuard) isHeld(service string) bool {
+// Held reports whether the service's list is held now.
+func (g *EmptyGuard) Held(service string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	_, ok := g.held[service]
 	return ok
 }
+
+// Holds counts the lists held back, each service counted once a hold.
+func (g *EmptyGuard) Holds() uint64 { return g.holds.Load() }

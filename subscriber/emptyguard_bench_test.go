@@ -1,8 +1,9 @@
-package pushlb
+package subscriber_test
 
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/serverlist"
+	"github.com/pushlb/pushlb/subscriber"
 )
 
 // fixedRecords is a registry mirror of one service's instances, for the
@@ -44,14 +46,14 @@ func BenchmarkEmptyGuardCheck(b *testing.B) {
 	lc := events.ListChanged{Service: "orders", InstanceIDs: ids, Changes: map[string]events.Change{ids[0]: {Cause: events.CauseAnnounce}}}
 	for _, withGossip := range []bool{false, true} {
 		b.Run(fmt.Sprintf("gossip=%v", withGossip), func(b *testing.B) {
-			g := newEmptyGuard(DefaultEmptyListHold, withGossip, zerolog.Nop())
-			g.use(recs, noMembers{})
-			if err := g.check(lc, listed); err != nil {
+			g := subscriber.NewEmptyGuard(2*time.Minute, withGossip, zerolog.Nop())
+			g.Use(recs, noMembers{})
+			if err := g.Admit(lc, listed); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := g.check(lc, listed); err != nil {
+				if err := g.Admit(lc, listed); err != nil {
 					b.Fatal(err)
 				}
 			}
