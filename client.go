@@ -12,7 +12,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/balancer"
-	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/lbhttp"
 	"github.com/pushlb/pushlb/lbvisitor"
@@ -151,10 +150,7 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 		}
 	}
 	p := &parts{}
-	// The subscriber delivers lists to the services' handler, which the
-	// registry's lookups feed; the lookups read the subscriber's mirror.
-	var handle func(context.Context, events.ListChanged) error
-	p.sub, err = subscriber.New(c.nc, reg, func(ctx context.Context, lc events.ListChanged) error { return handle(ctx, lc) }, subscriber.Config{
+	p.sub, err = subscriber.New(c.nc, reg, c.services.Handle, subscriber.Config{
 		Prefix: o.Prefix, Services: o.Services, Coalesce: o.Coalesce, AntiEntropy: o.AntiEntropy,
 		Logger: o.log, OnEvent: o.onEvent,
 		AdvisorySubject: o.advisorySubject(), ProbeTimeout: o.Advisories.ProbeTimeout,
@@ -168,7 +164,7 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	if p.lookup, err = serverlist.NewLookup(reg, p.sub.Mirror(), serverlist.LookupConfig{}); err != nil {
 		return nil, fmt.Errorf("pushlb: lookup: %w", err)
 	}
-	handle = c.services.Handler(p.lookup)
+	c.services.Resolve(p.lookup) // the lookups read the subscriber's mirror
 	waitFirst := c.services.TrackFirstLists()
 	if err := p.sub.Start(ctx); err != nil {
 		return nil, fmt.Errorf("pushlb: subscriber: %w", err)

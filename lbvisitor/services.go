@@ -70,6 +70,7 @@ type Services struct {
 	mu sync.Mutex // serialises follow and unfollow
 	m  sync.Map   // service name -> *Service, published or not
 
+	res      atomic.Pointer[Resolver]  // set by Resolve
 	watchers watchers
 	first    atomic.Pointer[firstLists] // set while a start waits (TrackFirstLists)
 
@@ -240,23 +241,33 @@ func (s *Services) Unfollow(name string, cond func(*Service) bool) bool {
 	return removed
 }
 
-// Handler returns the subscriber.Handler of the push path: each list goes
-// to its service's Visitor, whose lookups res makes. A service not
-// followed yet is followed once one of the list's IDs resolves: a list
-// naming a service or instances nobody registered builds nothing, so
-// invented names cannot grow the table (such a list is counted in
-// Unregistered and is not an error: if an instance registers later, the
-// registry's change brings a new list). When no ID of a new service
-// resolves because the registry could not be asked, the handler returns an
-// error (the subscriber retries).
-func (s *Services) Handler(res Resolver) func(context.Context, events.ListChanged) error {
-	return func(ctx context.Context, lc events.ListChanged) error {
-		err := s.handle(ctx, res, lc)
-		if f := s.first.Load(); f != nil {
-			f.handled(lc.Service)
-		}
-		return err
+// ErrNoResolver is returned by Handle before Resolve was called.
+var ErrNoResolver = errors.New("lbvisitor: no resolver: Services.Resolve was not called")
+
+// Resolve gives the table the lookups that build servers from instance
+// IDs (a *serverlist.Lookup, which reads the subscriber's mirror: hence
+// given after the subscriber is built, before it starts). Call it once,
+// before the first Handle.
+func (s *Services) Resolve(res Resolver) { s.res.Store(&res) }
+
+// Handle is the subscriber.Handler of the push path: lc goes to its
+// service's Visitor. A service not followed yet is followed once one of
+// lc's IDs resolves: a list naming a service or instances nobody
+// registered builds nothing, so invented names cannot grow the table (such
+// a list is counted in Unregistered and is not an error: if an instance
+// registers later, the registry's change brings a new list). When no ID of
+// a new service resolves because the registry could not be asked, Handle
+// returns an error (the subscriber retries).
+func (s *Services) Handle(ctx context.Context, lc events.ListChanged) error {
+	res := s.res.Load()
+	if res == nil {
+		return ErrNoResolver
 	}
+	err := s.handle(ctx, *res, lc)
+	if f := s.first.Load(); f != nil {
+		f.handled(lc.Service)
+	}
+	return err
 }
 
 func (s *Services) handle(ctx context.Context, res Resolver, lc events.ListChanged) error {

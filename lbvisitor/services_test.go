@@ -30,7 +30,8 @@ func TestServicesBuildOneBalancerPerService(t *testing.T) {
 	res := &fixedResolver{}
 	res.set(false, inst(1))
 	s := NewServices(f, ServicesConfig{})
-	handle := s.Handler(res)
+	s.Resolve(res)
+	handle := s.Handle
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Go(func() {
@@ -60,7 +61,8 @@ func TestServicesBuildNothingForUnregisteredIDs(t *testing.T) {
 	res := &fixedResolver{}
 	res.set(false, inst(1))
 	s := NewServices(f, ServicesConfig{})
-	handle := s.Handler(res)
+	s.Resolve(res)
+	handle := s.Handle
 	for i := range 100 {
 		lc := events.ListChanged{Service: fmt.Sprintf("invented-%d", i), InstanceIDs: []string{"ghost"}, Revision: 1}
 		if err := handle(t.Context(), lc); err != nil {
@@ -92,7 +94,8 @@ func TestServicesUnfollow(t *testing.T) {
 	res := &fixedResolver{}
 	res.set(false, inst(1))
 	s := NewServices(f, ServicesConfig{})
-	handle := s.Handler(res)
+	s.Resolve(res)
+	handle := s.Handle
 	lc := events.ListChanged{Service: "orders", InstanceIDs: []string{inst(1).InstanceID}, Revision: 1}
 	if err := handle(t.Context(), lc); err != nil {
 		t.Fatal(err)
@@ -156,8 +159,9 @@ func TestServicesPublishAtTheFirstList(t *testing.T) {
 	stopNames := s.WatchNames(func(n []string) { names = append(names, n) })
 	defer stopNames()
 
+	s.Resolve(res)
 	done := make(chan error, 1)
-	go func() { done <- s.Handler(res)(t.Context(), lc(1, 1, 2)) }()
+	go func() { done <- s.Handle(t.Context(), lc(1, 1, 2)) }()
 	for range 2 { // the check that an ID resolves, then the list's lookups
 		<-res.entered
 		if b, err := s.Balancers().Get("orders"); !errors.Is(err, ErrUnknownService) {
@@ -192,15 +196,16 @@ func TestServicesDropAFirstListThatInstallsNothing(t *testing.T) {
 	res := &flakyResolver{}
 	res.set(false, inst(1))
 	s := NewServices(f, ServicesConfig{})
+	s.Resolve(res)
 	res.failAfter = 1 // the check that an ID resolves passes, the list's lookups fail
-	if err := s.Handler(res)(t.Context(), lc(1, 1)); !errors.Is(err, ErrKeptLastGood) {
+	if err := s.Handle(t.Context(), lc(1, 1)); !errors.Is(err, ErrKeptLastGood) {
 		t.Fatalf("want ErrKeptLastGood, got %v", err)
 	}
 	if len(f.bals) != 0 || s.Lookup("orders") != nil {
 		t.Fatalf("left behind: balancers %v", f.bals)
 	}
 	res.failAfter = -1
-	if err := s.Handler(res)(t.Context(), lc(2, 1)); err != nil || s.Lookup("orders") == nil {
+	if err := s.Handle(t.Context(), lc(2, 1)); err != nil || s.Lookup("orders") == nil {
 		t.Fatalf("the retry did not follow the service: %v", err)
 	}
 }
@@ -246,7 +251,8 @@ func TestServicesTellEachChangeWithItsCause(t *testing.T) {
 	if err := sv.Balancer().SetServers([]balancer.Server{{Host: "127.0.0.1", Port: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	handle := s.Handler(res)
+	s.Resolve(res)
+	handle := s.Handle
 	at := time.Now().Add(-time.Second)
 	first := lc(1, 1, 2)
 	first.Cause = events.CauseResync

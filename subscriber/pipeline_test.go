@@ -87,7 +87,6 @@ type gateway struct {
 	reg  *serverlist.Registry
 	bals *balancers
 	svcs *lbvisitor.Services
-	vis  func(context.Context, events.ListChanged) error // svcs' handler
 	sub  *subscriber.Subscriber
 
 	mu      sync.Mutex
@@ -97,7 +96,7 @@ type gateway struct {
 // handle is the subscriber's Handler: it applies lc and then records it, so
 // a test can wait for a list to have been applied.
 func (g *gateway) handle(ctx context.Context, lc events.ListChanged) error {
-	err := g.vis(ctx, lc)
+	err := g.svcs.Handle(ctx, lc)
 	g.mu.Lock()
 	g.handled = append(g.handled, lc)
 	g.mu.Unlock()
@@ -138,6 +137,7 @@ func openRegistryTTL(t testing.TB, nc *nats.Conn, ttl time.Duration) *serverlist
 func startGateway(t testing.TB, srv *natstest.Server, cfg subscriber.Config) *gateway {
 	t.Helper()
 	g := &gateway{nc: srv.Connect(t, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond)), bals: &balancers{}}
+	g.svcs = lbvisitor.NewServices(g.bals, lbvisitor.ServicesConfig{Logger: nopLog})
 	g.reg = openRegistry(t, g.nc)
 	var lookup *serverlist.Lookup
 	sub, err := subscriber.New(g.nc, g.reg, g.handle, cfg)
@@ -149,8 +149,7 @@ func startGateway(t testing.TB, srv *natstest.Server, cfg subscriber.Config) *ga
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.svcs = lbvisitor.NewServices(g.bals, lbvisitor.ServicesConfig{Logger: nopLog})
-	g.vis = g.svcs.Handler(lookup)
+	g.svcs.Resolve(lookup)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if err := sub.Start(ctx); err != nil {
