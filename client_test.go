@@ -111,8 +111,11 @@ func TestZeroConfigTransport(t *testing.T) {
 	if !errors.Is(err, pushlb.ErrUnknownService) {
 		t.Fatalf("unknown service: %v", err)
 	}
-	if _, err := c.Balancer("nobody"); !errors.Is(err, pushlb.ErrUnknownService) {
-		t.Fatalf("Balancer(nobody): %v", err)
+	if _, err := c.Balancer("nobody"); !errors.Is(err, pushlb.ErrUnknownService) || !strings.HasPrefix(err.Error(), `pushlb: no balancer for "nobody"`) {
+		t.Fatalf("Balancer(nobody): %v (want errors.Is ErrUnknownService, said by this package)", err)
+	}
+	if !errors.Is(err, lbhttp.ErrUnknownService) {
+		t.Fatalf("a Transport's error for an unknown service does not match lbhttp's kind: %v", err)
 	}
 	if names := c.Services(); len(names) != 1 || names[0] != "orders" {
 		t.Fatalf("services %v: a made-up name must not build a balancer", names)
