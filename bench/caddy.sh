@@ -47,19 +47,7 @@ if ! command -v wrk >/dev/null; then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wrk >/dev/null
 fi
 
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-		kill "${pids[i]}" 2>/dev/null || true
-	done
-	for pid in "${pids[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$(dirname "$0")/processes.sh"
 
 echo "== build (into $tmp/bin)"
 mkdir -p "$tmp/bin"

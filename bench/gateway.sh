@@ -69,21 +69,7 @@ for port in $BACKEND_PORT $NGINX_PORT $CADDY_PORT $GW_PORT $GW_ADMIN_PORT $NATS_
 	fi
 done
 
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-	# Newest first: fastlb, caddy and nginx, then announce withdraws the
-	# backend and stops it, then the gateway (and its NATS server).
-	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-		kill "${pids[i]}" 2>/dev/null || true
-	done
-	for pid in "${pids[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$(dirname "$0")/processes.sh"
 
 echo "== build (into $tmp/bin)"
 mkdir -p "$tmp/bin"
