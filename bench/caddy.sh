@@ -47,7 +47,7 @@ if ! command -v wrk >/dev/null; then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wrk >/dev/null
 fi
 
-. "$(dirname "$0")/processes.sh"
+. ./processes.sh # the working directory is bench/ (cd above)
 
 echo "== build (into $tmp/bin)"
 mkdir -p "$tmp/bin"

@@ -69,7 +69,7 @@ for port in $BACKEND_PORT $NGINX_PORT $CADDY_PORT $GW_PORT $GW_ADMIN_PORT $NATS_
 	fi
 done
 
-. "$(dirname "$0")/processes.sh"
+. ./processes.sh # the working directory is bench/ (cd above)
 
 echo "== build (into $tmp/bin)"
 mkdir -p "$tmp/bin"
