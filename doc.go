@@ -24,6 +24,12 @@
 // gossip declares dead (Config.Gossip) stops receiving requests at once. See the subscriber, serverlist, lbvisitor, balancer and
 // lbhttp packages for each step, and docs/embedding.md for a walk-through.
 //
+// This package holds the API and its one wiring, nothing of the pipeline:
+// a list goes from the subscriber (subscriber.Subscriber, with its
+// delivery guards, subscriber.EmptyGuard among them) to the table of
+// services (lbvisitor.Services, where a service is followed and
+// unfollowed) and its visitors, which build the balancers' lists.
+//
 // Every list change is told once, with its causes, to the ListObserver of
 // WithListObserver; Watch follows one service's list, the piece adapters
 // build on (the gRPC resolver of the module github.com/pushlb/pushlb/grpc),
