@@ -220,7 +220,7 @@ func (c Config) check() (checked, error) {
 	}
 
 	if out.meta, err = c.Meta.encode(false); err != nil {
-		return out, fmt.Errorf("%w: Meta: %w", ErrInvalidConfig, err)
+		return out, &metaError{err}
 	}
 
 	out.name = c.NodeName

@@ -55,8 +55,8 @@ func TestInvalidConfig(t *testing.T) {
 			if tt.also != nil && !errors.Is(err, tt.also) {
 				t.Fatalf("New = %v, want it to wrap %v too", err, tt.also)
 			}
-			if !strings.HasPrefix(err.Error(), "gossip: ") {
-				t.Fatalf("error %q lacks the package prefix", err)
+			if !strings.HasPrefix(err.Error(), "gossip: ") || strings.Count(err.Error(), "gossip: ") != 1 {
+				t.Fatalf("error %q: want the package prefix once", err)
 			}
 		})
 	}

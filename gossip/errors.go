@@ -1,6 +1,9 @@
 package gossip
 
-import "errors"
+import (
+	"errors"
+	"strings"
+)
 
 // Sentinel errors. Every error this package returns wraps one (or, for an
 // oversized or invalid Meta in a Config, two) of them with details; test with
@@ -38,3 +41,15 @@ var (
 	// found), or the node was already started.
 	ErrStart = errors.New("gossip: start failed")
 )
+
+// metaError is a Config's invalid Meta: it wraps ErrInvalidConfig and the
+// Meta's own error (ErrInvalidMeta or ErrMetaTooLarge), and names the
+// package once: "gossip: invalid config: Meta: invalid meta: ...", not
+// "gossip: invalid config: Meta: gossip: invalid meta: ...".
+type metaError struct{ err error }
+
+func (e *metaError) Error() string {
+	return ErrInvalidConfig.Error() + ": Meta: " + strings.TrimPrefix(e.err.Error(), "gossip: ")
+}
+
+func (e *metaError) Unwrap() []error { return []error{ErrInvalidConfig, e.err} }
