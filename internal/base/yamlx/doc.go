@@ -33,6 +33,10 @@
 // With the option [CommaLists], a []string may also be written as one
 // comma-separated string.
 //
+// With the option [Check], the checks decoding cannot make (a value out of
+// range) are reported with the decoding's errors, in one pass and in the
+// same form: file, line, key path.
+//
 // A type's UnmarshalYAML may call [DecodeNode] and return its errors
 // (alone or through errors.Join): when that type is decoded by yamlx, its
 // errors get the file name and the key path from the root of the file.

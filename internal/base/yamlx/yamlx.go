@@ -20,6 +20,7 @@ type Option func(*options)
 type options struct {
 	commaLists bool
 	path       string
+	check      func() error
 }
 
 // CommaLists lets a []string be written as one comma-separated string:
@@ -31,6 +32,17 @@ func CommaLists() Option { return func(o *options) { o.commaLists = true } }
 // paths start there: with AtPath("clients.orders"), an unknown key reads
 // "clients.orders.rul".
 func AtPath(path string) Option { return func(o *options) { o.path = path } }
+
+// Check adds the checks decoding cannot make (a duration below a minimum,
+// settings that conflict), so that one pass reports every mistake of a
+// document in line order, each where it is written. After decoding, also
+// when decoding found errors (out then holds what could be decoded),
+// check is called; each *Error it returns (alone or joined) without a line
+// is placed at the key its Path names (from the decoded root), or at the
+// nearest key above it that the document writes. One about a key that
+// decoding already reported is left out. Another error is reported as it
+// is, without a line. A document that cannot be parsed is not checked.
+func Check(check func() error) Option { return func(o *options) { o.check = check } }
 
 // DecodeFile decodes data, the content of the file path, into out (a
 // non-nil pointer) with the rules of the package comment. The file must
@@ -98,7 +110,63 @@ func DecodeNode(n *yaml.Node, out any, opts ...Option) error {
 	if err := c.Decode(out); err != nil {
 		errs = append(errs, w.translate(err)...)
 	}
+	if o.check != nil {
+		errs = append(errs, w.place(o.check(), errs)...)
+	}
 	return join(errs)
+}
+
+// place returns the errors of a check (see Check) on the lines of their
+// keys, leaving out those about a key in reported.
+func (w *walker) place(err error, reported []*Error) []*Error {
+	var out []*Error
+	var visit func(error)
+	visit = func(err error) {
+		switch e := err.(type) {
+		case nil:
+		case *Error:
+			e.Path = joinPath(w.opts.path, e.Path)
+			if slices.ContainsFunc(reported, func(r *Error) bool { return r.Path == e.Path }) {
+				return
+			}
+			if e.Line == 0 {
+				e.Line = w.lineOf(e.Path)
+			}
+			out = append(out, e)
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				visit(inner)
+			}
+		default:
+			out = append(out, &Error{Msg: err.Error(), Err: err})
+		}
+	}
+	visit(err)
+	return out
+}
+
+// lineOf returns the line of the key at path, or of the nearest key above
+// it that the document writes ("routes[2]" is its item's line); 0 when
+// the document writes none of them.
+func (w *walker) lineOf(path string) int {
+	for path != "" {
+		for _, e := range w.entries {
+			if e.path == path && e.n.Line > 0 {
+				return e.n.Line // a key's entry comes before its value's
+			}
+		}
+		for _, u := range w.unmarshalers {
+			if u.path == path {
+				return u.first
+			}
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			break
+		}
+		path = path[:i]
+	}
+	return 0
 }
 
 // join returns nil, the one error, or the errors joined in line order.

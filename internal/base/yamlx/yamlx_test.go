@@ -245,6 +245,57 @@ func TestDecodeFileReportsEveryError(t *testing.T) {
 	}
 }
 
+// A check's errors are reported with decoding's, in line order, each on
+// the line of its key (or of the nearest key written above it); a typo
+// does not hide them, and one about a key decoding reported is left out.
+func TestDecodeFileCheck(t *testing.T) {
+	src := `lease: 1ms
+retries: many
+listn: x
+nats:
+  timeout: -1s
+routes:
+  - {prefix: /a, service: a}
+  - prefix: /b
+`
+	errCheck := errors.New("check: invalid")
+	var got config
+	var seen config
+	check := func() error {
+		seen = got
+		return errors.Join(
+			&yamlx.Error{Path: "nats.timeout", Msg: "-1s is negative", Err: errCheck},
+			&yamlx.Error{Path: "lease", Msg: "1ms is below the minimum 1s"},
+			&yamlx.Error{Path: "routes[1].service", Msg: "empty"},
+			&yamlx.Error{Path: "retries", Msg: "decoding said it first"},
+			&yamlx.Error{Path: "listen", Msg: "not in the file"},
+			errors.New("a problem of no key"),
+		)
+	}
+	err := yamlx.DecodeFile("c.yaml", []byte(src), &got, yamlx.Check(check))
+	want := `c.yaml: listen: not in the file` + "\n" +
+		`c.yaml: a problem of no key` + "\n" +
+		`c.yaml:1: lease: 1ms is below the minimum 1s` + "\n" +
+		`c.yaml:2: retries: "many" is not a whole number` + "\n" +
+		`c.yaml:3: listn: unknown key (did you mean "listen"?)` + "\n" +
+		`c.yaml:5: nats.timeout: -1s is negative` + "\n" +
+		`c.yaml:8: routes[1].service: empty`
+	if err == nil || err.Error() != want {
+		t.Errorf("error\n got %v\nwant %s", err, want)
+	}
+	if !errors.Is(err, errCheck) || !errors.Is(err, yamlx.ErrInvalid) {
+		t.Errorf("%v should wrap the check's error and ErrInvalid", err)
+	}
+	if seen.Lease != time.Millisecond || len(seen.Routes) != 2 {
+		t.Errorf("the check saw %+v, want what could be decoded", seen)
+	}
+	called := false
+	err = yamlx.DecodeFile("c.yaml", []byte("nats: [\n"), &got, yamlx.Check(func() error { called = true; return nil }))
+	if err == nil || called {
+		t.Errorf("a file that does not parse: %v, checked %v", err, called)
+	}
+}
+
 func TestDecodeNodeCommaListsAndPath(t *testing.T) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal([]byte("peers: \"a:1, b:2,\"\nlease: 3\n"), &doc); err != nil {

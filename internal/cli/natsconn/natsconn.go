@@ -131,55 +131,73 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ConnectTimeout, "nats-timeout", c.ConnectTimeout, "how long to retry the first connection to NATS")
 }
 
-// Validate reports conflicting or invalid options. Every error wraps
-// ErrInvalidConfig. It does not read any file.
+// Validate reports conflicting or invalid options: nil, or the Problems
+// it found, which wrap ErrInvalidConfig. It does not read any file.
 func (c Config) Validate() error {
-	var problems []string
+	var ps Problems
+	bad := func(key, msg, flagMsg string) { ps = append(ps, Problem{Key: key, Msg: msg, FlagMsg: flagMsg}) }
 	// One way to authenticate: a credentials file, a user, a token or an
 	// NKey.
-	var ways []string
+	type setting struct{ flag, key string }
+	var ways []setting
 	for _, w := range []struct {
-		flag  string
+		setting
 		given bool
 	}{
-		{"-creds", c.CredsFile != ""},
-		{"-user", c.User != ""},
-		{"-token", c.Token != ""},
-		{"-token-file", c.TokenFile != ""},
-		{"-nkey", c.NkeyFile != ""},
+		{setting{"-creds", "credsFile"}, c.CredsFile != ""},
+		{setting{"-user", "user"}, c.User != ""},
+		{setting{"-token", "token"}, c.Token != ""},
+		{setting{"-token-file", "tokenFile"}, c.TokenFile != ""},
+		{setting{"-nkey", "nkeyFile"}, c.NkeyFile != ""},
 	} {
 		if w.given {
-			ways = append(ways, w.flag)
+			ways = append(ways, w.setting)
 		}
 	}
 	if len(ways) > 1 {
-		problems = append(problems, strings.Join(ways, " and ")+" cannot be used together: choose one way to authenticate")
+		flags, keys := make([]string, len(ways)), make([]string, len(ways)-1)
+		for i, w := range ways {
+			flags[i] = w.flag
+			if i > 0 {
+				keys[i-1] = w.key
+			}
+		}
+		bad(ways[0].key, "cannot be used with "+strings.Join(keys, " or ")+": choose one way to authenticate",
+			strings.Join(flags, " and ")+" cannot be used together: choose one way to authenticate")
 	}
 	if c.Password != "" && c.PasswordFile != "" {
-		problems = append(problems, "-password and -password-file cannot be used together")
+		bad("password", "cannot be used with passwordFile", "-password and -password-file cannot be used together")
 	}
 	if (c.Password != "" || c.PasswordFile != "") && c.User == "" {
-		problems = append(problems, "-password needs -user")
+		key := "password"
+		if c.Password == "" {
+			key = "passwordFile"
+		}
+		bad(key, "needs user", "-password needs -user")
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
-		problems = append(problems, "-tls-cert and -tls-key go together")
+		if c.TLSCert != "" {
+			bad("tlsCert", "needs tlsKey", "-tls-cert and -tls-key go together")
+		} else {
+			bad("tlsKey", "needs tlsCert", "-tls-cert and -tls-key go together")
+		}
 	}
 	if c.ConnectTimeout < 0 {
-		problems = append(problems, fmt.Sprintf("-nats-timeout %v is negative", c.ConnectTimeout))
+		bad("connectTimeout", fmt.Sprintf("%v is negative", c.ConnectTimeout), fmt.Sprintf("-nats-timeout %v is negative", c.ConnectTimeout))
 	}
 	if c.ReconnectWait < 0 {
-		problems = append(problems, fmt.Sprintf("reconnect wait %v is negative", c.ReconnectWait))
+		bad("reconnectWait", fmt.Sprintf("%v is negative", c.ReconnectWait), fmt.Sprintf("reconnect wait %v is negative", c.ReconnectWait))
 	}
 	if strings.TrimSpace(strings.ReplaceAll(c.URL, ",", "")) == "" && c.URL != "" {
-		problems = append(problems, fmt.Sprintf("-nats %q names no server", c.URL))
+		bad("url", fmt.Sprintf("%q names no server", c.URL), fmt.Sprintf("-nats %q names no server", c.URL))
 	}
 	for _, u := range commalist.Split(c.URL) {
 		if err := checkURL(u); err != nil {
-			problems = append(problems, fmt.Sprintf("-nats %q: %v", redactURLs(u), err))
+			bad("url", fmt.Sprintf("%q: %v", redactURLs(u), err), fmt.Sprintf("-nats %q: %v", redactURLs(u), err))
 		}
 	}
-	if len(problems) > 0 {
-		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(problems, "; "))
+	if len(ps) > 0 {
+		return ps
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -123,6 +124,29 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("Connect: %v, want ErrInvalidConfig", err)
 			}
 		})
+	}
+}
+
+// Every problem is reported, each by its YAML key (for a gateway's file)
+// and by its flags (the error's text, for the command line).
+func TestValidateProblems(t *testing.T) {
+	cfg := natsconn.Config{URL: "nat://a:4222", User: "u", Token: "t", Password: "p", PasswordFile: "f", ConnectTimeout: -time.Second}
+	err := cfg.Validate()
+	var ps natsconn.Problems
+	if !errors.As(err, &ps) || !errors.Is(err, natsconn.ErrInvalidConfig) {
+		t.Fatalf("Validate = %v, want Problems wrapping ErrInvalidConfig", err)
+	}
+	want := natsconn.Problems{
+		{"user", "cannot be used with token: choose one way to authenticate", "-user and -token cannot be used together: choose one way to authenticate"},
+		{"password", "cannot be used with passwordFile", "-password and -password-file cannot be used together"},
+		{"connectTimeout", "-1s is negative", "-nats-timeout -1s is negative"},
+		{"url", `"nat://a:4222": unknown scheme "nat" (want nats, tls, ws, wss)`, `-nats "nat://a:4222": unknown scheme "nat" (want nats, tls, ws, wss)`},
+	}
+	if !slices.Equal(ps, want) {
+		t.Errorf("problems\n got %q\nwant %q", ps, want)
+	}
+	if got := err.Error(); strings.Count(got, "natsconn: ") != 1 || !strings.HasSuffix(got, "; "+want[3].FlagMsg) {
+		t.Errorf("error %q: want the prefix once, then each problem by its flags", got)
 	}
 }
 
