@@ -59,8 +59,12 @@ func LeaseKey(service, id string) (string, error) {
 
 // RecordOfLease returns the record key a lease key belongs to, or false if
 // key is not a lease key.
-func RecordOfLease(key string) (string, bool) {
-	rec, ok := cutSuffix(key, leaseSuffix)
+func RecordOfLease(key string) (string, bool) { return recordBefore(key, leaseSuffix) }
+
+// recordBefore returns the record key that key is, followed by suffix, or
+// false if it is not.
+func recordBefore(key, suffix string) (string, bool) {
+	rec, ok := cutSuffix(key, suffix)
 	if !ok {
 		return "", false
 	}

@@ -47,16 +47,7 @@ func scheduleEvery(ttl time.Duration) time.Duration {
 
 // RecordOfExpiry returns the record key an expiry signal's key belongs to,
 // or false if key is not one.
-func RecordOfExpiry(key string) (string, bool) {
-	rec, ok := cutSuffix(key, expirySuffix)
-	if !ok {
-		return "", false
-	}
-	if _, _, err := DecodeKey(rec); err != nil {
-		return "", false
-	}
-	return rec, true
-}
+func RecordOfExpiry(key string) (string, bool) { return recordBefore(key, expirySuffix) }
 
 // ScheduledLeases reports whether this registry writes scheduled leases:
 // its bucket allowed message schedules when Open read it (or made it).

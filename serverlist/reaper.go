@@ -172,3 +172,14 @@ const (
 	// lockWriteTimeout bounds a write of the lock.
 	lockWriteTimeout = 2 * time.Second
 )
+
+// failed counts err and returns the warning to log it with, unless ctx
+// ended: the error of a reaper that stops is neither counted nor logged
+// (zerolog's nil event logs nothing).
+func (r *Reaper) failed(ctx context.Context, err error) *zerolog.Event {
+	if ctx.Err() != nil {
+		return nil
+	}
+	r.errorsSeen.Add(1)
+	return r.log.Warn().Err(err)
+}

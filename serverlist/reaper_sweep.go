@@ -38,10 +38,7 @@ func (r *Reaper) expire(ctx context.Context, key string, sig uint64) {
 		err = nil // ended by its holder, or aged out
 	}
 	if err != nil {
-		if ctx.Err() == nil {
-			r.errorsSeen.Add(1)
-			r.log.Warn().Err(err).Str("key", key).Msg("serverlist: reaper: end the lease")
-		}
+		r.failed(ctx, err).Str("key", key).Msg("serverlist: reaper: end the lease")
 		return
 	}
 	rec, err := r.reg.kv.Get(ctx, key)
@@ -49,10 +46,7 @@ func (r *Reaper) expire(ctx context.Context, key string, sig uint64) {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		// Withdrawn, or reaped already.
 	case err != nil:
-		if ctx.Err() == nil {
-			r.errorsSeen.Add(1)
-			r.log.Warn().Err(err).Str("key", key).Msg("serverlist: reaper: read the record")
-		}
+		r.failed(ctx, err).Str("key", key).Msg("serverlist: reaper: read the record")
 	case rec.Revision() < sig:
 		r.remove(ctx, key, rec.Revision(), "lease ended")
 	}
@@ -69,10 +63,7 @@ func (r *Reaper) reap(ctx context.Context, key string, live map[string]uint64) {
 		return // withdrawn: the record went first
 	}
 	if err != nil {
-		if ctx.Err() == nil { // not the reaper stopping
-			r.errorsSeen.Add(1)
-			r.log.Warn().Err(err).Str("key", key).Msg("serverlist: reaper: read the record")
-		}
+		r.failed(ctx, err).Str("key", key).Msg("serverlist: reaper: read the record")
 		return
 	}
 	r.remove(ctx, key, e.Revision(), "lease ended")
@@ -87,11 +78,8 @@ func (r *Reaper) remove(ctx context.Context, key string, rev uint64, why string)
 		r.log.Info().Str("key", key).Uint64("revision", rev).Str("why", why).Msg("serverlist: reaper removed the record")
 	case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
 		// Rewritten meanwhile (a new holder): not ours to remove.
-	case ctx.Err() != nil:
-		// The reaper is stopping.
 	default:
-		r.errorsSeen.Add(1)
-		r.log.Warn().Err(err).Str("key", key).Msg("serverlist: reaper: remove the record")
+		r.failed(ctx, err).Str("key", key).Msg("serverlist: reaper: remove the record")
 	}
 }
 
@@ -107,18 +95,12 @@ func (r *Reaper) sweep(ctx context.Context, prev map[string]uint64) (next map[st
 	}
 	live, plain, err := r.listLeases(ctx, []string{r.reg.subject(LeaseKeys)})
 	if err != nil {
-		if ctx.Err() == nil {
-			r.errorsSeen.Add(1)
-			r.log.Warn().Err(err).Msg("serverlist: reaper: list the leases")
-		}
+		r.failed(ctx, err).Msg("serverlist: reaper: list the leases")
 		return prev, -1
 	}
 	lister, err := r.reg.kv.ListKeysFiltered(ctx, RecordKeys)
 	if err != nil {
-		if ctx.Err() == nil {
-			r.errorsSeen.Add(1)
-			r.log.Warn().Err(err).Msg("serverlist: reaper: list the records")
-		}
+		r.failed(ctx, err).Msg("serverlist: reaper: list the records")
 		return prev, plain
 	}
 	var orphans []string
@@ -162,10 +144,7 @@ func (r *Reaper) sweepMirrored(ctx context.Context, m *Mirror, prev map[string]u
 	for batch := range slices.Chunk(filters, sweepBatch) {
 		n, err := r.listLeasesInto(ctx, live, batch)
 		if err != nil {
-			if ctx.Err() == nil {
-				r.errorsSeen.Add(1)
-				r.log.Warn().Err(err).Msg("serverlist: reaper: list the leases")
-			}
+			r.failed(ctx, err).Msg("serverlist: reaper: list the leases")
 			return prev, -1
 		}
 		plain += n

@@ -476,22 +476,11 @@ func encodeInstance(in Instance) (key string, val []byte, err error) {
 // marked down (Instance.Status): what a gateway may route to. GetEntry
 // returns a record as it is.
 func (r *Registry) Get(ctx context.Context, service, id string) (Instance, error) {
-	key, err := EncodeKey(service, id)
-	if err != nil {
-		return Instance{}, err
-	}
-	e, err := r.kv.Get(ctx, key)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-			return Instance{}, fmt.Errorf("%w: %s/%s", ErrNotFound, service, id)
-		}
-		return Instance{}, fmt.Errorf("serverlist: get %s/%s: %w", service, id, err)
-	}
-	in, err := decodeValue(service, id, e.Value())
-	if err == nil && !in.Routable() {
+	e, err := r.GetEntry(ctx, service, id)
+	if err == nil && !e.Routable() {
 		return Instance{}, fmt.Errorf("%w: %s/%s is marked down", ErrNotFound, service, id)
 	}
-	return in, err
+	return e.Instance, err
 }
 
 // List returns the live instances of one service, or of every service when
