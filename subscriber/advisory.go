@@ -283,28 +283,9 @@ func (s *Subscriber) checkAdvisories() {
 // startProbe probes the instance of e in a goroutine, unless a probe of it
 // runs already, the bound is reached or the subscriber is closed.
 func (s *Subscriber) startProbe(e serverlist.Entry, a disconnectAdvisory) {
-	key := e.Service + "\x00" + e.InstanceID
-	s.dmu.Lock()
-	if s.stopped || s.adv.inFlight[key] || len(s.adv.inFlight) >= maxAdvisoryProbes {
-		s.dmu.Unlock()
+	if !s.goProbe(&s.adv.inFlight, maxAdvisoryProbes, e.Service, e.InstanceID, func() { s.probeAfterAdvisory(e, a) }, nil) {
 		s.adv.skipped.Add(1)
-		return
 	}
-	if s.adv.inFlight == nil {
-		s.adv.inFlight = make(map[string]bool)
-	}
-	s.adv.inFlight[key] = true
-	s.wg.Add(1)
-	s.dmu.Unlock()
-	go func() {
-		defer s.wg.Done()
-		defer func() {
-			s.dmu.Lock()
-			delete(s.adv.inFlight, key)
-			s.dmu.Unlock()
-		}()
-		s.probeAfterAdvisory(e, a)
-	}()
 }
 
 // probeTarget is the address a probe connects to: the instance's gossip

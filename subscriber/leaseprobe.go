@@ -33,28 +33,42 @@ const leaseProbeSettle = time.Second
 // probeLease starts a lease probe for service/id unless one runs already,
 // the bound is reached or the subscriber is closed.
 func (s *Subscriber) probeLease(service, id string) {
+	s.goProbe(&s.probes, maxLeaseProbes, service, id,
+		func() { s.leaseProbe(service, id) },
+		func() { s.stats.leaseProbes.Add(1) })
+}
+
+// goProbe runs probe in a goroutine that Close waits for, with the
+// instance service/id marked in inFlight (a set guarded by dmu) while it
+// runs, then calls ended unless it is nil. It reports false, and runs
+// nothing, when a probe of the instance is in flight already, limit
+// probes are, or the subscriber is closed.
+func (s *Subscriber) goProbe(inFlight *map[string]bool, limit int, service, id string, probe, ended func()) bool {
 	key := service + "\x00" + id
 	s.dmu.Lock()
-	if s.stopped || s.probes[key] || len(s.probes) >= maxLeaseProbes {
+	if s.stopped || (*inFlight)[key] || len(*inFlight) >= limit {
 		s.dmu.Unlock()
-		return
+		return false
 	}
-	if s.probes == nil {
-		s.probes = make(map[string]bool)
+	if *inFlight == nil {
+		*inFlight = make(map[string]bool)
 	}
-	s.probes[key] = true
+	(*inFlight)[key] = true
 	s.wg.Add(1)
 	s.dmu.Unlock()
 	go func() {
 		defer s.wg.Done()
 		defer func() {
 			s.dmu.Lock()
-			delete(s.probes, key)
+			delete(*inFlight, key)
 			s.dmu.Unlock()
-			s.stats.leaseProbes.Add(1)
+			if ended != nil {
+				ended()
+			}
 		}()
-		s.leaseProbe(service, id)
+		probe()
 	}()
+	return true
 }
 
 func (s *Subscriber) leaseProbe(service, id string) {
