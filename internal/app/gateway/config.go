@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/balancer/lbconfig"
 	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/base/yamlx"
 	"github.com/pushlb/pushlb/internal/cli/gossipflag"
 	"github.com/pushlb/pushlb/internal/cli/natsconn"
@@ -160,7 +162,10 @@ func DefaultConfig() Config {
 
 // LoadFile reads a configuration file over DefaultConfig: YAML (.yaml,
 // .yml) for the whole gateway, or a Ribbon .properties file for the
-// balancer settings only.
+// balancer settings only. A YAML file's errors, unknown keys and values
+// out of range alike, are reported together, each naming the file, the
+// line and the key path: "gateway: invalid config: gw.yaml:3: lease: 1ms
+// is below the minimum 1s (0: the bucket's)".
 func LoadFile(path string) (Config, error) {
 	cfg := DefaultConfig()
 	data, err := os.ReadFile(path)
@@ -171,104 +176,191 @@ func LoadFile(path string) (Config, error) {
 	case ".properties":
 		bc, err := lbconfig.LoadProperties(bytes.NewReader(data))
 		if err != nil {
-			return cfg, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
+			return cfg, fmt.Errorf("%w: %s: %w", ErrConfig, path, &settingError{msg: detail(err, balancer.ErrInvalidConfig), err: err})
 		}
 		cfg.Balancer.ClientsConfig = bc
+		if err := cfg.problems().err(); err != nil {
+			return cfg, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
+		}
 	case ".yaml", ".yml":
-		// Every error names the file, the line and the key path.
-		if err := yamlx.DecodeFile(path, data, &cfg); err != nil {
+		check := func() error { return cfg.problems().inFile() } // on what was decoded
+		if err := yamlx.DecodeFile(path, data, &cfg, yamlx.Check(check)); err != nil {
 			return cfg, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	default:
 		return cfg, fmt.Errorf("%w: %s: unknown file type (want .yaml, .yml or .properties)", ErrConfig, path)
 	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("%s: %w", path, err)
-	}
 	return cfg, nil
 }
 
-// Validate reports the first invalid setting, wrapping ErrConfig, and fills
-// defaults that depend on other settings.
+// Validate reports every invalid setting, wrapping ErrConfig, one per
+// line after the prefix ("gateway: invalid config: lease: 1ms is below
+// ..."), and fills defaults that depend on other settings.
 func (c *Config) Validate() error {
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)
+	if err := c.problems().err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+// problem is one invalid setting.
+type problem struct {
+	key string // its key path in a configuration file: "lease", "nats.url"
+	msg string // what is wrong with it
+	// flagMsg, when set, says it for the command line, naming flags
+	// (natsconn's problems); otherwise key and msg say it.
+	flagMsg string
+	// err is the error of another package that found it, wrapped for
+	// errors.Is without repeating its prefix; nil for the gateway's own.
+	err error
+}
+
+type problems []problem
+
+// err returns the problems as errors joined, nil for none.
+func (ps problems) err() error {
+	errs := make([]error, len(ps))
+	for i, p := range ps {
+		msg := p.key + ": " + p.msg
+		if p.flagMsg != "" {
+			msg = p.flagMsg
+		}
+		errs[i] = &settingError{msg: msg, err: p.err}
+	}
+	return errors.Join(errs...)
+}
+
+// inFile returns the problems as *yamlx.Error values, for yamlx to put on
+// the lines of their keys (yamlx.Check).
+func (ps problems) inFile() error {
+	errs := make([]error, len(ps))
+	for i, p := range ps {
+		errs[i] = &yamlx.Error{Path: p.key, Msg: p.msg, Err: p.err}
+	}
+	return errors.Join(errs...)
+}
+
+// settingError is a problem as Validate returns it.
+type settingError struct {
+	msg string
+	err error
+}
+
+func (e *settingError) Error() string { return e.msg }
+func (e *settingError) Unwrap() error { return e.err }
+
+// detail is err's message without sentinel's ("gossip: invalid config: "),
+// for a problem whose key path already says where it is: each error
+// prefixed once.
+func detail(err, sentinel error) string {
+	return strings.ReplaceAll(err.Error(), sentinel.Error()+": ", "")
+}
+
+// hintKey matches lbhttp's hint errors that start with the key at fault:
+// `zoneHeader "x" is not ...`, `split[1].subset: selector ...`.
+var hintKey = regexp.MustCompile(`^([A-Za-z]+(?:\[\d+\])?(?:\.[A-Za-z]+(?:\[\d+\])?)*)(?:: | ")`)
+
+// hintProblem is a hints error of the hints at path, placed at the key it
+// starts with ("routes[0].zoneHeader"), or else at path.
+func hintProblem(path string, err error) problem {
+	msg := detail(err, lbhttp.ErrInvalidOption)
+	if m := hintKey.FindStringSubmatch(msg); m != nil {
+		path += "." + m[1]
+		msg = strings.TrimPrefix(msg[len(m[1]):], ": ")
+		msg = strings.TrimPrefix(msg, " ")
+	}
+	return problem{key: path, msg: msg, err: err}
+}
+
+// problems checks every setting and fills the defaults that depend on
+// others (the balancer section's).
+func (c *Config) problems() problems {
+	var ps problems
+	bad := func(key, format string, a ...any) {
+		ps = append(ps, problem{key: key, msg: fmt.Sprintf(format, a...)})
+	}
+	from := func(key string, err, sentinel error) {
+		ps = append(ps, problem{key: key, msg: detail(err, sentinel), err: err})
 	}
 	if c.Listen == "" {
-		return bad("listen: empty address")
+		bad("listen", "empty address")
 	}
 	if c.Admin == "" {
-		return bad(`admin: empty address (use "off" to disable)`)
+		bad("admin", `empty address (use "off" to disable)`)
 	}
-	if err := c.HTTP.Validate(); err != nil {
-		return bad("http.%w", err)
-	}
+	ps = append(ps, c.HTTP.problems()...)
 	if err := events.ValidatePrefix(c.Prefix); err != nil {
-		return bad("prefix: %w", err)
+		from("prefix", err, events.ErrInvalidPrefix)
 	}
-	if err := c.NATS.Validate(); err != nil {
-		return bad("nats: %w", err)
+	var nps natsconn.Problems
+	if errors.As(c.NATS.Validate(), &nps) {
+		for _, p := range nps {
+			ps = append(ps, problem{key: "nats." + p.Key, msg: p.Msg, flagMsg: p.FlagMsg, err: natsconn.ErrInvalidConfig})
+		}
 	}
 	if c.NATS.URL == "" {
-		_, port, err := net.SplitHostPort(c.EmbeddedNATS)
-		if err != nil {
-			return bad("embeddedNats %q: %w", c.EmbeddedNATS, err)
-		}
-		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-			return bad("embeddedNats %q: bad port %q", c.EmbeddedNATS, port)
+		if _, port, err := net.SplitHostPort(c.EmbeddedNATS); err != nil {
+			bad("embeddedNats", "%q: %v", c.EmbeddedNATS, err)
+		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			bad("embeddedNats", "%q: bad port %q", c.EmbeddedNATS, port)
 		}
 	}
 	if c.DemoPort < 0 || c.DemoPort > 65535-(demoBackends-1) {
-		return bad("demoPort %d: want 0 (ports the system picks) or a first port of %d free ones, at most %d", c.DemoPort, demoBackends, 65535-(demoBackends-1))
+		bad("demoPort", "%d: want 0 (ports the system picks) or a first port of %d free ones, at most %d", c.DemoPort, demoBackends, 65535-(demoBackends-1))
 	}
 	if c.Lease != 0 && c.Lease < serverlist.MinTTL {
-		return bad("lease: %v is below the minimum %v (0: the bucket's)", c.Lease, serverlist.MinTTL)
+		bad("lease", "%v is below the minimum %v (0: the bucket's)", c.Lease, serverlist.MinTTL)
 	}
 	if c.RegistryReplicas < 0 || c.RegistryReplicas > serverlist.MaxReplicas {
-		return bad("registryReplicas: %d: 1 to %d, or 0 for min(3, the cluster's JetStream servers)", c.RegistryReplicas, serverlist.MaxReplicas)
+		bad("registryReplicas", "%d: 1 to %d, or 0 for min(3, the cluster's JetStream servers)", c.RegistryReplicas, serverlist.MaxReplicas)
 	}
-	for _, s := range c.Subscriber.Services {
+	for i, s := range c.Subscriber.Services {
 		if err := events.ValidateService(s); err != nil {
-			return bad("subscriber.services: %w", err)
+			from(fmt.Sprintf("subscriber.services[%d]", i), err, events.ErrInvalidService)
 		}
+	}
+	if c.Subscriber.AntiEntropy < 0 {
+		bad("subscriber.antiEntropy", "%v is negative", c.Subscriber.AntiEntropy)
 	}
 	if c.ServiceGrace <= 0 {
-		return bad("serviceGrace: %v is not positive", c.ServiceGrace)
+		bad("serviceGrace", "%v is not positive", c.ServiceGrace)
 	}
 	if c.Limits.ConfirmWithin < 0 {
-		return bad("limits.confirmWithin: negative duration %v", c.Limits.ConfirmWithin)
+		bad("limits.confirmWithin", "%v is negative", c.Limits.ConfirmWithin)
 	}
-	if c.Subscriber.AntiEntropy < 0 || c.ShutdownTimeout < 0 {
-		return bad("negative duration")
+	if c.ShutdownTimeout < 0 {
+		bad("shutdownTimeout", "%v is negative", c.ShutdownTimeout)
 	}
 	for i, r := range c.Routes {
+		at := fmt.Sprintf("routes[%d]", i)
 		if !strings.HasPrefix(r.Prefix, "/") {
-			return bad("routes[%d].prefix %q must start with /", i, r.Prefix)
+			bad(at+".prefix", "%q must start with /", r.Prefix)
 		}
 		if err := events.ValidateService(r.Service); err != nil {
-			return bad("routes[%d].service: %w", i, err)
+			from(at+".service", err, events.ErrInvalidService)
 		}
 		if err := r.Hints.Validate(); err != nil {
-			return bad("routes[%d].%v", i, err)
+			ps = append(ps, hintProblem(at, err))
 		}
 	}
 	if err := c.Hints.Validate(); err != nil {
-		return bad("hints.%v", err)
+		ps = append(ps, hintProblem("hints", err))
 	}
 	if err := c.RetryBudget.Validate(); err != nil {
-		return bad("retryBudget: %w", err)
+		// lbhttp says "retry budget: percent ...": the key says the first.
+		ps = append(ps, problem{key: "retryBudget", msg: strings.TrimPrefix(detail(err, lbhttp.ErrInvalidOption), "retry budget: "), err: err})
 	}
 	// Checked with gossip off too (Start warns that they are unused then).
 	if err := c.Gossip.Validate(); err != nil {
-		return bad("gossip: %w", err)
+		from("gossip", err, gossip.ErrInvalidConfig)
 	}
 	if c.Balancer.ClientsConfig == nil {
 		c.Balancer.ClientsConfig = balancer.DefaultClientsConfig()
 	}
 	if err := c.Balancer.Validate(); err != nil {
-		return bad("balancer: %w", err)
+		from("balancer", err, balancer.ErrInvalidConfig)
 	}
-	return nil
+	return ps
 }
 
 // defaultRoutes reports whether the /<service>/<rest> rule is on.

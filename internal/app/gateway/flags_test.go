@@ -13,6 +13,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/pushlb/pushlb/gossip"
+	"github.com/pushlb/pushlb/internal/cli/natsconn"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
@@ -67,15 +69,70 @@ func TestConfigErrorsNameFileAndKey(t *testing.T) {
 		"gossip: {profil: fast}\n":                           "bad.yaml:1: gossip.profil: unknown key",
 		"routes: [{prefix: /a, servce: x}]\n":                "bad.yaml:1: routes[0].servce: unknown key",
 		"balancer:\n  clients:\n    orders: {rul: Random}\n": "bad.yaml:3: balancer.clients.orders.rul: unknown key",
-		"lease: 1ms\n":                                       "bad.yaml: gateway: invalid config: lease: 1ms is below the minimum",
-		"registryReplicas: 6\n":                              "bad.yaml: gateway: invalid config: registryReplicas: 6: 1 to 5",
+		"lease: 1ms\n":                                       "bad.yaml:1: lease: 1ms is below the minimum",
+		"zone: a\nregistryReplicas: 6\n":                     "bad.yaml:2: registryReplicas: 6: 1 to 5",
+		"nats:\n  connectTimeout: -1s\n":                     "bad.yaml:2: nats.connectTimeout: -1s is negative",
+		"gossip:\n  profile: wan\n":                          `bad.yaml:1: gossip: unknown Profile "wan"`,
+		"routes:\n  - {prefix: /a, service: a}\n  - {prefix: b, service: b}\n": `bad.yaml:3: routes[1].prefix: "b" must start with /`,
+		"routes:\n  - prefix: /a\n    service: a\n    zoneHeader: \"a b\"\n":   `bad.yaml:4: routes[0].zoneHeader: "a b" is not a valid header name`,
 	} {
 		path := filepath.Join(dir, "bad.yaml")
 		os.WriteFile(path, []byte(body), 0o600)
 		_, err := LoadFile(path)
-		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), want) {
+		// The prefix first, then the file, as the unknown keys' errors.
+		if !errors.Is(err, ErrConfig) || !strings.HasPrefix(err.Error(), "gateway: invalid config: "+dir) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q:\n got  %v\n want ...%s...", body, err, want)
 		}
+	}
+}
+
+// One pass reports every mistake of a file, typos and values out of range
+// alike, in line order, each with the file, the line and the key, and
+// each package's prefix once.
+func TestConfigErrorsAllInOnePass(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gw.yaml")
+	os.WriteFile(path, []byte(`lease: -5s
+listn: x
+nats:
+  url: nat://127.0.0.1:4222
+  connectTimeout: -1s
+gossip: {profile: wan}
+registryReplicas: 9
+`), 0o600)
+	_, err := LoadFile(path)
+	want := `gateway: invalid config: ` + path + `:1: lease: -5s is below the minimum 1s (0: the bucket's)
+` + path + `:2: listn: unknown key (did you mean "listen"?)
+` + path + `:4: nats.url: "nat://127.0.0.1:4222": unknown scheme "nat" (want nats, tls, ws, wss)
+` + path + `:5: nats.connectTimeout: -1s is negative
+` + path + `:6: gossip: unknown Profile "wan" (want "lan" or "fast")
+` + path + `:7: registryReplicas: 9: 1 to 5, or 0 for min(3, the cluster's JetStream servers)`
+	if err == nil || err.Error() != want {
+		t.Fatalf("error\n got %v\nwant %s", err, want)
+	}
+	for _, sentinel := range []error{ErrConfig, natsconn.ErrInvalidConfig, gossip.ErrInvalidConfig} {
+		if !errors.Is(err, sentinel) {
+			t.Errorf("the error does not wrap %v", sentinel)
+		}
+	}
+}
+
+// Settings given by flag (no file) are reported all at once too, natsconn's
+// by their flags, each package's prefix once: not "nats: natsconn: invalid
+// config" nor "gossip: gossip: invalid config".
+func TestValidateReportsEachProblemOnce(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Lease = time.Millisecond
+	cfg.NATS.ConnectTimeout = -time.Second
+	cfg.Gossip.Profile = "wan"
+	err := cfg.Validate()
+	want := `gateway: invalid config: -nats-timeout -1s is negative
+lease: 1ms is below the minimum 1s (0: the bucket's)
+gossip: unknown Profile "wan" (want "lan" or "fast")`
+	if err == nil || err.Error() != want {
+		t.Fatalf("error\n got %v\nwant %s", err, want)
+	}
+	if !errors.Is(err, ErrConfig) || !errors.Is(err, natsconn.ErrInvalidConfig) || !errors.Is(err, gossip.ErrInvalidConfig) {
+		t.Errorf("%v does not wrap every sentinel", err)
 	}
 }
 

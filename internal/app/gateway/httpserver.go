@@ -62,23 +62,27 @@ func DefaultHTTPConfig() HTTPConfig {
 	}
 }
 
-// Validate reports the first negative setting.
-func (c HTTPConfig) Validate() error {
-	for name, d := range map[string]time.Duration{
-		"readHeaderTimeout": c.ReadHeaderTimeout, "readTimeout": c.ReadTimeout,
-		"writeTimeout": c.WriteTimeout, "idleTimeout": c.IdleTimeout,
+// problems reports every negative setting, under the key http.
+func (c HTTPConfig) problems() problems {
+	var ps problems
+	for _, d := range []struct {
+		key string
+		d   time.Duration
+	}{
+		{"readHeaderTimeout", c.ReadHeaderTimeout}, {"readTimeout", c.ReadTimeout},
+		{"writeTimeout", c.WriteTimeout}, {"idleTimeout", c.IdleTimeout},
 	} {
-		if d < 0 {
-			return fmt.Errorf("%s: %v is negative", name, d)
+		if d.d < 0 {
+			ps = append(ps, problem{key: "http." + d.key, msg: fmt.Sprintf("%v is negative", d.d)})
 		}
 	}
 	if c.MaxHeaderBytes < 0 {
-		return fmt.Errorf("maxHeaderBytes: %d is negative", c.MaxHeaderBytes)
+		ps = append(ps, problem{key: "http.maxHeaderBytes", msg: fmt.Sprintf("%d is negative", c.MaxHeaderBytes)})
 	}
 	if c.MaxConns < 0 {
-		return fmt.Errorf("maxConns: %d is negative", c.MaxConns)
+		ps = append(ps, problem{key: "http.maxConns", msg: fmt.Sprintf("%d is negative", c.MaxConns)})
 	}
-	return nil
+	return ps
 }
 
 // RegisterFlags registers -http-read-timeout, -http-write-timeout,
