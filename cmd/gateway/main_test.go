@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -258,10 +259,53 @@ func TestBadConfigExitsTwo(t *testing.T) {
 	if out := p.Output(); !strings.Contains(out, "listn") {
 		t.Errorf("the error should name the bad key: %s", out)
 	}
-	// This build has no xDS server: -xds says where the one that has is.
+	// This build has no xDS server: -xds, and its help, say where the one
+	// that has is, and its guide.
 	p = start(t, bin.gateway, "-xds", "127.0.0.1:0")
-	if code := p.Wait(t, exitTimeout); code != 2 || !strings.Contains(p.Output(), "xds/cmd/gateway") {
-		t.Errorf("gateway -xds exited %d, want 2 naming the xds build: %s", code, p.Output())
+	if code := p.Wait(t, exitTimeout); code != 2 || !strings.Contains(p.Output(), "xds/cmd/gateway") || !strings.Contains(p.Output(), "docs/xds.md") {
+		t.Errorf("gateway -xds exited %d, want 2 naming the xds build and docs/xds.md: %s", code, p.Output())
+	}
+	p = start(t, bin.gateway, "-h")
+	if code := p.Wait(t, exitTimeout); code != 0 || !regexp.MustCompile(`-xds address\n.*docs/xds\.md`).MatchString(p.Output()) {
+		t.Errorf("gateway -h exited %d, want 0 with -xds pointing to docs/xds.md: %s", code, p.Output())
+	}
+	// A mistyped flag or a stray argument: the mistake and where the help
+	// is, not the 60 lines of help.
+	for _, args := range [][]string{{"-listn", ":1"}, {"stray"}} {
+		p = start(t, bin.gateway, args...)
+		code := p.Wait(t, exitTimeout)
+		out := p.Output()
+		if code != 2 || strings.Count(out, "\n") != 2 || !strings.Contains(out, `"gateway -h"`) || !strings.Contains(out, args[0][1:]) {
+			t.Errorf("gateway %v exited %d, want 2 with the mistake and a line pointing to -h:\n%s", args, code, out)
+		}
+	}
+}
+
+// A configuration file's mistakes come in one pass, typos and values out
+// of range alike, each with its file and line, after one prefix.
+func TestBadConfigSaysEveryMistake(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("lease: -5s\nlistn: oops\nnats: {connectTimeout: -1s}\n"), 0o600)
+	p := start(t, bin.gateway, "-config", bad)
+	code := p.Wait(t, exitTimeout)
+	want := "gateway: invalid config: " + bad + ":1: lease: -5s is below the minimum 1s (0: the bucket's)\n" +
+		bad + `:2: listn: unknown key (did you mean "listen"?)` + "\n" +
+		bad + ":3: nats.connectTimeout: -1s is negative\n"
+	if code != 2 || p.Stderr() != want {
+		t.Errorf("exit %d, stderr\n%s\nwant\n%s", code, p.Stderr(), want)
+	}
+}
+
+// The gateway's log lines have milliseconds, as announce's: a crash and
+// the removal it causes are milliseconds apart.
+func TestLogTimesHaveMilliseconds(t *testing.T) {
+	// A start that fails after the logger is made: its first line logs
+	// the memory limit.
+	p := start(t, bin.gateway, "-gossip", "127.0.0.1:1", "-gossip-key", "short")
+	p.Wait(t, exitTimeout)
+	line := p.WaitFor(t, `"message":"memory limit"`, lineTimeout)
+	if !regexp.MustCompile(`"time":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}`).MatchString(line.Text) {
+		t.Errorf("log line without milliseconds: %s", line.Text)
 	}
 }
 

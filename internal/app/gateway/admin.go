@@ -3,6 +3,9 @@ package gateway
 import (
 	_ "embed"
 	"encoding/json"
+	"fmt"
+	"html"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -228,9 +231,11 @@ func markAvoided(zones map[string]ZoneState, th balancer.ZoneAvoidanceConfig) {
 	}
 }
 
-// adminHandler serves /-/lb, /metrics, /healthz and /readyz.
+// adminHandler serves /-/lb, /metrics, /healthz and /readyz, and at / the
+// list of them; another path is a 404.
 func (g *Gateway) adminHandler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", g.serveIndex)
 	mux.HandleFunc("GET /-/lb", g.serveState)
 	mux.HandleFunc("GET /-/lb/events", g.dash.serveEvents)
 	mux.HandleFunc("GET /-/lb/service", g.serveService)
@@ -247,6 +252,51 @@ func (g *Gateway) adminHandler() http.Handler {
 		mux.HandleFunc("POST /-/demo/start/{name}", g.demo.serveStart)
 	}
 	return mux
+}
+
+// endpoint is one path of the admin listener, as / lists them.
+type endpoint struct {
+	Path  string `json:"path"`
+	About string `json:"about"`
+}
+
+// endpoints are the admin listener's paths, as / lists them.
+func (g *Gateway) endpoints() []endpoint {
+	eps := []endpoint{
+		{"/-/lb", "services, instances, zones and recent list changes: JSON, or a live page in a browser"},
+		{"/-/lb/events", "the same state pushed as server-sent events"},
+		{"/-/lb/service?name=SERVICE", "one service with its instances"},
+		{"/metrics", "Prometheus metrics"},
+		{"/healthz", "liveness: 200 while the process serves"},
+		{"/readyz", "readiness: 200 once the routing state is loaded"},
+	}
+	if g.cfg.Pprof {
+		eps = append(eps, endpoint{"/debug/pprof/", "Go profiles"})
+	}
+	return eps
+}
+
+// serveIndex is GET /: where to look, rather than a bare 404 for a person
+// who opens the admin address. JSON, or a page of links for a browser.
+func (g *Gateway) serveIndex(w http.ResponseWriter, r *http.Request) {
+	eps := g.endpoints()
+	if strings.Contains(r.Header.Get("Accept"), "text/html") {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		var b strings.Builder
+		b.WriteString("<!doctype html><meta charset=utf-8><title>pushlb gateway</title><h1>pushlb gateway</h1><ul>\n")
+		for _, ep := range eps {
+			fmt.Fprintf(&b, "<li><a href=\"%s\">%s</a>: %s\n", html.EscapeString(ep.Path), html.EscapeString(ep.Path), html.EscapeString(ep.About))
+		}
+		b.WriteString("</ul>\n")
+		io.WriteString(w, b.String())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(struct {
+		Endpoints []endpoint `json:"endpoints"`
+	}{eps})
 }
 
 // serveService is GET /-/lb/service?name=: one service as /-/lb shows it,

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -136,6 +137,50 @@ func TestGatewayAdminEndpoints(t *testing.T) {
 	}
 }
 
+// The admin root lists the endpoints (a person who opens the admin
+// address finds /-/lb), as JSON or as links for a browser; another unknown
+// path stays a 404.
+func TestAdminRootListsTheEndpoints(t *testing.T) {
+	g, err := New(testConfig(t), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := httptest.NewServer(g.adminHandler())
+	t.Cleanup(admin.Close)
+	code, body := testutil.Get(t, admin.URL+"/")
+	var index struct {
+		Endpoints []struct{ Path, About string }
+	}
+	if err := json.Unmarshal([]byte(body), &index); code != 200 || err != nil {
+		t.Fatalf("/: %d %v %s", code, err, body)
+	}
+	var paths []string
+	for _, ep := range index.Endpoints {
+		paths = append(paths, ep.Path)
+	}
+	for _, want := range []string{"/-/lb", "/metrics", "/healthz", "/readyz"} {
+		if !slices.Contains(paths, want) {
+			t.Errorf("/ lists %q, not %s", paths, want)
+		}
+	}
+	req, _ := http.NewRequest("GET", admin.URL+"/", nil)
+	req.Header.Set("Accept", "text/html")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(resp.Header.Get("Content-Type"), "text/html") || !strings.Contains(string(page), `<a href="/-/lb">`) {
+		t.Errorf("/ for a browser: %s", page)
+	}
+	for _, path := range []string{"/nope", "/-/nope", "/index.html"} {
+		if code, _ := testutil.Get(t, admin.URL+path); code != http.StatusNotFound {
+			t.Errorf("%s: %d, want 404", path, code)
+		}
+	}
+}
+
 func TestGatewayNoServersIs503(t *testing.T) {
 	g := startGateway(t, testConfig(t))
 	// Before any change, the timeline is an empty list, not null.
@@ -231,6 +276,10 @@ func TestGatewayDemo(t *testing.T) {
 	for line := range strings.Lines(logs.String()) {
 		if strings.Contains(line, `"level":"warn"`) || strings.Contains(line, `"level":"error"`) {
 			t.Errorf("the demo's start logged: %s", line)
+		}
+		// Said in a user's terms, not by the option's Go name.
+		if strings.Contains(line, "PlainLeases") {
+			t.Errorf("the demo's start names an internal option: %s", line)
 		}
 	}
 	resp, err := http.Post(admin+"/-/demo/stop/demo-2", "", nil)

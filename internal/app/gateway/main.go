@@ -86,15 +86,11 @@ func parseArgs(args []string, stderr io.Writer, exts []Extension) (cfg Config, p
 			x.RegisterFlags(fs)
 		}
 		if fs.Lookup("xds") == nil {
-			fs.StringVar(&xds, "xds", "", "xDS server `address` (not in this build: build github.com/pushlb/pushlb/xds/cmd/gateway, see docs/grpc.md)")
+			fs.StringVar(&xds, "xds", "", "xDS server `address` (not in this build: build github.com/pushlb/pushlb/xds/cmd/gateway, see docs/xds.md)")
 		}
-		fs.Usage = func() {
-			fmt.Fprintln(out, "usage: gateway [-config FILE] [-listen ADDR] [-admin ADDR] [-nats URL] [-zone Z] [-gossip-bind host:port] [-gossip host:port[,..]] [-demo]")
-			fmt.Fprintln(out, "\nRoutes /<service>/<rest> to the instances of <service> that announced themselves over NATS.")
-			fmt.Fprintln(out, "Example: gateway -demo    (embedded NATS, three demo backends)")
-			fmt.Fprintln(out)
-			fs.PrintDefaults()
-		}
+		// The flag package prints a parse error, then calls Usage: the
+		// help is printed on -h only, a mistake gets usageHint.
+		fs.Usage = func() {}
 		return fs
 	}
 	cfg = DefaultConfig()
@@ -102,13 +98,14 @@ func parseArgs(args []string, stderr io.Writer, exts []Extension) (cfg Config, p
 	fs := newFlagSet(&first, stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			printHelp(fs)
 			return cfg, proc, 0
 		}
+		fmt.Fprintln(stderr, usageHint)
 		return cfg, proc, 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "gateway: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
+		fmt.Fprintf(stderr, "gateway: unexpected argument %q\n%s\n", fs.Arg(0), usageHint)
 		return cfg, proc, 2
 	}
 	if configFile != "" {
@@ -121,10 +118,25 @@ func parseArgs(args []string, stderr io.Writer, exts []Extension) (cfg Config, p
 	// The same arguments parsed the first time: no error is possible.
 	newFlagSet(&cfg, io.Discard).Parse(args)
 	if xds != "" {
-		fmt.Fprintln(stderr, "gateway: -xds: this build has no xDS server; build github.com/pushlb/pushlb/xds/cmd/gateway (docs/grpc.md)")
+		fmt.Fprintln(stderr, "gateway: -xds: this build has no xDS server; build github.com/pushlb/pushlb/xds/cmd/gateway (docs/xds.md)")
 		return cfg, proc, 2
 	}
 	return cfg, proc, -1
+}
+
+// usageHint follows a mistake on the command line, as go's own "Run 'go
+// help build' for details": the whole help (-h) is some 60 lines.
+const usageHint = `usage: gateway [flags]; "gateway -h" lists them`
+
+// printHelp prints the command's help, the flags of fs included, to fs's
+// output.
+func printHelp(fs *flag.FlagSet) {
+	out := fs.Output()
+	fmt.Fprintln(out, "usage: gateway [-config FILE] [-listen ADDR] [-admin ADDR] [-nats URL] [-zone Z] [-gossip-bind host:port] [-gossip host:port[,..]] [-demo]")
+	fmt.Fprintln(out, "\nRoutes /<service>/<rest> to the instances of <service> that announced themselves over NATS.")
+	fmt.Fprintln(out, "Example: gateway -demo    (embedded NATS, three demo backends)")
+	fmt.Fprintln(out)
+	fs.PrintDefaults()
 }
 
 // processFlags are the flags that set up the process, not the gateway.
