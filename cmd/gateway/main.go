@@ -11,10 +11,11 @@
 // routes /<service>/<rest> to <service> with the prefix stripped; the
 // config file may add routes, and per-request hints (hints:, or per route):
 // a header naming the zone to prefer, and a key (header, cookie, query
-// parameter or client address) for the keyed Rendezvous rule. The admin listener serves /-/lb (JSON, or
-// HTML for a browser), /metrics (Prometheus), /healthz (liveness: the
-// process serves) and /readyz (routing state loaded; stays ready through a
-// NATS outage, which its body shows). The proxy listener has read, idle and
+// parameter or client address) for the keyed Rendezvous rule. The admin
+// listener serves / (the list of its endpoints), /-/lb (JSON, or HTML for
+// a browser), /metrics (Prometheus), /healthz (liveness: the process
+// serves) and /readyz (routing state loaded; stays ready through a NATS
+// outage, which its body shows). The proxy listener has read, idle and
 // header timeouts and a connection limit (-http-* flags, http: in YAML).
 //
 // Crashed instances are removed when their registry lease expires (-lease,
