@@ -125,18 +125,27 @@ func decodeClients(n *yaml.Node) (*balancer.ClientsConfig, error) {
 	if err := yamlx.DecodeNode(n, &doc); err != nil {
 		return nil, invalid(err)
 	}
+	// Every mistake is reported in one pass: the clients' too when the
+	// defaults have one. They are then decoded over the built-in
+	// defaults, so that a value of the file's defaults out of range is
+	// reported once, not once more for every client inheriting it.
+	var errs []error
 	if err := decodeConfig(&doc.Defaults, &out.Defaults, "defaults", nil); err != nil {
-		return nil, err
+		errs = append(errs, err)
+		out.Defaults = balancer.DefaultConfig()
 	}
 	clients := resolve(&doc.Clients)
 	if clients.Kind == 0 || isNull(clients) {
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
 		return out, nil
 	}
 	if clients.Kind != yaml.MappingNode {
-		return nil, invalid(&yamlx.Error{Line: clients.Line, Path: "clients",
-			Msg: "want a mapping of client names to settings, not " + yamlx.Describe(clients)})
+		errs = append(errs, invalid(&yamlx.Error{Line: clients.Line, Path: "clients",
+			Msg: "want a mapping of client names to settings, not " + yamlx.Describe(clients)}))
+		return nil, errors.Join(errs...)
 	}
-	var errs []error
 	seen := make(map[string]int)
 	for i := 0; i+1 < len(clients.Content); i += 2 {
 		k, v := clients.Content[i], clients.Content[i+1]
@@ -165,16 +174,28 @@ func decodeClients(n *yaml.Node) (*balancer.ClientsConfig, error) {
 	return out, nil
 }
 
-// decodeConfig decodes n over cfg and validates the result. at is the key
-// naming the client, for errors about inherited values.
+// decodeConfig decodes n over cfg and validates the result, also when
+// decoding found errors (a typo does not hide a value out of range). at is
+// the key naming the client, for errors about inherited values.
 func decodeConfig(n *yaml.Node, cfg *balancer.Config, path string, at *yaml.Node) error {
-	if err := yamlx.DecodeNode(n, cfg, yamlx.CommaLists(), yamlx.AtPath(path)); err != nil {
-		return invalid(err)
-	}
+	decodeErr := invalid(yamlx.DecodeNode(n, cfg, yamlx.CommaLists(), yamlx.AtPath(path)))
 	canonicalNames(cfg)
 	if len(cfg.ListOfServers) == 0 {
 		cfg.ListOfServers = nil // [] and null both mean none; keep one form
 	}
+	e := validationError(n, cfg, path, at)
+	if e == nil || slices.ContainsFunc(yamlx.Errors(decodeErr), func(d *yamlx.Error) bool { return d.Path == e.Path }) {
+		return decodeErr
+	}
+	if decodeErr == nil {
+		return e
+	}
+	return errors.Join(decodeErr, e)
+}
+
+// validationError validates cfg, decoded from n, and places its error at
+// the key it names, nil when it is valid.
+func validationError(n *yaml.Node, cfg *balancer.Config, path string, at *yaml.Node) *yamlx.Error {
 	err := cfg.Validate()
 	if err == nil {
 		return nil

@@ -2,6 +2,7 @@ package lbconfig_test
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -220,6 +221,38 @@ func TestLoadYAMLReportsEveryClient(t *testing.T) {
 		"clients:\n  a:\n    rul: x\n  b:\n    zoneAware: maybe\n"))
 	if err == nil || !strings.Contains(err.Error(), `line 3: clients.a.rul`) || !strings.Contains(err.Error(), `line 5: clients.b.zoneAware`) {
 		t.Fatalf("error %v should report both clients", err)
+	}
+}
+
+// One pass reports every mistake: a typo hides neither the range errors
+// beside it nor the clients after bad defaults, and a default out of range
+// is reported once, not again for every client inheriting it.
+func TestLoadYAMLTypoHidesNothing(t *testing.T) {
+	_, err := lbconfig.LoadYAML(strings.NewReader(`defaults:
+  rul: x
+  connectTimeout: 0s
+clients:
+  a:
+    rulee: y
+    breaker: {threshold: 0}
+  b: {zoneAware: maybe}
+`))
+	for _, want := range []string{
+		`line 2: defaults.rul: unknown key`,
+		`line 3: defaults.connectTimeout: `,
+		`line 6: clients.a.rulee: unknown key`,
+		`line 7: clients.a.breaker.threshold: `,
+		`line 8: clients.b.zoneAware: "maybe"`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v\ndoes not say %s", err, want)
+		}
+	}
+	if n := strings.Count(fmt.Sprint(err), "connectTimeout:"); n != 1 {
+		t.Errorf("the bad default is reported %d times:\n%v", n, err)
+	}
+	if !errors.Is(err, balancer.ErrInvalidConfig) {
+		t.Errorf("%v does not wrap ErrInvalidConfig", err)
 	}
 }
 

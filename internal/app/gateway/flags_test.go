@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/cli/natsconn"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
@@ -87,8 +88,9 @@ func TestConfigErrorsNameFileAndKey(t *testing.T) {
 }
 
 // One pass reports every mistake of a file, typos and values out of range
-// alike, in line order, each with the file, the line and the key, and
-// each package's prefix once.
+// alike (a typo in the balancer section hides neither its range errors
+// nor the keys after it), in line order, each with the file, the line and
+// the key, and each package's prefix once.
 func TestConfigErrorsAllInOnePass(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "gw.yaml")
 	os.WriteFile(path, []byte(`lease: -5s
@@ -97,6 +99,9 @@ nats:
   url: nat://127.0.0.1:4222
   connectTimeout: -1s
 gossip: {profile: wan}
+balancer:
+  clients:
+    orders: {rul: Random, maxAutoRetries: -2}
 registryReplicas: 9
 `), 0o600)
 	_, err := LoadFile(path)
@@ -105,11 +110,13 @@ registryReplicas: 9
 ` + path + `:4: nats.url: "nat://127.0.0.1:4222": unknown scheme "nat" (want nats, tls, ws, wss)
 ` + path + `:5: nats.connectTimeout: -1s is negative
 ` + path + `:6: gossip: unknown Profile "wan" (want "lan" or "fast")
-` + path + `:7: registryReplicas: 9: 1 to 5, or 0 for min(3, the cluster's JetStream servers)`
+` + path + `:9: balancer.clients.orders.rul: unknown key (did you mean "rule"?)
+` + path + `:9: balancer.clients.orders.maxAutoRetries: maxAutoRetries = -2: must not be negative
+` + path + `:10: registryReplicas: 9: 1 to 5, or 0 for min(3, the cluster's JetStream servers)`
 	if err == nil || err.Error() != want {
 		t.Fatalf("error\n got %v\nwant %s", err, want)
 	}
-	for _, sentinel := range []error{ErrConfig, natsconn.ErrInvalidConfig, gossip.ErrInvalidConfig} {
+	for _, sentinel := range []error{ErrConfig, natsconn.ErrInvalidConfig, gossip.ErrInvalidConfig, balancer.ErrInvalidConfig} {
 		if !errors.Is(err, sentinel) {
 			t.Errorf("the error does not wrap %v", sentinel)
 		}

@@ -184,8 +184,39 @@ func (w *walker) structMapping(n, c *yaml.Node, t reflect.Type, path string) {
 		if isNull(v) && nullable(ft) {
 			continue // null keeps what the field holds
 		}
+		if w.failsOwnDecoding(v, ft, key) {
+			continue // reported; the field keeps what it holds
+		}
 		c.Content = append(c.Content, kc, w.node(v, ft, key))
 	}
+}
+
+// failsOwnDecoding tries v on a scratch t when t decodes itself
+// (yaml.Unmarshaler), and reports its errors at path. yaml.v3 stops the
+// whole document at the first error such a type returns, so that a
+// mistake in one section would hide the mistakes of every key after it;
+// a value that fails is left out of the copy instead, and yaml.v3 decodes
+// the rest. A value that decodes is decoded twice (here and by yaml.v3).
+func (w *walker) failsOwnDecoding(v *yaml.Node, t reflect.Type, path string) bool {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || isNull(v) || !reflect.PointerTo(t).Implements(unmarshalerType) {
+		return false
+	}
+	err := reflect.New(t).Interface().(yaml.Unmarshaler).UnmarshalYAML(resolve(v))
+	if _, collected := err.(*yaml.TypeError); err == nil || collected {
+		return false // yaml.v3 collects a *TypeError and goes on
+	}
+	if inner := Errors(err); len(inner) > 0 {
+		for _, e := range inner {
+			e.Path = joinPath(path, e.Path)
+		}
+		w.errs = append(w.errs, inner...)
+	} else {
+		w.errs = append(w.errs, &Error{Line: v.Line, Path: path, Msg: err.Error(), Err: err})
+	}
+	return true
 }
 
 // layered returns the key/value pairs that maps set, later maps winning:

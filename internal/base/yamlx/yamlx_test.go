@@ -351,6 +351,26 @@ func TestDecodeFilePlacesAnUnmarshalersErrors(t *testing.T) {
 	}
 }
 
+// A section that decodes itself and fails does not stop the document:
+// the keys after it are decoded and their errors reported with its own.
+func TestDecodeFileGoesOnAfterAFailedUnmarshaler(t *testing.T) {
+	type doc struct {
+		Section section `yaml:"section"`
+		Name    string  `yaml:"name"`
+		Zone    string  `yaml:"zone"`
+	}
+	var got doc
+	err := yamlx.DecodeFile("o.yaml", []byte("section:\n  b: {prefx: /b}\nname: [x]\nzone: z\n"), &got)
+	want := `o.yaml:2: section.b.prefx: unknown key (did you mean "prefix"?)` + "\n" +
+		`o.yaml:3: name: want a single value, not a list`
+	if err == nil || err.Error() != want {
+		t.Errorf("error\n got %v\nwant %s", err, want)
+	}
+	if got.Zone != "z" || !errors.Is(err, errSection) {
+		t.Errorf("zone %q (want the key after the section decoded), error %v", got.Zone, err)
+	}
+}
+
 func TestSuggest(t *testing.T) {
 	keys := []string{"listOfServers", "rule", "retryTimeout", "zoneAware"}
 	for key, want := range map[string]string{
