@@ -53,7 +53,7 @@ func BenchmarkRequestPath(b *testing.B) {
 	for _, n := range []int{4, 1000} {
 		service := fmt.Sprintf("svc%d", n)
 		fleet(b, nc, service, n)
-		u := &pushlbcaddy.Upstreams{Service: service, Zone: "z1", Registry: pushlbcaddy.Registry{NATS: []string{srv.URL()}}}
+		u := &pushlbcaddy.Upstreams{Service: service, Zone: "z1", ClientConfig: pushlbcaddy.ClientConfig{NATS: []string{srv.URL()}}}
 		if err := u.Provision(caddyContextB(b)); err != nil {
 			b.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func BenchmarkRequestPath(b *testing.B) {
 			})
 		}
 		least := reverseproxy.LeastConnSelection{}
-		other := &pushlbcaddy.Upstreams{Service: service, Registry: pushlbcaddy.Registry{NATS: []string{srv.URL()}}}
+		other := &pushlbcaddy.Upstreams{Service: service, ClientConfig: pushlbcaddy.ClientConfig{NATS: []string{srv.URL()}}}
 		if err := other.Provision(caddyContextB(b)); err != nil {
 			b.Fatal(err)
 		}

@@ -29,7 +29,7 @@
 //
 // # Sharing across sites and reloads
 //
-// Every source with an equal Registry shares one NATS connection and one
+// Every source with an equal ClientConfig shares one NATS connection and one
 // started pushlb.Client, held in a caddy.UsagePool: the sites of a config
 // share it, and a reloaded config takes the running one (its lists, its
 // subscriptions, its gossip node) before the old config's cleanup drops

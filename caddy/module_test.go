@@ -125,13 +125,13 @@ func TestValidate(t *testing.T) {
 	}{
 		{"no service", &pushlbcaddy.Upstreams{}, "no service"},
 		{"bad service", &pushlbcaddy.Upstreams{Service: "a.b"}, `service "a.b"`},
-		{"two ways to authenticate", &pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{CredsFile: "/x", Token: "t"}}, "cannot be used together"},
-		{"bad URL", &pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{NATS: []string{"http://x:4222"}}}, "unknown scheme"},
-		{"unknown rule", &pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{Rule: "Fastest"}}, "Fastest"},
-		{"bad prefix", &pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{Prefix: "a b"}}, "Config.Prefix"},
-		{"short lease", &pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{Lease: caddy.Duration(time.Millisecond)}}, "Config.Lease"},
-		{"missing balancers file", &pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{BalancersFile: "/nonexistent/pushlb.yaml"}}, "balancers_file"},
-		{"bad gossip profile", &pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{Gossip: &pushlbcaddy.Gossip{Bind: "127.0.0.1:0", Profile: "slow"}}}, "gossip"},
+		{"two ways to authenticate", &pushlbcaddy.Upstreams{Service: "orders", ClientConfig: pushlbcaddy.ClientConfig{CredsFile: "/x", Token: "t"}}, "cannot be used together"},
+		{"bad URL", &pushlbcaddy.Upstreams{Service: "orders", ClientConfig: pushlbcaddy.ClientConfig{NATS: []string{"http://x:4222"}}}, "unknown scheme"},
+		{"unknown rule", &pushlbcaddy.Upstreams{Service: "orders", ClientConfig: pushlbcaddy.ClientConfig{Rule: "Fastest"}}, "Fastest"},
+		{"bad prefix", &pushlbcaddy.Upstreams{Service: "orders", ClientConfig: pushlbcaddy.ClientConfig{Prefix: "a b"}}, "Config.Prefix"},
+		{"short lease", &pushlbcaddy.Upstreams{Service: "orders", ClientConfig: pushlbcaddy.ClientConfig{Lease: caddy.Duration(time.Millisecond)}}, "Config.Lease"},
+		{"missing balancers file", &pushlbcaddy.Upstreams{Service: "orders", ClientConfig: pushlbcaddy.ClientConfig{BalancersFile: "/nonexistent/pushlb.yaml"}}, "balancers_file"},
+		{"bad gossip profile", &pushlbcaddy.Upstreams{Service: "orders", ClientConfig: pushlbcaddy.ClientConfig{Gossip: &pushlbcaddy.Gossip{Bind: "127.0.0.1:0", Profile: "slow"}}}, "gossip"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.u.Validate()
@@ -165,7 +165,7 @@ func caddyContextB(tb testing.TB) caddy.Context {
 // up at the test's end (or earlier by the test).
 func provision(t *testing.T, srv *natstest.Server, service, zone string) *pushlbcaddy.Upstreams {
 	t.Helper()
-	u := &pushlbcaddy.Upstreams{Service: service, Zone: zone, Registry: pushlbcaddy.Registry{NATS: []string{srv.URL()}}}
+	u := &pushlbcaddy.Upstreams{Service: service, Zone: zone, ClientConfig: pushlbcaddy.ClientConfig{NATS: []string{srv.URL()}}}
 	if err := u.Provision(caddyContext(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -252,11 +252,11 @@ func TestSourceWithAPlaceholder(t *testing.T) {
 	}
 }
 
-// TestRegistrySharedAcrossConfigs: sources with the same registry, in
+// TestClientSharedAcrossConfigs: sources with an equal ClientConfig, in
 // the same config or in the next one (a reload), share one NATS
 // connection; the zone is per source. The connection closes when the last
 // one is cleaned up.
-func TestRegistrySharedAcrossConfigs(t *testing.T) {
+func TestClientSharedAcrossConfigs(t *testing.T) {
 	srv := natstest.Start(t)
 	before := srv.NumClientsExcept(t, subscriber.AdvisoryCheckName)
 	u1 := provision(t, srv, "orders", "a")
@@ -286,7 +286,7 @@ func TestRegistrySharedAcrossConfigs(t *testing.T) {
 // TestUnreachableNATS: a NATS server that cannot be reached fails the
 // provisioning within connect_timeout, with an error that says so.
 func TestUnreachableNATS(t *testing.T) {
-	u := &pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{
+	u := &pushlbcaddy.Upstreams{Service: "orders", ClientConfig: pushlbcaddy.ClientConfig{
 		NATS: []string{"nats://" + testutil.FreeAddr(t)}, ConnectTimeout: caddy.Duration(300 * time.Millisecond)}}
 	err := u.Provision(caddyContext(t))
 	if err == nil || !strings.Contains(err.Error(), "cannot reach NATS") || !strings.HasPrefix(err.Error(), "pushlb: registry") {
@@ -303,7 +303,7 @@ func TestBalancersFile(t *testing.T) {
 	if err := os.WriteFile(file, []byte("defaults:\n  rule: BestAvailable\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	u := &pushlbcaddy.Upstreams{Service: "orders", Registry: pushlbcaddy.Registry{NATS: []string{srv.URL()}, BalancersFile: file}}
+	u := &pushlbcaddy.Upstreams{Service: "orders", ClientConfig: pushlbcaddy.ClientConfig{NATS: []string{srv.URL()}, BalancersFile: file}}
 	if err := u.Provision(caddyContext(t)); err != nil {
 		t.Fatal(err)
 	}

@@ -47,9 +47,9 @@ type Upstreams struct {
 	// know zones and ignore it. Default: none.
 	Zone string `json:"zone,omitempty"`
 
-	// Registry is the pushlb deployment to follow and the client's
-	// settings.
-	Registry
+	// ClientConfig is the shared client this source takes its lists
+	// from: the pushlb deployment to follow and the client's settings.
+	ClientConfig
 
 	shared   *shared        // nil until provisioned
 	client   *pushlb.Client // shared.client, kept after Cleanup for requests in flight
@@ -91,7 +91,7 @@ func (u *Upstreams) check() (*prepared, error) {
 			return nil, fmt.Errorf("pushlb: service %q: %w", u.Service, err)
 		}
 	}
-	p, err := u.Registry.prepare()
+	p, err := u.ClientConfig.prepare()
 	if err != nil {
 		return nil, fmt.Errorf("pushlb: %w", err)
 	}

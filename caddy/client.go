@@ -23,9 +23,9 @@ import (
 	"github.com/pushlb/pushlb/internal/cli/natsconn"
 )
 
-// Registry says which pushlb deployment to follow and how: the NATS
+// ClientConfig says which pushlb deployment to follow and how: the NATS
 // connection, the subject prefix, and the settings of the pushlb client
-// built over it. Every upstream source with an equal Registry, in every
+// built over it. Every upstream source with an equal ClientConfig, in every
 // site of every loaded config, shares one NATS connection and one
 // pushlb.Client (one subscription set, one registry mirror, one gossip
 // node): see the package documentation on reloads.
@@ -34,7 +34,7 @@ import (
 // (-nats, -creds, -user, ...): the same checks apply and the same
 // environment variables supply secrets (PUSHLB_NATS_PASSWORD,
 // PUSHLB_NATS_TOKEN, PUSHLB_NATS_NKEY_SEED_FILE).
-type Registry struct {
+type ClientConfig struct {
 	// NATS lists the server URLs (nats://, tls://, ws://, wss://).
 	// Default: nats://127.0.0.1:4222.
 	NATS []string `json:"nats,omitempty"`
@@ -102,23 +102,23 @@ type Gossip struct {
 	Label string `json:"label,omitempty"`
 }
 
-// natsConfig is r's NATS connection in natsconn's terms.
-func (r Registry) natsConfig() natsconn.Config {
+// natsConfig is c's NATS connection in natsconn's terms.
+func (c ClientConfig) natsConfig() natsconn.Config {
 	return natsconn.Config{
-		URL: strings.Join(r.NATS, ","), Name: "caddy (pushlb)",
-		CredsFile: r.CredsFile, User: r.User, Password: r.Password, PasswordFile: r.PasswordFile,
-		Token: r.Token, TokenFile: r.TokenFile, NkeyFile: r.NkeyFile,
-		TLSCA: r.TLSCA, TLSCert: r.TLSCert, TLSKey: r.TLSKey,
-		ConnectTimeout: time.Duration(r.ConnectTimeout),
+		URL: strings.Join(c.NATS, ","), Name: "caddy (pushlb)",
+		CredsFile: c.CredsFile, User: c.User, Password: c.Password, PasswordFile: c.PasswordFile,
+		Token: c.Token, TokenFile: c.TokenFile, NkeyFile: c.NkeyFile,
+		TLSCA: c.TLSCA, TLSCert: c.TLSCert, TLSKey: c.TLSKey,
+		ConnectTimeout: time.Duration(c.ConnectTimeout),
 	}
 }
 
-// gossipSettings is r's gossip in gossipflag's terms.
+// settings is g in gossipflag's terms.
 func (g *Gossip) settings() gossipflag.Settings {
 	return gossipflag.Settings{Bind: g.Bind, Join: strings.Join(g.Join, ","), Profile: g.Profile, KeyFile: g.KeyFile, Label: g.Label}
 }
 
-// prepared is a Registry checked and read: what builds a client, and the
+// prepared is a ClientConfig checked and read: what builds a client, and the
 // key that identifies it in the pool.
 type prepared struct {
 	nats      natsconn.Config
@@ -128,36 +128,36 @@ type prepared struct {
 	balancers string // the balancers file, for the key
 }
 
-// prepare checks r without touching the network and reads the balancer
+// prepare checks c without touching the network and reads the balancer
 // file. Errors name the setting.
-func (r Registry) prepare() (*prepared, error) {
-	p := &prepared{nats: r.natsConfig()}
+func (c ClientConfig) prepare() (*prepared, error) {
+	p := &prepared{nats: c.natsConfig()}
 	if err := p.nats.Validate(); err != nil {
 		return nil, fmt.Errorf("nats settings: %w", err)
 	}
-	if r.ConnectTimeout < 0 {
-		return nil, fmt.Errorf("connect_timeout %v is negative", time.Duration(r.ConnectTimeout))
+	if c.ConnectTimeout < 0 {
+		return nil, fmt.Errorf("connect_timeout %v is negative", time.Duration(c.ConnectTimeout))
 	}
-	p.cfg = pushlb.Config{Prefix: r.Prefix, Lease: time.Duration(r.Lease), Reaper: r.Reaper}
-	if r.BalancersFile != "" {
-		b, err := os.ReadFile(r.BalancersFile)
+	p.cfg = pushlb.Config{Prefix: c.Prefix, Lease: time.Duration(c.Lease), Reaper: c.Reaper}
+	if c.BalancersFile != "" {
+		b, err := os.ReadFile(c.BalancersFile)
 		if err != nil {
 			return nil, fmt.Errorf("balancers_file: %w", err)
 		}
-		cc, err := lbconfig.LoadFile(r.BalancersFile)
+		cc, err := lbconfig.LoadFile(c.BalancersFile)
 		if err != nil {
-			return nil, fmt.Errorf("balancers_file %s: %w", r.BalancersFile, err)
+			return nil, fmt.Errorf("balancers_file %s: %w", c.BalancersFile, err)
 		}
 		p.cfg.Balancers, p.balancers = cc, string(b)
 	}
-	if r.Rule != "" {
+	if c.Rule != "" {
 		if p.cfg.Balancers == nil {
 			p.cfg.Balancers = balancer.DefaultClientsConfig()
 		}
-		p.cfg.Balancers.Defaults.Rule = r.Rule
+		p.cfg.Balancers.Defaults.Rule = c.Rule
 	}
-	if r.Gossip != nil {
-		g, err := r.Gossip.settings().Config(gossip.Meta{Role: gossip.RoleGateway}, zerolog.Nop())
+	if c.Gossip != nil {
+		g, err := c.Gossip.settings().Config(gossip.Meta{Role: gossip.RoleGateway}, zerolog.Nop())
 		if err != nil {
 			return nil, fmt.Errorf("gossip: %w", err)
 		}
@@ -167,21 +167,21 @@ func (r Registry) prepare() (*prepared, error) {
 		return nil, err
 	}
 	k, err := json.Marshal(struct {
-		R         Registry
+		R         ClientConfig
 		Balancers string
-	}{r, p.balancers})
+	}{c, p.balancers})
 	if err != nil {
 		return nil, err
 	}
 	sum := sha256.Sum256(k)
 	p.key = "pushlb/" + hex.EncodeToString(sum[:])
-	prefix := r.Prefix
+	prefix := c.Prefix
 	if prefix == "" {
 		prefix = "lb"
 	}
 	urls := "nats://127.0.0.1:4222"
-	if len(r.NATS) > 0 {
-		urls = strings.Join(r.NATS, ",")
+	if len(c.NATS) > 0 {
+		urls = strings.Join(c.NATS, ",")
 	}
 	p.name = redact(urls) + " prefix " + prefix
 	return p, nil
@@ -202,7 +202,7 @@ func redact(urls string) string {
 	return strings.Join(parts, ",")
 }
 
-// shared is what the pool holds per Registry: the connection and the
+// shared is what the pool holds per ClientConfig: the connection and the
 // started client. It is destroyed when the last config using it is
 // unloaded.
 type shared struct {
@@ -221,7 +221,7 @@ func (s *shared) Destruct() error {
 }
 
 // pool holds the shared clients across config reloads: a config that
-// names the same Registry as the running one takes the running client
+// names the same ClientConfig as the running one takes the running client
 // (the lists it holds, its subscriptions, its gossip node) instead of
 // building another, and the old config's cleanup only drops its
 // reference. Caddy's own modules keep such resources in package-level
