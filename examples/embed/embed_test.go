@@ -3,7 +3,11 @@
 package embed_test
 
 import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,11 +37,24 @@ func answeredBy(url string) string {
 	return name
 }
 
+// lineBackend is testpub.Backend answering with a whole line, "<name>
+// <path>\n", as the docs' testbackend does.
+func lineBackend(t *testing.T, name string) *httptest.Server {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s\n", name, r.URL.Path)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// answerLine is a line of the client's output: status, backend, path.
+var answerLine = regexp.MustCompile(`^200 hello-[12] /y$`)
+
 func TestEmbeddedGatewayAndClient(t *testing.T) {
 	srv := natstest.Start(t)
 	nc := srv.Connect(t)
 	testpub.Announce(t, nc, "hello", "", testpub.Backend(t, "hello-1"))
-	p2 := testpub.Announce(t, nc, "hello", "", testpub.Backend(t, "hello-2"))
+	p2 := testpub.Announce(t, nc, "hello", "", lineBackend(t, "hello-2"))
 
 	// The gateway of one's own: it serves the announced instances from its
 	// first request on (Start returns once the registry's state is loaded).
@@ -55,9 +72,16 @@ func TestEmbeddedGatewayAndClient(t *testing.T) {
 	if code := cl.Wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("client exited %d:\n%s", code, cl.Output())
 	}
+	// One line per answer, each "200 <backend> /y", no blank line between.
 	out := cl.Stdout()
-	if strings.Count(out, "200 hello-") != 6 || !strings.Contains(out, "200 hello-1 /y") || !strings.Contains(out, "200 hello-2 /y") {
-		t.Fatalf("client output:\n%s", out)
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 6 || !strings.Contains(out, "200 hello-1 /y") || !strings.Contains(out, "200 hello-2 /y") {
+		t.Fatalf("client output, want 6 lines from both backends:\n%s", out)
+	}
+	for _, l := range lines {
+		if !answerLine.MatchString(l) {
+			t.Fatalf("client line %q is not an answer; output:\n%s", l, out)
+		}
 	}
 
 	// A withdrawn instance gets nothing more through the gateway.

@@ -6,6 +6,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -49,6 +50,7 @@ func main() {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		fmt.Printf("%d %s\n", resp.StatusCode, body)
+		// One line per answer: the body's own line end is not doubled.
+		fmt.Printf("%d %s\n", resp.StatusCode, bytes.TrimRight(body, "\r\n"))
 	}
 }
