@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb"
@@ -16,19 +18,27 @@ import (
 // Extension returns the gateway extension that serves xDS beside the
 // proxy, over the gateway's client: it adds the flag -xds ADDR (empty, the
 // default: off) and, when it is set, serves ADS on ADDR from the gateway's
-// start to its shutdown. The build of the gateway with it is
+// start to its shutdown, its counters (NewCollector's) on the gateway's
+// /metrics. The build of the gateway with it is
 // github.com/pushlb/pushlb/xds/cmd/gateway:
 //
 //	os.Exit(gateway.Main(os.Args[1:], os.Stdout, os.Stderr, pushlbxds.Extension()))
-func Extension(opts ...Option) gateway.Extension { return &extension{opts: opts} }
+func Extension(opts ...Option) gateway.Extension {
+	e := &extension{opts: opts}
+	e.metrics = newCollector(e.srv.Load)
+	return e
+}
 
 // extension is the gateway.Extension of Extension.
 type extension struct {
 	opts []Option
 	addr string // -xds
 
-	srv  *Server
-	done chan error // Serve's result
+	// srv is the server once started: scrapes read it from the admin
+	// server's goroutines.
+	srv     atomic.Pointer[Server]
+	done    chan error // Serve's result
+	metrics *collector
 }
 
 // Name implements gateway.Extension.
@@ -53,7 +63,8 @@ func (e *extension) Start(_ context.Context, c *pushlb.Client, log zerolog.Logge
 	if err != nil {
 		return fmt.Errorf("xds: -xds %s: %w", e.addr, err)
 	}
-	e.srv, e.done = srv, make(chan error, 1)
+	e.done = make(chan error, 1)
+	e.srv.Store(srv)
 	go func() { e.done <- srv.Serve(ln) }()
 	log.Info().Str("address", ln.Addr().String()).Msg("xds: serving ADS")
 	return nil
@@ -61,10 +72,11 @@ func (e *extension) Start(_ context.Context, c *pushlb.Client, log zerolog.Logge
 
 // Stop implements gateway.Extension: it stops the server and waits for it.
 func (e *extension) Stop(ctx context.Context) error {
-	if e.srv == nil {
+	srv := e.srv.Load()
+	if srv == nil {
 		return nil
 	}
-	e.srv.Stop()
+	srv.Stop()
 	select {
 	case err := <-e.done:
 		if err != nil && !errors.Is(err, ErrStopped) {
@@ -76,4 +88,14 @@ func (e *extension) Stop(ctx context.Context) error {
 	}
 }
 
-var _ gateway.Extension = (*extension)(nil)
+// Describe implements prometheus.Collector, through which the gateway
+// serves the xDS counters on its /metrics.
+func (e *extension) Describe(ch chan<- *prometheus.Desc) { e.metrics.Describe(ch) }
+
+// Collect implements prometheus.Collector: nothing while xDS is off.
+func (e *extension) Collect(ch chan<- prometheus.Metric) { e.metrics.Collect(ch) }
+
+var (
+	_ gateway.Extension    = (*extension)(nil)
+	_ prometheus.Collector = (*extension)(nil)
+)

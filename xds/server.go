@@ -60,6 +60,7 @@ type Server struct {
 	services    atomic.Int64
 	listUpdates atomic.Uint64
 	streams     atomic.Int64
+	responses   atomic.Uint64
 	nacks       atomic.Uint64
 	dropped     atomic.Uint64
 	badWeights  atomic.Uint64
@@ -78,6 +79,10 @@ type Stats struct {
 	ClientZones int
 	// Streams is the number of open xDS streams.
 	Streams int64
+	// Responses counts the responses sent on the streams (state of the
+	// world and delta): each carries a resource type's new version, or
+	// the resources a client asked for.
+	Responses uint64
 	// NACKs counts the responses clients rejected (each is logged with the
 	// client's error).
 	NACKs uint64
@@ -192,6 +197,7 @@ func (s *Server) Stats() Stats {
 		ListUpdates:      s.listUpdates.Load(),
 		ClientZones:      s.cache.zones(),
 		Streams:          s.streams.Load(),
+		Responses:        s.responses.Load(),
 		NACKs:            s.nacks.Load(),
 		DroppedInstances: s.dropped.Load(),
 		BadWeights:       s.badWeights.Load(),
@@ -386,7 +392,8 @@ func (s *Server) newZone(zone string, admitted bool) {
 		Msg("xds: too many client zones: this one is served as a client without a zone")
 }
 
-// callbacks counts the streams and logs and counts the NACKs.
+// callbacks counts the streams and the responses, and logs and counts the
+// NACKs.
 func (s *Server) callbacks() xdsserver.Callbacks {
 	open := func(context.Context, int64, string) error { s.streams.Add(1); return nil }
 	closed := func(int64, *corepb.Node) { s.streams.Add(-1) }
@@ -411,6 +418,12 @@ func (s *Server) callbacks() xdsserver.Callbacks {
 				nack(req.GetNode(), req.GetTypeUrl(), req.GetResourceNamesSubscribe(), d.GetMessage())
 			}
 			return nil
+		},
+		StreamResponseFunc: func(context.Context, int64, *discoverypb.DiscoveryRequest, *discoverypb.DiscoveryResponse) {
+			s.responses.Add(1)
+		},
+		StreamDeltaResponseFunc: func(int64, *discoverypb.DeltaDiscoveryRequest, *discoverypb.DeltaDiscoveryResponse) {
+			s.responses.Add(1)
 		},
 	}
 }

@@ -3,8 +3,8 @@
 // plus -xds ADDR, which serves the pushed lists over ADS to grpc-go's xDS
 // clients (xds:///<service>) and Envoy. See docs/xds.md.
 //
-//	cd xds && go build -o gateway ./cmd/gateway
-//	./gateway -demo -xds 127.0.0.1:18000
+//	cd xds && go build -o ../bin/gateway-xds ./cmd/gateway && cd ..
+//	bin/gateway-xds -demo -xds 127.0.0.1:18000
 package main
 
 import (
