@@ -213,11 +213,11 @@ func startGossip(ctx context.Context, cfg gossip.Config, h gossip.Handler, o opt
 	cfg.Logger = o.log
 	n, err := gossip.New(cfg, h)
 	if err != nil {
-		return nil, fmt.Errorf("pushlb: gossip: %w", err)
+		return nil, fmt.Errorf("pushlb: %w", err) // gossip's errors say "gossip:"
 	}
 	if err := n.Start(ctx); err != nil {
 		n.Close()
-		return nil, fmt.Errorf("pushlb: gossip: %w", err)
+		return nil, fmt.Errorf("pushlb: %w", err) // gossip's errors say "gossip:"
 	}
 	o.log.Info().Str("gossip", n.LocalAddr()).Strs("join", cfg.Join).Str("profile", string(cfg.Profile)).Msg("gossip started")
 	return n, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -565,5 +566,28 @@ func TestTrippedServerIsNotReachable(t *testing.T) {
 	}
 	if ss, _ := c.ServiceStats("orders"); ss.Servers != 2 || ss.Reachable != 1 {
 		t.Fatalf("ServiceStats %+v, want 2 servers, 1 reachable", ss)
+	}
+}
+
+// A gossip node that cannot start fails Start with an error that names
+// gossip once ("pushlb: gossip: ...", not "pushlb: gossip: gossip: ...").
+func TestGossipStartErrorSaysGossipOnce(t *testing.T) {
+	srv := natstest.Start(t)
+	ln, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := pushlb.New(srv.Connect(t), pushlb.Config{Gossip: &gossip.Config{BindAddr: ln.LocalAddr().String(), Profile: gossip.ProfileFast}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	err = c.Start(t.Context())
+	if err == nil {
+		t.Fatal("gossip bound a port in use")
+	}
+	if msg := err.Error(); !strings.HasPrefix(msg, "pushlb: gossip: ") || strings.Count(msg, "gossip: ") != 1 {
+		t.Fatalf("Start: %q, want one \"gossip: \" after \"pushlb: \"", msg)
 	}
 }

@@ -61,8 +61,8 @@ func (b *Balancer) adopt(servers []Server) ([]*Server, serverIndex, error) {
 }
 
 // serverIndex is a list of servers sorted by ID, searched by binary
-// search: 8 bytes a server, where a map by ID took about 33 (docs/perf.md,
-// "Cold start, third pass").
+// search: 8 bytes a server, where a map by ID took about 33 (docs/perf/memory.md,
+// "What keeps it down").
 type serverIndex []*Server
 
 func compareID(s *Server, id string) int { return strings.Compare(s.ID, id) }
@@ -141,7 +141,7 @@ func joinInOrder(errs []indexedError) error {
 // one copy shared by the servers whose metadata are equal: the instances
 // of a service mostly carry the same labels (a version, a team), and a
 // copy per server was the largest part of a balancer's memory at 100,000
-// servers (docs/perf.md, "Cold start"). The copies are never modified.
+// servers (docs/perf/memory.md, "Where the memory goes"). The copies are never modified.
 // It remembers the last few distinct maps it copied, which catches runs
 // of equal maps in a list; the zero value is ready to use.
 type metadataCopies struct {

@@ -13,7 +13,7 @@ import (
 // list order, each zone's list its servers of that zone, and the lists
 // share one backing array where they hold the same servers (every server
 // up: the alive list is the list; one zone: its list is the alive list),
-// which saves 8 bytes a server for each (docs/perf.md); a down-mark never
+// which saves 8 bytes a server for each (docs/perf/memory.md); a down-mark never
 // writes into the list it shared.
 func TestSnapshotListsUnderMarks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 5))

@@ -8,8 +8,9 @@ import (
 )
 
 // The benchmarks below split BenchmarkChoose's cost (servers over three
-// zones, default config) into its parts, so that docs/perf.md can show the
-// rule's cost and the zone step's apart:
+// zones, default config) into its parts, so that the
+// rule's cost and the zone step's can be read apart (docs/perf/picks.md,
+// "The zone decision is made off the pick path"):
 //
 //   - BenchmarkChooseRuleOnly: the rule alone, its Choose called over the
 //     full view (no balancer, no zone step);

@@ -159,7 +159,7 @@ func (c ClientConfig) prepare() (*prepared, error) {
 	if c.Gossip != nil {
 		g, err := c.Gossip.settings().Config(gossip.Meta{Role: gossip.RoleGateway}, zerolog.Nop())
 		if err != nil {
-			return nil, fmt.Errorf("gossip: %w", err)
+			return nil, err // gossip's errors say "gossip:"
 		}
 		p.cfg.Gossip = &g
 	}

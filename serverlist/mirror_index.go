@@ -48,7 +48,7 @@ func (st *mirrorState) instances(service string) instanceList {
 
 // instanceList is a service's entries sorted by instance ID (each entry's
 // rec.id), searched by binary search: 8 bytes an instance, where a map by
-// ID took about 30 (docs/perf.md, "Cold start, third pass"). A list is
+// ID took about 30 (docs/perf/memory.md, "What keeps it down"). A list is
 // never modified once stored: with and without return copies.
 type instanceList []*mirrorEntry
 

@@ -115,7 +115,7 @@ func (r *Reaper) sweep(ctx context.Context, prev map[string]uint64) (next map[st
 // sweepBatch is how many services' leases one consumer of a mirrored
 // sweep lists: the leader then holds at most their leases' messages
 // queued at a time, where one consumer over every lease let tens of MB
-// of them queue (docs/perf.md, "Cold start, third pass").
+// of them queue (docs/perf/memory.md, "What keeps it down").
 const sweepBatch = 50
 
 // sweepMirrored is sweep with the records taken from m, a synced mirror

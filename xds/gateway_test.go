@@ -74,3 +74,37 @@ func TestGatewayHelpNamesXDS(t *testing.T) {
 		}
 	}
 }
+
+// TestGatewayMetricsShowXDS: the gateway of this module, with -xds, has
+// the xDS counters on its admin /metrics (a scrape, as Prometheus does):
+// the service it serves, a client's open stream, the responses sent.
+func TestGatewayMetricsShowXDS(t *testing.T) {
+	natsAddr, xdsAddr, admin := testutil.FreeAddr(t), testutil.FreeAddr(t), testutil.FreeAddr(t)
+	g := testutil.Start(t, bin.gateway, "-listen", testutil.FreeAddr(t), "-admin", admin,
+		"-embedded-nats", natsAddr, "-data-dir", t.TempDir(), "-xds", xdsAddr)
+	g.WaitFor(t, "xds: serving ADS", 30*time.Second)
+	a := startGRPCServer(t)
+	announceProc(t, "nats://"+natsAddr, "orders", "z1", a.addr)
+	probe := exec.Command(bin.probe, "-target", "xds:///orders")
+	probe.Env = append(os.Environ(), "GRPC_XDS_BOOTSTRAP_CONFIG="+bootstrap(xdsAddr, "probe", ""))
+	p := testutil.StartCmd(t, probe)
+	p.WaitForRegexp(t, peersLine(a.addr), 20*time.Second)
+
+	metrics := "http://" + admin + "/metrics"
+	metric := func(series string) float64 { return testutil.Metric(nil, metrics, series) }
+	testutil.Eventually(t, "orders served, the probe's stream open, on /metrics", func() bool {
+		return metric("pushlb_xds_services") == 1 && metric("pushlb_xds_streams") == 1
+	})
+	if got := metric("pushlb_xds_responses_total"); !(got >= 4) { // a Listener, RouteConfiguration, Cluster, ClusterLoadAssignment
+		t.Errorf("pushlb_xds_responses_total = %v, want 4 or more", got)
+	}
+	if got := metric("pushlb_xds_nacks_total"); got != 0 {
+		t.Errorf("pushlb_xds_nacks_total = %v, want 0", got)
+	}
+	if code := p.Stop(t, 10*time.Second); code != 0 {
+		t.Fatalf("probe exited %d:\n%s", code, p.Output())
+	}
+	if code := g.Stop(t, 15*time.Second); code != 0 {
+		t.Fatalf("gateway exited %d:\n%s", code, g.Output())
+	}
+}

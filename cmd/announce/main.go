@@ -42,7 +42,6 @@ const (
 
 func main() {
 	started := time.Now()
-	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, started))
 }
 

@@ -15,6 +15,9 @@ import (
 // a build with extensions is a main package that calls Main with them
 // (github.com/pushlb/pushlb/xds/cmd/gateway).
 //
+// An extension that is also a prometheus.Collector has its metrics on the
+// gateway's /metrics, registered once it started.
+//
 // Threading: RegisterFlags is called before parsing, possibly several times
 // on fresh flag sets (the command line is parsed twice, see Main); Start
 // and Stop are called once each, from the goroutine that runs the gateway.

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb"
@@ -108,6 +109,11 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("gateway: %s: %w", x.Name(), err)
 		}
 		g.exts = append(g.exts, x)
+		if m, ok := x.(prometheus.Collector); ok {
+			if err := g.metrics.reg.Register(m); err != nil {
+				return fmt.Errorf("gateway: %s: metrics: %w", x.Name(), err)
+			}
+		}
 	}
 	if g.cfg.Demo {
 		if g.demo, err = startDemo(ctx, g.nc, g.cfg, g.log); err != nil {
@@ -185,7 +191,8 @@ func (g *Gateway) options() []pushlb.Option {
 		}),
 		pushlb.WithListObserver(g.dash.observe),
 		// WithInlineHTTP1: bodiless idempotent requests skip net/http's
-		// per-connection goroutines (docs/perf.md, "Data plane (issue 22)").
+		// per-connection goroutines (docs/perf/data-plane.md, "What the
+		// gateway does differently, and why").
 		pushlb.WithTransportOptions(lbhttp.WithObserver(g.dash.observer(g.metrics.observer())),
 			lbhttp.WithRetryBudget(c.RetryBudget), lbhttp.WithInlineHTTP1()),
 		pushlb.WithProxyOptions(popts...),

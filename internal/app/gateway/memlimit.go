@@ -5,9 +5,8 @@ package gateway
 //
 // Why a flag and what its default is: with Go's default GOGC the heap
 // grows to about twice what is live before a collection, so a gateway
-// that holds 80 MB (1,000 services x 100 instances) settles at 185-195 MB
-// of RSS (docs/perf.md, "Cold start at 100,000 instances, second
-// pass"). A soft limit trades GC work for memory: the
+// that holds 80 MB (1,000 services x 100 instances) settles near twice that
+// RSS (docs/perf/memory.md, "Where the goal of 100 MB ends"). A soft limit trades GC work for memory: the
 // runtime collects more often as the heap nears it, and when what is live
 // exceeds it, it collects with at most about half the CPU instead of
 // failing. A fixed default would be wrong for a fleet ten times larger

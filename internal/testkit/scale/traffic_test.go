@@ -46,7 +46,7 @@ var trafficBody = []byte(`{"id":"0000000000000000","status":"ok","items":[1,2,3,
 // in use at the end, and the p50/p99 of the requests' latencies at the
 // clients. PUSHLB_GATEWAY_GOMEMLIMIT=80MiB runs the gateway with
 // GOMEMLIMIT=80MiB (limit-MiB reports the limit the gateway's runtime
-// holds, 0 for none): docs/perf.md's cost of a limit under traffic.
+// holds, 0 for none): docs/perf/memory.md, "A memory limit under traffic".
 //
 // The gateway runs with -reaper=false: the leading reaper's first sweep
 // follows its start and would land in the window; a gateway that does not
