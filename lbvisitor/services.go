@@ -70,7 +70,7 @@ type Services struct {
 	mu sync.Mutex // serialises follow and unfollow
 	m  sync.Map   // service name -> *Service, published or not
 
-	res      atomic.Pointer[Resolver]  // set by Resolve
+	res      atomic.Pointer[Resolver] // set by Resolve
 	watchers watchers
 	first    atomic.Pointer[firstLists] // set while a start waits (TrackFirstLists)
 
