@@ -201,8 +201,8 @@ func (s *Services) publish(sv *Service) {
 	if sv.published.Swap(true) {
 		return
 	}
-	s.watchers.namesChanged(s)
-	s.watchers.listChanged(sv.name, s)
+	s.watchers.namesChanged()
+	s.watchers.listChanged(sv.name)
 }
 
 // Unfollow removes the published service of name when cond, called with
@@ -218,25 +218,16 @@ func (s *Services) Unfollow(name string, cond func(*Service) bool) bool {
 		s.mu.Unlock()
 		return false
 	}
-	v := sv.visitor.Load()
-	if v != nil {
-		v.mu.Lock()
-	}
-	removed := cond(sv)
-	if removed {
-		if v != nil {
-			v.removed = true
+	removed := false
+	sv.whileIdle(func(v *Visitor) {
+		if removed = cond(sv); removed {
+			s.forget(sv, v)
 		}
-		s.m.Delete(name)
-		s.bals.Remove(name)
-	}
-	if v != nil {
-		v.mu.Unlock()
-	}
+	})
 	s.mu.Unlock()
 	if removed {
 		s.removed.Add(1)
-		s.watchers.namesChanged(s)
+		s.watchers.namesChanged()
 	}
 	return removed
 }
@@ -321,15 +312,33 @@ func (s *Services) drop(sv *Service) {
 	if sv.published.Load() {
 		return
 	}
-	if v := sv.visitor.Load(); v != nil {
-		v.mu.Lock()
-		v.removed = true
-		v.mu.Unlock()
-	}
 	if cur, ok := s.m.Load(sv.name); ok && cur == sv {
-		s.m.Delete(sv.name)
-		s.bals.Remove(sv.name)
+		sv.whileIdle(func(v *Visitor) { s.forget(sv, v) })
 	}
+}
+
+// whileIdle runs f while no list is being applied to sv (under its
+// Visitor's lock; v is nil before sv's first pushed list).
+func (sv *Service) whileIdle(f func(v *Visitor)) {
+	v := sv.visitor.Load()
+	if v == nil {
+		f(nil)
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	f(v)
+}
+
+// forget removes sv from the table and releases its balancer; its
+// Visitor, if any, refuses lists from now on. Called with s.mu held,
+// through whileIdle.
+func (s *Services) forget(sv *Service, v *Visitor) {
+	if v != nil {
+		v.removed = true
+	}
+	s.m.Delete(sv.name)
+	s.bals.Remove(sv.name)
 }
 
 // changed counts, logs and tells lc, a change of sv's list, publishing sv
@@ -352,7 +361,7 @@ func (s *Services) changed(sv *Service, lc ListChange) {
 		s.publish(sv) // tells the watchers
 		return
 	}
-	s.watchers.listChanged(sv.name, s)
+	s.watchers.listChanged(sv.name)
 }
 
 // Balancers returns the balancer.Balancers requests use: a service the

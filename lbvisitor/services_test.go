@@ -24,13 +24,19 @@ func newFactory(t *testing.T) *factory {
 	return f
 }
 
-func TestServicesBuildOneBalancerPerService(t *testing.T) {
+// newServices is a table over a new factory, resolving inst(1).
+func newServices(t *testing.T) (*factory, *fixedResolver, *Services) {
 	f := newFactory(t)
-	f.delay = time.Millisecond
 	res := &fixedResolver{}
 	res.set(false, inst(1))
 	s := NewServices(f, ServicesConfig{})
 	s.Resolve(res)
+	return f, res, s
+}
+
+func TestServicesBuildOneBalancerPerService(t *testing.T) {
+	f, _, s := newServices(t)
+	f.delay = time.Millisecond
 	handle := s.Handle
 	var wg sync.WaitGroup
 	for i := range 20 {
@@ -57,11 +63,7 @@ func TestServicesBuildOneBalancerPerService(t *testing.T) {
 // A list naming only IDs nobody registered builds no balancer, and an
 // outage for a new service is an error (the subscriber retries).
 func TestServicesBuildNothingForUnregisteredIDs(t *testing.T) {
-	f := newFactory(t)
-	res := &fixedResolver{}
-	res.set(false, inst(1))
-	s := NewServices(f, ServicesConfig{})
-	s.Resolve(res)
+	f, res, s := newServices(t)
 	handle := s.Handle
 	for i := range 100 {
 		lc := events.ListChanged{Service: fmt.Sprintf("invented-%d", i), InstanceIDs: []string{"ghost"}, Revision: 1}
@@ -90,11 +92,7 @@ func TestServicesBuildNothingForUnregisteredIDs(t *testing.T) {
 // An unfollowed service's visitor refuses lists; the next list follows the
 // service anew, with a new balancer.
 func TestServicesUnfollow(t *testing.T) {
-	f := newFactory(t)
-	res := &fixedResolver{}
-	res.set(false, inst(1))
-	s := NewServices(f, ServicesConfig{})
-	s.Resolve(res)
+	f, _, s := newServices(t)
 	handle := s.Handle
 	lc := events.ListChanged{Service: "orders", InstanceIDs: []string{inst(1).InstanceID}, Revision: 1}
 	if err := handle(t.Context(), lc); err != nil {

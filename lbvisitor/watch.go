@@ -21,10 +21,13 @@ import (
 // none begins after. The slice is f's own; the servers are the balancer's
 // (read them, do not modify them).
 func (s *Services) Watch(service string, f func(servers []*balancer.Server)) (stop func()) {
-	w := &listWatch{service: service, f: f}
-	s.watchers.add(&s.watchers.lists, w, service)
-	w.deliver(s)
-	return func() { w.stopped.Store(true); s.watchers.remove(&s.watchers.lists, w, service) }
+	return s.watchers.start(&s.watchers.lists, service, s, func() {
+		var servers []*balancer.Server
+		if sv := s.Lookup(service); sv != nil {
+			servers = append(servers, sv.b.AllServers()...)
+		}
+		f(servers)
+	})
 }
 
 // WatchNames calls f with the names of the followed services, sorted as
@@ -32,102 +35,75 @@ func (s *Services) Watch(service string, f func(servers []*balancer.Server)) (st
 // (its first list) or unfollowed, until stop is called. The call rules are
 // Watch's; the slice is f's own.
 func (s *Services) WatchNames(f func(services []string)) (stop func()) {
-	w := &namesWatch{f: f}
-	s.watchers.add(&s.watchers.names, w, "")
-	w.deliver(s)
-	return func() { w.stopped.Store(true); s.watchers.remove(&s.watchers.names, w, "") }
+	return s.watchers.start(&s.watchers.names, "", s, func() { f(s.Names()) })
 }
 
-// watcher is one Watch or WatchNames.
-type watcher interface{ deliver(s *Services) }
+// watch is one Watch or WatchNames: call reads what it watches and hands
+// it to the watcher's function.
+type watch struct {
+	call    func()
+	mu      sync.Mutex // serialises the calls
+	stopped atomic.Bool
+}
+
+// deliver calls the watch's function, unless the watch was stopped.
+func (w *watch) deliver() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.stopped.Load() {
+		w.call()
+	}
+}
 
 // watchers are a table's watches, by service ("" for the names').
 type watchers struct {
 	mu    sync.Mutex
-	lists map[string]map[watcher]struct{}
-	names map[string]map[watcher]struct{}
+	lists map[string]map[*watch]struct{}
+	names map[string]map[*watch]struct{}
 }
 
-func (ws *watchers) add(set *map[string]map[watcher]struct{}, w watcher, key string) {
+// start registers a watch of call under set[key], delivers once, and
+// returns its stop: no call begins after stop returns (one already past
+// its check may finish).
+func (ws *watchers) start(set *map[string]map[*watch]struct{}, key string, s *Services, call func()) (stop func()) {
+	w := &watch{call: call}
 	ws.mu.Lock()
-	defer ws.mu.Unlock()
 	if *set == nil {
-		*set = map[string]map[watcher]struct{}{}
+		*set = map[string]map[*watch]struct{}{}
 	}
 	if (*set)[key] == nil {
-		(*set)[key] = map[watcher]struct{}{}
+		(*set)[key] = map[*watch]struct{}{}
 	}
 	(*set)[key][w] = struct{}{}
-}
-
-// remove ends w: no call begins after it returns (one already past its
-// check may finish).
-func (ws *watchers) remove(set *map[string]map[watcher]struct{}, w watcher, key string) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	delete((*set)[key], w)
-	if len((*set)[key]) == 0 {
-		delete(*set, key)
+	ws.mu.Unlock()
+	w.deliver()
+	return func() {
+		w.stopped.Store(true)
+		ws.mu.Lock()
+		defer ws.mu.Unlock()
+		delete((*set)[key], w)
+		if len((*set)[key]) == 0 {
+			delete(*set, key)
+		}
 	}
 }
 
 // listChanged tells the watchers of service that its list changed.
-func (ws *watchers) listChanged(service string, s *Services) { ws.deliver(&ws.lists, service, s) }
+func (ws *watchers) listChanged(service string) { ws.deliver(&ws.lists, service) }
 
 // namesChanged tells the names' watchers that a service was published or
 // unfollowed. Call it without holding Services.mu.
-func (ws *watchers) namesChanged(s *Services) { ws.deliver(&ws.names, "", s) }
+func (ws *watchers) namesChanged() { ws.deliver(&ws.names, "") }
 
-// deliver calls, outside the lock, every watcher of set[key].
-func (ws *watchers) deliver(set *map[string]map[watcher]struct{}, key string, s *Services) {
+// deliver calls, outside the lock, every watch of set[key].
+func (ws *watchers) deliver(set *map[string]map[*watch]struct{}, key string) {
 	ws.mu.Lock()
-	if len((*set)[key]) == 0 {
-		ws.mu.Unlock()
-		return
-	}
-	list := make([]watcher, 0, len((*set)[key]))
+	list := make([]*watch, 0, len((*set)[key]))
 	for w := range (*set)[key] {
 		list = append(list, w)
 	}
 	ws.mu.Unlock()
 	for _, w := range list {
-		w.deliver(s)
+		w.deliver()
 	}
-}
-
-// listWatch is one Watch.
-type listWatch struct {
-	service string
-	f       func([]*balancer.Server)
-	mu      sync.Mutex // serialises the calls of f
-	stopped atomic.Bool
-}
-
-func (w *listWatch) deliver(s *Services) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.stopped.Load() {
-		return
-	}
-	var servers []*balancer.Server
-	if sv := s.Lookup(w.service); sv != nil {
-		servers = append(servers, sv.b.AllServers()...)
-	}
-	w.f(servers)
-}
-
-// namesWatch is one WatchNames.
-type namesWatch struct {
-	f       func([]string)
-	mu      sync.Mutex // serialises the calls of f
-	stopped atomic.Bool
-}
-
-func (w *namesWatch) deliver(s *Services) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.stopped.Load() {
-		return
-	}
-	w.f(s.Names())
 }
