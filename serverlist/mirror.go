@@ -8,6 +8,7 @@ package serverlist
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,13 @@ type MirrorConfig struct {
 	// (2 s).
 	MaxRetryBackoff time.Duration
 
+	// Scoped, when true, makes the mirror hold the records of the services
+	// given to Follow only, each followed by a watch of its own keys, so
+	// that the mirror (and the NATS server, which sends it nothing else)
+	// pays for the services a client routes, not for the fleet. False
+	// (the default) mirrors every record with one watch.
+	Scoped bool
+
 	// Logger receives watch failures and malformed entries. The zero value
 	// logs nothing.
 	Logger zerolog.Logger
@@ -97,7 +105,9 @@ type MirrorStats struct {
 	BucketsRecreated uint64 `json:"bucketsRecreated"`
 	// Revision is the bucket revision of the last entry applied. Once it
 	// reaches r, the read methods reflect every entry up to revision r and
-	// OnChange has returned for them, so a test or a caller that wrote at
+	// OnChange has returned for them (in a scoped mirror, whose services
+	// are followed by watches of their own, this holds per service: see
+	// ServiceRevision), so a test or a caller that wrote at
 	// revision r (Registry.Register returns it) can wait for it instead of
 	// guessing. It never goes down: a resync reflects the bucket at least as
 	// of every revision applied before it. When the bucket is replaced by a
@@ -165,6 +175,13 @@ type Mirror struct {
 	skippedMu sync.Mutex
 	skipped   map[string]struct{}
 
+	// The services a scoped mirror follows (mirror_scope.go): Follow and
+	// Unfollow change wants under scopeMu and signal scopeSignal; the
+	// mirror's goroutine starts and stops the watches to match.
+	scopeMu     sync.Mutex
+	wants       map[string]*scopeWant
+	scopeSignal chan struct{}
+
 	// Only the mirror's goroutine touches these.
 	bucketCreated time.Time // creation time of the bucket's stream, to tell a new bucket
 	revBase       uint64    // added to the bucket's revisions (see MirrorStats.Revision)
@@ -191,6 +208,9 @@ func NewMirror(reg *Registry, cfg MirrorConfig) *Mirror {
 		synced:  make(chan struct{}),
 		seeds:   [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
 		skipped: make(map[string]struct{}),
+
+		wants:       make(map[string]*scopeWant),
+		scopeSignal: make(chan struct{}, 1),
 	}
 	m.state.Store(&mirrorState{})
 	return m
@@ -415,74 +435,89 @@ func drainStatus(ch chan nats.Status) {
 	}
 }
 
-// watch runs one KV watch until ctx ends, the connection reconnects, or the
-// watch breaks. The initial values build a fresh copy that replaces the
-// current one at the catch-up marker; later entries apply in place. It
-// reports whether it reached the catch-up marker.
+// watch runs one session of the mirror's watches until ctx ends, the
+// connection reconnects, or a watch breaks: one watch of every record, or,
+// in a scoped mirror, one per followed service (mirror_scope.go), started
+// and stopped as services are followed and unfollowed. Each watch's
+// initial values build a fresh copy of its scope that replaces the current
+// one at its catch-up marker; later entries apply in place. It reports
+// whether any watch reached its catch-up marker.
 func (m *Mirror) watch(ctx context.Context, status <-chan nats.Status) (synced bool, err error) {
-	// The client ties the subscription to this context; cancelling it on
-	// return also ends the client's goroutine waiting on it.
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	m.noteBucket(ctx)
-	w, err := m.reg.kv.Watch(wctx, RecordKeys) // records only: leases never reach a gateway
-	if err != nil {
-		return false, err
+	ss := &session{in: make(chan scopedUpdate, scopedBuffer), scopes: make(map[string]*scopeWatch)}
+	defer ss.stop()
+	// The all scope's entries are read from its watcher directly: no hop
+	// through a goroutine for the follow-all mirror's 100,000 records.
+	var all *scopeWatch
+	var allUpdates <-chan jetstream.KeyValueEntry
+	var rescope <-chan struct{}
+	if m.cfg.Scoped {
+		rescope = m.scopeSignal
+		if err := m.rescope(ctx, ss); err != nil {
+			return false, err
+		}
+	} else {
+		// The client ties the subscription to this context; cancelling it
+		// on return also ends the client's goroutine waiting on it.
+		wctx, cancel := context.WithCancel(ctx)
+		w, err := m.reg.kv.Watch(wctx, RecordKeys) // records only: leases never reach a gateway
+		if err != nil {
+			cancel()
+			return false, err
+		}
+		all = newScopeWatch("", nil, w, cancel)
+		ss.scopes[""] = all
+		allUpdates = w.Updates()
 	}
-	defer stopWatcher(w)
 	var check <-chan time.Time
 	if m.cfg.BucketCheck > 0 {
 		t := time.NewTicker(m.cfg.BucketCheck)
 		defer t.Stop()
 		check = t.C
 	}
-
-	updates := w.Updates()
-	fresh := make(map[string]map[string]*mirrorEntry)
-	freshSkipped := make(map[string]struct{})
-	var freshRev uint64 // the highest revision among the initial values
 	for {
 		select {
 		case <-ctx.Done():
-			return synced, ctx.Err()
+			return ss.synced, ctx.Err()
 		case <-status:
-			return synced, errReconnected
+			return ss.synced, errReconnected
 		case <-check:
 			// A deleted bucket does not always break the watch: look.
 			if m.bucketGone(ctx) {
-				return synced, errBucketGone
+				return ss.synced, errBucketGone
 			}
-		case e, ok := <-updates:
+		case <-rescope:
+			if err := m.rescope(ctx, ss); err != nil {
+				return ss.synced, err
+			}
+		case e, ok := <-allUpdates:
 			// A burst (the fleet's lease refreshes arrive by the thousand
 			// per second) is drained entry by entry without going back
 			// through this select for each, up to drainBatch at a time.
 			for n := 1; ; n++ {
 				if !ok {
-					return synced, errors.New("serverlist: watcher closed")
+					return ss.synced, errors.New("serverlist: watcher closed")
 				}
-				if e == nil {
-					if !synced {
-						synced = true
-						m.swap(fresh, freshRev)
-						m.skippedMu.Lock()
-						m.skipped = freshSkipped
-						m.skippedMu.Unlock()
-						fresh, freshSkipped = nil, nil
-					}
-				} else if rev := m.revBase + e.Revision(); !synced {
-					m.applyFresh(fresh, freshSkipped, e, rev)
-					freshRev = max(freshRev, rev)
-				} else {
-					m.apply(e, rev)
-					// Published last: a reader that sees this revision
-					// sees its effect and the OnChange call for it.
-					m.advanceRevision(rev)
-				}
+				m.handle(ss, all, e)
 				var got bool
 				if n == drainBatch {
 					break
 				}
-				if e, ok, got = tryReceive(updates); !got {
+				if e, ok, got = tryReceive(allUpdates); !got {
+					break
+				}
+			}
+		case u := <-ss.in:
+			for n := 1; ; n++ {
+				if u.closed {
+					return ss.synced, fmt.Errorf("serverlist: watcher of %s closed", u.sw.service)
+				}
+				m.handle(ss, u.sw, u.e)
+				if n == drainBatch {
+					break
+				}
+				var got bool
+				if u, got = tryReceiveScoped(ss.in); !got {
 					break
 				}
 			}
@@ -490,9 +525,44 @@ func (m *Mirror) watch(ctx context.Context, status <-chan nats.Status) (synced b
 	}
 }
 
+// handle applies one update of sw's watch: an initial value to its fresh
+// copy, the catch-up marker (nil), or a live entry.
+func (m *Mirror) handle(ss *session, sw *scopeWatch, e jetstream.KeyValueEntry) {
+	switch {
+	case sw.stopped:
+		// Unfollowed while its entries were on their way.
+	case e == nil:
+		if !sw.synced {
+			sw.synced = true
+			m.install(ss, sw)
+		}
+	case !sw.synced:
+		rev := m.revBase + e.Revision()
+		m.applyFresh(sw.fresh, sw.freshSkipped, e, rev)
+		sw.freshRev = max(sw.freshRev, rev)
+	default:
+		rev := m.revBase + e.Revision()
+		m.apply(e, rev)
+		sw.applied(rev)
+		// Published last: a reader that sees this revision sees its
+		// effect and the OnChange call for it.
+		m.advanceRevision(rev)
+	}
+}
+
 // drainBatch bounds the entries the watch applies before it looks at its
 // other channels (stop, reconnect, bucket check) again.
 const drainBatch = 1024
+
+// tryReceiveScoped is tryReceive of a scoped mirror's updates.
+func tryReceiveScoped(ch <-chan scopedUpdate) (u scopedUpdate, got bool) {
+	select {
+	case u = <-ch:
+		return u, true
+	default:
+		return u, false
+	}
+}
 
 // tryReceive receives from ch if a value (or the close) is ready; got
 // reports whether one was.

@@ -219,7 +219,6 @@ func (m *Mirror) swap(fresh map[string]map[string]*mirrorEntry, rev uint64) {
 	m.conns.rebuild(fresh)
 	m.instances.Store(int64(count))
 	m.syncs.Add(1)
-	m.syncOnce.Do(func() { close(m.synced) })
 
 	// Published after the OnChange calls, as in watch.
 	defer m.advanceRevision(rev)
@@ -228,20 +227,8 @@ func (m *Mirror) swap(fresh map[string]map[string]*mirrorEntry, rev uint64) {
 	}
 	var changed []string
 	for service, ids := range fresh {
-		before := old.instances(service)
-		if !sameInstances(ids, before) {
+		if m.resynced(service, ids, old.instances(service)) {
 			changed = append(changed, service)
-			continue
-		}
-		// Unchanged values at newer revisions (refreshes while the watch
-		// was down, or a re-registration into a recreated bucket) are
-		// refreshes.
-		if m.cfg.OnRefresh != nil {
-			for id, e := range ids {
-				if r := e.rev.Load(); r > before.find(id).rev.Load() {
-					m.cfg.OnRefresh(service, id, e.rec.incarnation, r)
-				}
-			}
 		}
 	}
 	for service := range old.services {
@@ -253,6 +240,24 @@ func (m *Mirror) swap(fresh map[string]map[string]*mirrorEntry, rev uint64) {
 	for _, service := range changed {
 		m.cfg.OnChange(service)
 	}
+}
+
+// resynced reports whether a service's freshly synced entries (ids)
+// differ from its list before; when they do not, it calls OnRefresh for
+// the entries at newer revisions (refreshes while the watch was down, or a
+// re-registration into a recreated bucket). The caller calls OnChange.
+func (m *Mirror) resynced(service string, ids map[string]*mirrorEntry, before instanceList) (changed bool) {
+	if !sameInstances(ids, before) {
+		return true
+	}
+	if m.cfg.OnRefresh != nil {
+		for id, e := range ids {
+			if r := e.rev.Load(); r > before.find(id).rev.Load() {
+				m.cfg.OnRefresh(service, id, e.rec.incarnation, r)
+			}
+		}
+	}
+	return false
 }
 
 // skippedBy reports whether the index leaves out the record of e's key
