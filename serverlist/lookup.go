@@ -317,9 +317,12 @@ func (l *Lookup) readRound(ctx context.Context, service string, ids []string, mi
 	wg.Wait()
 	still := missed[:0]
 	for _, i := range missed {
-		if retry[i] && ctx.Err() == nil {
+		switch {
+		case retry[i] && ctx.Err() == nil:
 			still = append(still, i)
-		} else if retry[i] {
+		case retry[i]:
+			// Cut short by ctx: the error says so, with the read's.
+			errs[i] = fmt.Errorf("serverlist: resolve %s/%s: %w (last: %w)", service, ids[i], ctx.Err(), errs[i])
 			l.failures.Add(1)
 		}
 	}

@@ -75,6 +75,9 @@ type MirrorConfig struct {
 	// pays for the services a client routes, not for the fleet. False
 	// (the default) mirrors every record with one watch.
 	Scoped bool
+	// Services are the services a scoped mirror follows from the start, as
+	// if given to Follow before Start: the first sync holds them.
+	Services []string
 
 	// Logger receives watch failures and malformed entries. The zero value
 	// logs nothing.
@@ -213,6 +216,11 @@ func NewMirror(reg *Registry, cfg MirrorConfig) *Mirror {
 		scopeSignal: make(chan struct{}, 1),
 	}
 	m.state.Store(&mirrorState{})
+	if cfg.Scoped {
+		for _, svc := range cfg.Services {
+			m.wants[svc] = &scopeWant{synced: make(chan struct{})}
+		}
+	}
 	return m
 }
 

@@ -206,7 +206,7 @@ func (s *Subscriber) onAdvisory(msg *nats.Msg) {
 	conn := serverlist.Connection{ServerID: a.Server.ID, ClientID: a.Client.ID}
 	s.advisoryArrived(conn)
 	for _, e := range s.mirror.ByConnection(conn) {
-		if s.follow != nil && !s.follow[e.Service] {
+		if !s.scope.has(e.Service) {
 			continue
 		}
 		s.adv.matched.Add(1)

@@ -38,9 +38,16 @@ const (
 type Config struct {
 	// Prefix is the subject prefix. Default events.DefaultPrefix ("lb").
 	Prefix string
-	// Services limits the subscription to these services; empty follows
-	// every service (<prefix>.svc.>).
+	// Services are services followed from the start and always: with
+	// Services or Scoped set, the subscriber follows these and those given
+	// to Follow only (their events, and their records: the mirror is
+	// scoped). Empty, and Scoped false: every service is followed
+	// (<prefix>.svc.>, every record).
 	Services []string
+	// Scoped makes the subscriber follow Services and the services given
+	// to Follow only, even when Services is empty. Set whenever Services
+	// is not empty.
+	Scoped bool
 	// Coalesce is the minimum time between two deliveries for one service.
 	// The first change after a quiet period is delivered at once. Zero
 	// means DefaultCoalesce (10 ms); a negative value disables coalescing.
@@ -114,6 +121,7 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("%w: services: %w", ErrInvalidConfig, err)
 		}
 	}
+	c.Scoped = c.Scoped || len(c.Services) > 0
 	if c.Coalesce == 0 {
 		c.Coalesce = DefaultCoalesce
 	}

@@ -197,6 +197,13 @@ func (m *membership) remove(service, id string) {
 	}
 }
 
+// dropService deletes every member of service (an unfollowed service).
+func (m *membership) dropService(service string) {
+	for id := range m.services[service] {
+		m.remove(service, id)
+	}
+}
+
 // expire drops the members recorded before cutoff that the registry never
 // confirmed: events naming instances nobody registered (an online event
 // reaches a gateway after the registry write it follows, so a real instance

@@ -194,6 +194,26 @@ func (sc *scheduler) stop() {
 	}
 }
 
+// forget drops the delivery state of service (an unfollowed service):
+// a delivery waiting on its timer is cancelled; one running ends as it
+// would for a service the table forgot.
+func (sc *scheduler) forget(service string) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	st := sc.svcs[service]
+	if st == nil {
+		return
+	}
+	st.dirty, st.failures = false, 0
+	if st.timer != nil && st.timer.Stop() {
+		st.timer = nil
+		sc.wg.Done()
+	}
+	if !st.running && st.timer == nil {
+		delete(sc.svcs, service)
+	}
+}
+
 func (sc *scheduler) stateLocked(service string) *svcState {
 	st := sc.svcs[service]
 	if st == nil {

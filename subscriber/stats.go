@@ -136,6 +136,13 @@ type Stats struct {
 	// were forgotten because the registry did not show them within
 	// Config.ConfirmWithin: announcements of instances nobody registered.
 	Unconfirmed uint64 `json:"unconfirmed"`
+	// Follows and Unfollows count the services a scoped subscriber began
+	// and stopped following (Follow, Unfollow); Followed is how many it
+	// follows now (Config.Services included), 0 for one that follows
+	// every service.
+	Follows   uint64 `json:"follows"`
+	Unfollows uint64 `json:"unfollows"`
+	Followed  int    `json:"followed"`
 }
 
 type counters struct {
@@ -145,6 +152,7 @@ type counters struct {
 	leaseProbes, leaseProbeReads                atomic.Uint64
 	gossipRemovals, gossipRevivals              atomic.Uint64
 	unconfirmed, offlineRemovals                atomic.Uint64
+	follows, unfollows                          atomic.Uint64
 	dropped                                     [numDropReasons]atomic.Uint64
 }
 
@@ -165,6 +173,8 @@ func (c *counters) snapshot() Stats {
 		GossipRevivals:   c.gossipRevivals.Load(),
 		Unconfirmed:      c.unconfirmed.Load(),
 		OfflineRemovals:  c.offlineRemovals.Load(),
+		Follows:          c.follows.Load(),
+		Unfollows:        c.unfollows.Load(),
 	}
 	for i := range c.dropped {
 		s.Dropped[i] = c.dropped[i].Load()

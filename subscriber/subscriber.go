@@ -32,7 +32,7 @@ type Subscriber struct {
 	mirror  *serverlist.Mirror
 	handler Handler
 	cfg     Config
-	follow  map[string]bool // nil: every service
+	scope   scope // the services followed (scope.go)
 	log     zerolog.Logger
 	dropLog zerolog.Logger
 	stats   counters
@@ -63,7 +63,8 @@ type Subscriber struct {
 	dmu       sync.Mutex
 	stopped   bool
 	started   bool
-	subs      []*nats.Subscription
+	subs      []*nats.Subscription          // every service's events, and the advisories
+	svcSubs   map[string]*nats.Subscription // a scoped subscriber's, by service
 	regDirty  map[string]bool
 	regSignal chan struct{}
 	probes    map[string]bool // lease probes in flight (leaseprobe.go)
@@ -90,13 +91,9 @@ func New(nc *nats.Conn, reg *serverlist.Registry, h Handler, cfg Config) (*Subsc
 		regDirty:  make(map[string]bool),
 		regSignal: make(chan struct{}, 1),
 	}
-	if len(cfg.Services) > 0 {
-		s.follow = make(map[string]bool, len(cfg.Services))
-		for _, svc := range cfg.Services {
-			s.follow[svc] = true
-		}
-	}
+	s.scope.init(cfg)
 	mcfg := cfg.Mirror
+	mcfg.Scoped, mcfg.Services = cfg.Scoped, cfg.Services
 	mcfg.OnChange = s.registryChanged
 	mcfg.OnRefresh = s.registryRefreshed
 	mcfg.Logger = cfg.Logger.With().Str("component", "mirror").Logger()
@@ -139,47 +136,11 @@ func (s *Subscriber) Start(ctx context.Context) error {
 
 	// Subscribe first: events that arrive during the load are applied to
 	// the table at once, and delivered once the load is done.
-	subjects := []string{events.WildcardSubject(s.cfg.Prefix)}
-	if len(s.cfg.Services) > 0 {
-		subjects = subjects[:0]
-		for _, svc := range s.cfg.Services {
-			subjects = append(subjects, events.ServiceSubject(s.cfg.Prefix, svc))
-		}
+	if err := s.subscribe(); err != nil {
+		return err
 	}
-	var subs []*nats.Subscription
-	for _, subj := range subjects {
-		sub, err := s.nc.Subscribe(subj, s.onMsg)
-		if err != nil {
-			for _, sb := range subs {
-				sb.Unsubscribe()
-			}
-			return fmt.Errorf("subscriber: subscribe %s: %w", subj, err)
-		}
-		// Never let a burst be dropped by the client as a slow consumer.
-		sub.SetPendingLimits(-1, -1)
-		subs = append(subs, sub)
-	}
-	if s.cfg.AdvisorySubject != "" {
-		sub, err := s.subscribeAdvisories()
-		if err != nil {
-			for _, sb := range subs {
-				sb.Unsubscribe()
-			}
-			return fmt.Errorf("subscriber: subscribe %s: %w", s.cfg.AdvisorySubject, err)
-		}
-		subs = append(subs, sub)
-	}
-	s.dmu.Lock()
-	s.subs = subs
-	s.dmu.Unlock()
 	// The subscriptions are in place once the server has them.
-	fctx, cancel := ctx, context.CancelFunc(func() {})
-	if _, ok := ctx.Deadline(); !ok {
-		fctx, cancel = context.WithTimeout(ctx, 10*time.Second)
-	}
-	err := s.nc.FlushWithContext(fctx)
-	cancel()
-	if err != nil {
+	if err := s.flush(ctx); err != nil {
 		return fmt.Errorf("subscriber: flush: %w", err)
 	}
 
@@ -210,6 +171,21 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	return nil
 }
 
+// flushTimeout bounds a flush whose ctx has no deadline.
+const flushTimeout = 10 * time.Second
+
+// flush waits until the server has processed what the connection sent
+// (subscriptions included), within ctx and at most flushTimeout when ctx
+// has no deadline.
+func (s *Subscriber) flush(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, flushTimeout)
+		defer cancel()
+	}
+	return s.nc.FlushWithContext(ctx)
+}
+
 // Close unsubscribes, stops the mirror and the background work, and waits
 // for deliveries in progress: no Handler call happens after it returns. It
 // is idempotent, may be called before Start, must not be called from the
@@ -222,6 +198,9 @@ func (s *Subscriber) Close() error {
 	}
 	s.stopped = true
 	subs := s.subs
+	for _, sub := range s.svcSubs {
+		subs = append(subs, sub)
+	}
 	s.sched.stop()
 	s.dmu.Unlock()
 	var errs []error
@@ -244,6 +223,9 @@ func (s *Subscriber) Stats() Stats {
 	st := s.stats.snapshot()
 	st.GossipIgnored = s.guard.ignored.Load()
 	st.Advisories = s.adv.stats()
+	if set := s.scope.set.Load(); set != nil {
+		st.Followed = len(*set)
+	}
 	return st
 }
 
@@ -274,7 +256,7 @@ func (s *Subscriber) GossipAlive(service, id string, incarnation int64) {
 }
 
 func (s *Subscriber) gossip(service, id string, incarnation int64, alive bool) {
-	if s.follow != nil && !s.follow[service] {
+	if !s.scope.has(service) {
 		return
 	}
 	now := time.Now()
@@ -319,7 +301,7 @@ func (s *Subscriber) onMsg(msg *nats.Msg) {
 			Stringer("reason", reason).Msg("dropped event")
 		return
 	}
-	if s.follow != nil && !s.follow[ev.Service] {
+	if !s.scope.has(ev.Service) {
 		s.stats.drop(DropUnsubscribed)
 		return
 	}
@@ -384,7 +366,7 @@ func truncate(s string, n int) string {
 // event or gossip took offline before it: the registry's order wins over
 // any incarnation an offline claimed.
 func (s *Subscriber) registryRefreshed(service, id string, incarnation int64, revision uint64) {
-	if s.follow != nil && !s.follow[service] {
+	if !s.scope.has(service) {
 		return
 	}
 	if _, seen := s.form2.LoadOrStore(service, struct{}{}); !seen {
@@ -411,7 +393,7 @@ func (s *Subscriber) registryRefreshed(service, id string, incarnation int64, re
 // registryChanged is the mirror's OnChange: it queues the service for
 // reconciliation by the worker, without blocking the mirror.
 func (s *Subscriber) registryChanged(service string) {
-	if s.follow != nil && !s.follow[service] {
+	if !s.scope.has(service) {
 		return
 	}
 	s.dmu.Lock()
@@ -444,10 +426,7 @@ func (s *Subscriber) followedServices() []string {
 	names = append(names, s.mirror.Services()...)
 	slices.Sort(names)
 	names = slices.Compact(names)
-	if s.follow == nil {
-		return names
-	}
-	return slices.DeleteFunc(names, func(n string) bool { return !s.follow[n] })
+	return slices.DeleteFunc(names, func(n string) bool { return !s.scope.has(n) })
 }
 
 // work reconciles services the registry changed, runs anti-entropy and
