@@ -2,8 +2,10 @@ package pushlb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -80,7 +82,11 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Client, error) {
 		return nil, optionError("balancer configuration: %w", err)
 	}
 	c := &Client{nc: nc, opts: o, factory: factory, guard: subscriber.NewEmptyGuard(o.EmptyListHold, o.Gossip != nil, o.log)}
-	c.services = lbvisitor.NewServices(factory, lbvisitor.ServicesConfig{Guard: c.guard, Observer: o.onList, Logger: o.log})
+	scfg := lbvisitor.ServicesConfig{Guard: c.guard, Observer: o.onList, Logger: o.log}
+	if o.Follow == FollowRequested {
+		scfg.Follower, scfg.FollowTimeout = clientFollower{c}, o.FollowTimeout
+	}
+	c.services = lbvisitor.NewServices(factory, scfg)
 	topts := append([]lbhttp.Option{lbhttp.WithLogger(o.log)}, o.transport...)
 	if c.transport, err = lbhttp.NewTransport(c.services.Balancers(), topts...); err != nil {
 		return nil, optionError("WithTransportOptions: %w", err)
@@ -144,14 +150,14 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	}
 	// A service the configuration names is served from the start, from its
 	// static list if it has one, until the push path takes it over.
-	for _, name := range o.Balancers.Names() {
+	for _, name := range o.configured() {
 		if _, err := c.services.Follow(name); err != nil {
 			return nil, fmt.Errorf("pushlb: balancer %q: %w", name, err)
 		}
 	}
 	p := &parts{}
 	p.sub, err = subscriber.New(c.nc, reg, c.services.Handle, subscriber.Config{
-		Prefix: o.Prefix, Services: o.Services, Coalesce: o.Coalesce, AntiEntropy: o.AntiEntropy,
+		Prefix: o.Prefix, Services: o.subscribed(), Scoped: o.Follow != FollowAll, Coalesce: o.Coalesce, AntiEntropy: o.AntiEntropy,
 		Logger: o.log, OnEvent: o.onEvent,
 		AdvisorySubject: o.advisorySubject(), ProbeTimeout: o.Advisories.ProbeTimeout,
 		ConfirmWithin: o.Limits.ConfirmWithin, MaxUnconfirmed: o.Limits.UnconfirmedInstances,
@@ -184,10 +190,17 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 		}
 		c.guard.Use(p.sub.Mirror(), p.gossip)
 	}
-	p.janitor = lbvisitor.NewJanitor(c.services, o.ServiceGrace, o.Balancers.Names(), o.log)
+	p.janitor = lbvisitor.NewJanitor(c.services, lbvisitor.JanitorConfig{Grace: o.ServiceGrace, Idle: o.IdleUnfollow, Keep: o.configured(), Logger: o.log})
 	p.janitor.Start()
 	if o.Reaper {
-		p.reaper = serverlist.NewReaper(reg, serverlist.ReaperConfig{Logger: o.log, Mirror: p.sub.Mirror()})
+		rcfg := serverlist.ReaperConfig{Logger: o.log}
+		if o.Follow == FollowAll {
+			// A scoped mirror does not hold every record: a scoped
+			// client's reaper lists the records it sweeps, so that it
+			// never reaps one it cannot see.
+			rcfg.Mirror = p.sub.Mirror()
+		}
+		p.reaper = serverlist.NewReaper(reg, rcfg)
 		if err := p.reaper.Start(ctx); err != nil {
 			p.close()
 			return nil, fmt.Errorf("pushlb: reaper: %w", err)
@@ -195,6 +208,44 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	}
 	p.stopScaling = reg.ScaleUpInBackground(registryScaleTimeout)
 	return p, nil
+}
+
+// configured are the services the configuration names: Config.Services
+// and the services Config.Balancers names. They are followed from Start,
+// whatever the requests, and never removed.
+func (o options) configured() []string {
+	names := append(slices.Clone(o.Services), o.Balancers.Names()...)
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// subscribed are the services the subscriber follows from Start: the
+// configured ones, or none when it follows every service.
+func (o options) subscribed() []string {
+	if o.Follow == FollowAll {
+		return nil
+	}
+	return o.configured()
+}
+
+// clientFollower follows services on request for the client's table,
+// through its subscriber once started.
+type clientFollower struct{ c *Client }
+
+func (f clientFollower) Follow(ctx context.Context, service string) (bool, error) {
+	p := f.c.started()
+	if p == nil {
+		return false, ErrNotStarted
+	}
+	return p.sub.Follow(ctx, service)
+}
+
+func (f clientFollower) Unfollow(service string) (bool, error) {
+	p := f.c.started()
+	if p == nil {
+		return false, nil
+	}
+	return p.sub.Unfollow(service)
 }
 
 // advisorySubject is the subscriber's advisory subject: none when off.
@@ -259,6 +310,10 @@ func (c *Client) Close() error {
 	switch prev {
 	case stateClosed:
 		return nil
+	}
+	// The follows under way end first: they use the subscriber.
+	c.services.Close()
+	switch prev {
 	case stateStarting:
 		// Start sees the closed state when it ends and undoes its own work.
 		return nil
@@ -287,13 +342,34 @@ func (c *Client) Transport() *lbhttp.Transport { return c.transport }
 func (c *Client) Handler() http.Handler { return c.proxy }
 
 // Balancer returns a read-only view of a service's balancer (see
-// Balancer), or an error wrapping ErrUnknownService when the client has
-// none: nothing announced the service and no configuration names it.
+// Balancer) at once, or an error wrapping ErrUnknownService when the
+// client has none: the client does not follow the service (see
+// Config.Follow), or nothing announced it. It never follows a service:
+// Follow does.
 func (c *Client) Balancer(service string) (Balancer, error) {
 	if sv := c.services.Lookup(service); sv != nil {
 		return Balancer{sv.Balancer()}, nil
 	}
 	return Balancer{}, fmt.Errorf("pushlb: no balancer for %q: %w", service, ErrUnknownService)
+}
+
+// Follow returns a read-only view of a service's balancer, following the
+// service first when the client follows on request (FollowRequested) and
+// does not follow it yet: it waits, within ctx and Config.FollowTimeout,
+// for the registry's records of it and its first list. It counts as a
+// request (see Config.IdleUnfollow). In the other modes it is Balancer.
+// Errors wrap ErrUnknownService when the registry holds no instance of
+// the service (remembered for 2 s), or when too many services are being
+// followed at once; a follow that times out returns ctx's error.
+func (c *Client) Follow(ctx context.Context, service string) (Balancer, error) {
+	sv, err := c.services.Want(ctx, service)
+	if errors.Is(err, lbvisitor.ErrUnknownService) {
+		return Balancer{}, fmt.Errorf("pushlb: no balancer for %q: %w", service, err)
+	}
+	if err != nil {
+		return Balancer{}, fmt.Errorf("pushlb: follow %q: %w", service, err)
+	}
+	return Balancer{sv.Balancer()}, nil
 }
 
 // GossipAddr returns the address of the client's gossip node, or "" when

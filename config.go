@@ -7,6 +7,7 @@ import (
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/gossip"
+	"github.com/pushlb/pushlb/lbvisitor"
 	"github.com/pushlb/pushlb/serverlist"
 	"github.com/pushlb/pushlb/subscriber"
 )
@@ -29,9 +30,31 @@ type Config struct {
 	// balancer whose configuration names no zone of its own prefer it.
 	// Default none.
 	Zone string
-	// Services limits the client to these services. Default (empty): every
-	// service announced under Prefix.
+	// Follow is what the client follows (mirrors the records of, receives
+	// the events of, holds a balancer for; docs/embedding.md, "What a
+	// client follows"):
+	//   - FollowAll: every service announced under Prefix. For what needs
+	//     every service: the xDS server, a dashboard of the whole fleet.
+	//   - FollowListed: Services and the services Balancers names, no
+	//     other. Requests for another service are unknown.
+	//   - FollowRequested: those, and each service requests ask for
+	//     (Client.Follow, the Transport, the Handler, the adapters), from
+	//     the first request, which waits for its first list (at most
+	//     FollowTimeout); unfollowed once no request asked for it during
+	//     IdleUnfollow. Memory, start-up and CPU then grow with the
+	//     services routed, not with the fleet.
+	// Default: FollowListed when Services is set, FollowAll otherwise.
+	Follow FollowMode
+	// Services are services always followed (see Follow); with FollowAll
+	// it must be empty.
 	Services []string
+	// IdleUnfollow is how long a service followed on request stays
+	// followed without a request (FollowRequested). Default 10 min.
+	IdleUnfollow time.Duration
+	// FollowTimeout bounds the wait of the first request for a service not
+	// followed yet (FollowRequested): the registry's records of it loaded
+	// and its first list installed. Default 5 s.
+	FollowTimeout time.Duration
 	// Lease is the registry lease (the bucket's TTL). The bucket holds it:
 	// zero, the default, takes the bucket's, or 30 s (serverlist.DefaultTTL)
 	// when this client creates the bucket. A lease set here creates the
@@ -152,6 +175,19 @@ type Advisories struct {
 	ProbeTimeout time.Duration `yaml:"probeTimeout"`
 }
 
+// FollowMode says what a client follows (Config.Follow).
+type FollowMode string
+
+// The follow modes.
+const (
+	FollowAll       FollowMode = "all"
+	FollowListed    FollowMode = "listed"
+	FollowRequested FollowMode = "requested"
+)
+
+// DefaultIdleUnfollow is Config.IdleUnfollow's default.
+const DefaultIdleUnfollow = 10 * time.Minute
+
 // DefaultServiceGrace is Config.ServiceGrace's default.
 const DefaultServiceGrace = 5 * time.Minute
 
@@ -168,6 +204,8 @@ func DefaultConfig() Config {
 		AntiEntropy:   subscriber.DefaultAntiEntropy,
 		ServiceGrace:  DefaultServiceGrace,
 		EmptyListHold: DefaultEmptyListHold,
+		IdleUnfollow:  DefaultIdleUnfollow,
+		FollowTimeout: lbvisitor.DefaultFollowTimeout,
 		Limits: Limits{
 			UnconfirmedInstances: subscriber.DefaultMaxUnconfirmed,
 			Services:             subscriber.DefaultMaxServices,
@@ -224,6 +262,22 @@ func (c Config) resolve() (Config, error) {
 		}
 	}
 	c.Services = append([]string(nil), c.Services...)
+	switch c.Follow {
+	case "":
+		c.Follow = FollowAll
+		if len(c.Services) > 0 {
+			c.Follow = FollowListed
+		}
+	case FollowAll:
+		if len(c.Services) > 0 {
+			bad("Services", "%v: follow all follows every service; list services with follow listed or requested", c.Services)
+		}
+	case FollowListed, FollowRequested:
+	default:
+		bad("Follow", "%q: all, listed or requested", c.Follow)
+	}
+	orDefault("IdleUnfollow", &c.IdleUnfollow, def.IdleUnfollow)
+	orDefault("FollowTimeout", &c.FollowTimeout, def.FollowTimeout)
 	if c.Lease != 0 && c.Lease < serverlist.MinTTL {
 		bad("Lease", "%v is below the minimum %v (0: the bucket's)", c.Lease, serverlist.MinTTL)
 	}

@@ -34,6 +34,8 @@ func docDefault(v reflect.Value) string {
 		return fmt.Sprintf("%q", x)
 	}
 	switch v.Kind() {
+	case reflect.String: // a string type of its own (FollowMode)
+		return fmt.Sprintf("%q", v.String())
 	case reflect.Pointer, reflect.Slice, reflect.Map:
 		if v.IsNil() {
 			return "nil"

@@ -18,6 +18,10 @@ var (
 	// ErrClosed is returned by Start on a closed client.
 	ErrClosed = errors.New("pushlb: closed")
 
+	// ErrNotStarted is returned by Follow for a service not followed yet
+	// while the client is not started.
+	ErrNotStarted = errors.New("pushlb: not started")
+
 	// ErrUnknownService is wrapped by the error of Balancer for a service
 	// the client has no balancer for: nothing announced it and no
 	// configuration names it. A Transport's error for such a service

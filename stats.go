@@ -40,8 +40,35 @@ type Stats struct {
 	// every instance of their service at once (Config.EmptyListHold).
 	ListsHeld uint64 `json:"listsHeld"`
 	// ServicesRemoved counts the balancers removed because their service
-	// had no instance and no request for Config.ServiceGrace.
+	// had no instance and no request for Config.ServiceGrace, or, followed
+	// on request, no request for Config.IdleUnfollow.
 	ServicesRemoved uint64 `json:"servicesRemoved"`
+	// Follow describes what the client follows (Config.Follow).
+	Follow FollowStats `json:"follow"`
+}
+
+// FollowStats describe what a client follows and its follows on request.
+type FollowStats struct {
+	// Mode is Config.Follow: "all", "listed" or "requested".
+	Mode string `json:"mode"`
+	// Followed is the number of services a scoped client (listed,
+	// requested) follows now: subscribed to and mirrored. 0 for "all".
+	Followed int `json:"followed"`
+	// Follows counts the services followed on request and routed;
+	// NotFound the requested services the registry did not hold; Failed
+	// the follows that failed or timed out; Busy the requests answered
+	// unknown because 64 follows were under way; NegativeHits the requests
+	// answered from the memory (2 s) of a service found absent; Following
+	// the follows under way now.
+	Follows      uint64 `json:"follows"`
+	NotFound     uint64 `json:"notFound"`
+	Failed       uint64 `json:"failed"`
+	Busy         uint64 `json:"busy"`
+	NegativeHits uint64 `json:"negativeHits"`
+	Following    int    `json:"following"`
+	// Unfollows counts the services the subscriber stopped following
+	// (idle, or gone from the registry).
+	Unfollows uint64 `json:"unfollows"`
 }
 
 // EventStats count the messages of the change subjects and what they did.
@@ -249,7 +276,12 @@ func (c *Client) Stats() Stats {
 		if p.reaper != nil {
 			st.Reaper = ReaperStats(p.reaper.Stats())
 		}
+		st.Follow.Followed, st.Follow.Unfollows = sub.Followed, sub.Unfollows
 	}
+	fs := c.services.FollowStats()
+	st.Follow.Mode = string(c.opts.Follow)
+	st.Follow.Follows, st.Follow.NotFound, st.Follow.Failed = fs.Follows, fs.NotFound, fs.Failed
+	st.Follow.Busy, st.Follow.NegativeHits, st.Follow.Following = fs.Busy, fs.NegativeHits, fs.Following
 	st.Unregistered = c.services.Unregistered()
 	st.ServicesRemoved = c.services.Removed()
 	st.ListsHeld = c.guard.Holds()

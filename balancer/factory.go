@@ -23,6 +23,16 @@ type Balancers interface {
 	Get(name string) (*Balancer, error)
 }
 
+// ContextBalancers is a Balancers that may build a balancer on demand
+// with some waiting (a service followed on the first request for it):
+// GetContext waits for it within ctx, where Get answers at once. A
+// caller that has a request's context (lbhttp.Transport) uses GetContext
+// when its Balancers has it.
+type ContextBalancers interface {
+	Balancers
+	GetContext(ctx context.Context, name string) (*Balancer, error)
+}
+
 // FactoryOption customises a Factory.
 type FactoryOption func(*Factory) error
 

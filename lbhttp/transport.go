@@ -267,7 +267,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeRequestBody(req)
 		return nil, &Error{Kind: ErrUnknownService, Err: errors.New("request URL has no host")}
 	}
-	b, err := t.balancers.Get(service)
+	var b *balancer.Balancer
+	var err error
+	if cb, ok := t.balancers.(balancer.ContextBalancers); ok {
+		b, err = cb.GetContext(req.Context(), service)
+	} else {
+		b, err = t.balancers.Get(service)
+	}
 	if err == nil && b == nil {
 		err = errors.New("no balancer")
 	}

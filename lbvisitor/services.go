@@ -41,6 +41,22 @@ type ServicesConfig struct {
 	Observer ListObserver
 	// Logger receives a line per list change and per removed service.
 	Logger zerolog.Logger
+
+	// Follower, when set, makes the table follow services on demand
+	// (follow.go): Want follows a service requests ask for, and the
+	// Janitor unfollows it once idle. A pushed list then builds a service
+	// only while a Want follows it (the Follower delivers no other).
+	Follower Follower
+	// FollowTimeout bounds one on-demand follow; zero means
+	// DefaultFollowTimeout (5 s).
+	FollowTimeout time.Duration
+	// NegativeTTL is how long a service found absent from the registry is
+	// answered unknown without asking again; zero means DefaultNegativeTTL
+	// (2 s).
+	NegativeTTL time.Duration
+	// MaxFollowing bounds the on-demand follows under way at once; zero
+	// means DefaultMaxFollowing (64).
+	MaxFollowing int
 }
 
 // Services is the table of the services a client follows: per service a
@@ -73,6 +89,8 @@ type Services struct {
 	res      atomic.Pointer[Resolver] // set by Resolve
 	watchers watchers
 	first    atomic.Pointer[firstLists] // set while a start waits (TrackFirstLists)
+
+	following following // on-demand follows (follow.go)
 
 	unregistered, removed atomic.Uint64
 }
@@ -113,7 +131,9 @@ func (sv *Service) LastChange() time.Time {
 
 // NewServices builds an empty table over bals. It starts nothing.
 func NewServices(bals Balancers, cfg ServicesConfig) *Services {
-	return &Services{bals: bals, guard: cfg.Guard, observer: cfg.Observer, log: cfg.Logger}
+	s := &Services{bals: bals, guard: cfg.Guard, observer: cfg.Observer, log: cfg.Logger}
+	s.following.init(cfg)
+	return s
 }
 
 // Lookup returns the published service of name, or nil.
@@ -201,6 +221,7 @@ func (s *Services) publish(sv *Service) {
 	if sv.published.Swap(true) {
 		return
 	}
+	s.following.settled(sv.name)
 	s.watchers.namesChanged()
 	s.watchers.listChanged(sv.name)
 }
@@ -224,6 +245,12 @@ func (s *Services) Unfollow(name string, cond func(*Service) bool) bool {
 			s.forget(sv, v)
 		}
 	})
+	if removed && s.following.follower != nil {
+		// Under s.mu: a Want of the service waits until it is done.
+		if _, err := s.following.follower.Unfollow(name); err != nil {
+			s.log.Warn().Err(err).Str("service", name).Msg("unfollow")
+		}
+	}
 	s.mu.Unlock()
 	if removed {
 		s.removed.Add(1)
@@ -263,6 +290,12 @@ func (s *Services) Handle(ctx context.Context, lc events.ListChanged) error {
 
 func (s *Services) handle(ctx context.Context, res Resolver, lc events.ListChanged) error {
 	if _, ok := s.m.Load(lc.Service); !ok {
+		if s.following.follower != nil && !s.following.isPending(lc.Service) {
+			// A list of a service unfollowed meanwhile: not followed any
+			// more, it builds nothing.
+			s.unregistered.Add(1)
+			return nil
+		}
 		err := resolvesAny(ctx, res, lc)
 		if errors.Is(err, errNothingRegistered) {
 			s.unregistered.Add(1)
@@ -315,6 +348,7 @@ func (s *Services) drop(sv *Service) {
 	if cur, ok := s.m.Load(sv.name); ok && cur == sv {
 		sv.whileIdle(func(v *Visitor) { s.forget(sv, v) })
 	}
+	s.following.settled(sv.name)
 }
 
 // whileIdle runs f while no list is being applied to sv (under its
@@ -374,12 +408,27 @@ type requests struct{ s *Services }
 
 func (r requests) Get(name string) (*balancer.Balancer, error) {
 	if sv := r.s.Lookup(name); sv != nil {
-		if !sv.requested.Load() { // a load, and a store once per sweep
-			sv.requested.Store(true)
-		}
+		sv.markRequested()
 		return sv.b, nil
 	}
 	return nil, ErrUnknownService
+}
+
+// GetContext is Get that follows a service not followed yet (Want), when
+// the table follows on demand.
+func (r requests) GetContext(ctx context.Context, name string) (*balancer.Balancer, error) {
+	sv, err := r.s.Want(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return sv.b, nil
+}
+
+// markRequested marks sv requested: a load, and a store once per sweep.
+func (sv *Service) markRequested() {
+	if !sv.requested.Load() {
+		sv.requested.Store(true)
+	}
 }
 
 // errNothingRegistered: no ID of a new service is registered.
@@ -418,4 +467,4 @@ func resolvesAny(ctx context.Context, res Resolver, lc events.ListChanged) error
 	return errNothingRegistered
 }
 
-var _ balancer.Balancers = requests{}
+var _ balancer.ContextBalancers = requests{}
