@@ -381,6 +381,10 @@ func (c *Client) GossipAddr() string {
 	return ""
 }
 
+// FollowMode returns what the client follows (Config.Follow, its default
+// resolved).
+func (c *Client) FollowMode() FollowMode { return c.opts.Follow }
+
 // Zone returns the zone the client runs in (Config.Zone), "" when none
 // was set: the zone an adapter (the gRPC balancer) prefers by default.
 func (c *Client) Zone() string { return c.opts.Zone }

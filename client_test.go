@@ -300,8 +300,9 @@ func TestTransportAfterClose(t *testing.T) {
 	srv := natstest.Start(t)
 	announce(t, srv, "orders", "", testpub.Backend(t, "a"))
 	c := start(t, srv.Connect(t))
-	c.Close()
 	client := &http.Client{Transport: c.Transport()}
+	get(t, client, "http://orders/y") // followed on this request
+	c.Close()
 	if got := get(t, client, "http://orders/z"); got != "a /z" {
 		t.Fatalf("after Close: %q", got)
 	}
@@ -315,7 +316,8 @@ func TestGoneServicesAreRemoved(t *testing.T) {
 	srv := natstest.Start(t)
 	cfg := balancer.DefaultClientsConfig()
 	cfg.Clients = map[string]balancer.Config{"static": cfg.Defaults}
-	c := startWith(t, srv.Connect(t), pushlb.Config{ServiceGrace: 100 * time.Millisecond, Balancers: cfg})
+	// Every service: the services built by announcements.
+	c := startWith(t, srv.Connect(t), pushlb.Config{Follow: pushlb.FollowAll, ServiceGrace: 100 * time.Millisecond, Balancers: cfg})
 	client := &http.Client{Transport: c.Transport()}
 	orders := announce(t, srv, "orders", "", testpub.Backend(t, "o"))
 	busy := announce(t, srv, "busy", "", testpub.Backend(t, "b"))
@@ -370,7 +372,7 @@ func TestListObserver(t *testing.T) {
 	static := cfg.Defaults
 	static.ListOfServers = []string{"127.0.0.1:1"}
 	cfg.Clients = map[string]balancer.Config{"static": static}
-	startWith(t, srv.Connect(t), pushlb.Config{Balancers: cfg}, pushlb.WithListObserver(func(lc pushlb.ListChange) { changes <- lc }))
+	startWith(t, srv.Connect(t), pushlb.Config{Follow: pushlb.FollowAll, Balancers: cfg}, pushlb.WithListObserver(func(lc pushlb.ListChange) { changes <- lc }))
 	next := func(what string) pushlb.ListChange {
 		t.Helper()
 		return testutil.Receive(t, changes, 10*time.Second, "a list change for "+what)
@@ -509,7 +511,7 @@ func TestWatchServices(t *testing.T) {
 	srv := natstest.Start(t)
 	cfg := balancer.DefaultClientsConfig()
 	cfg.Clients = map[string]balancer.Config{"static": cfg.Defaults}
-	c := startWith(t, srv.Connect(t), pushlb.Config{ServiceGrace: 100 * time.Millisecond, Balancers: cfg})
+	c := startWith(t, srv.Connect(t), pushlb.Config{Follow: pushlb.FollowAll, ServiceGrace: 100 * time.Millisecond, Balancers: cfg})
 	names := make(chan []string, 16)
 	stop := c.WatchServices(func(services []string) { names <- services })
 	next := func(what string, want ...string) {
@@ -549,7 +551,7 @@ func TestTrippedServerIsNotReachable(t *testing.T) {
 	srv := natstest.Start(t)
 	cfg := balancer.DefaultClientsConfig()
 	cfg.Defaults.Breaker.Factor, cfg.Defaults.Breaker.Max = time.Hour, time.Hour // no probe during the test
-	c := startWith(t, srv.Connect(t), pushlb.Config{Balancers: cfg})
+	c := startWith(t, srv.Connect(t), pushlb.Config{Follow: pushlb.FollowAll, Balancers: cfg})
 	dead := testutil.FreeAddr(t) // nothing listens: connections are refused
 	nc := srv.Connect(t)
 	testpub.AnnounceAddr(t, nc, "orders", "", "dead", dead)

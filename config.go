@@ -43,7 +43,7 @@ type Config struct {
 	//     FollowTimeout); unfollowed once no request asked for it during
 	//     IdleUnfollow. Memory, start-up and CPU then grow with the
 	//     services routed, not with the fleet.
-	// Default: FollowListed when Services is set, FollowAll otherwise.
+	// Default: FollowRequested.
 	Follow FollowMode
 	// Services are services always followed (see Follow); with FollowAll
 	// it must be empty.
@@ -264,10 +264,7 @@ func (c Config) resolve() (Config, error) {
 	c.Services = append([]string(nil), c.Services...)
 	switch c.Follow {
 	case "":
-		c.Follow = FollowAll
-		if len(c.Services) > 0 {
-			c.Follow = FollowListed
-		}
+		c.Follow = FollowRequested
 	case FollowAll:
 		if len(c.Services) > 0 {
 			bad("Services", "%v: follow all follows every service; list services with follow listed or requested", c.Services)

@@ -54,7 +54,7 @@ func TestSubsetsOverThePushPath(t *testing.T) {
 			mu.Unlock()
 		})))
 	testutil.Eventually(t, "three instances", func() bool {
-		b, err := c.Balancer("orders")
+		b, err := c.Follow(t.Context(), "orders")
 		return err == nil && len(b.Servers()) == 3
 	})
 	front := httptest.NewServer(c.Handler())

@@ -20,7 +20,7 @@ func TestWeightChangeReachesTheBalancer(t *testing.T) {
 	announce(t, srv, "orders", "", testpub.Backend(t, "b"))
 	c := start(t, srv.Connect(t))
 	client := &http.Client{Transport: c.Transport()}
-	bal, err := c.Balancer("orders")
+	bal, err := c.Follow(t.Context(), "orders")
 	if err != nil {
 		t.Fatal(err)
 	}

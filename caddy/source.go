@@ -168,7 +168,7 @@ func (u *Upstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, err
 		}
 		name = repl.ReplaceAll(u.Service, "")
 	}
-	l := u.list(name)
+	l := u.list(r.Context(), name)
 	if l == nil {
 		return nil, nil
 	}
@@ -189,8 +189,9 @@ func (u *Upstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, err
 }
 
 // list returns the followed list of service, following it first when it is
-// a service the client knows; nil for a name nothing announced.
-func (u *Upstreams) list(service string) *serviceList {
+// a service the registry holds (the client follows it on this request,
+// within ctx); nil for a name nothing announced.
+func (u *Upstreams) list(ctx context.Context, service string) *serviceList {
 	if v, ok := u.services.Load(service); ok {
 		return v.(*serviceList)
 	}
@@ -199,8 +200,8 @@ func (u *Upstreams) list(service string) *serviceList {
 	}
 	// A name from a request: follow it only once the client has a
 	// balancer for it (something announced it), so that made-up names
-	// cost a map read and hold nothing.
-	if _, err := u.client.Balancer(service); err != nil {
+	// cost a bounded lookup and hold nothing.
+	if _, err := u.client.Follow(ctx, service); err != nil {
 		return nil
 	}
 	return u.follow(service)

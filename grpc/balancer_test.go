@@ -257,7 +257,8 @@ func TestBalancerZones(t *testing.T) {
 	testpub.AnnounceAddr(t, nc, "orders", "b", "b1", b1.addr)
 	testpub.AnnounceAddr(t, nc, "orders", "b", "b2", b2.addr)
 	testutil.Eventually(t, "the three instances", func() bool {
-		b, err := c.Balancer("orders")
+		b, err := c.Follow(t.Context(), "orders") // the client follows what it is asked for
+
 		return err == nil && len(b.Servers()) == 3
 	})
 	for _, rule := range []string{"ZoneAvoidance", "RoundRobin", "BestAvailable"} {

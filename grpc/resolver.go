@@ -1,9 +1,11 @@
 package pushlbgrpc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 
 	"google.golang.org/grpc/attributes"
 	"google.golang.org/grpc/resolver"
@@ -52,16 +54,18 @@ type builder struct {
 func (b *builder) Scheme() string { return Scheme }
 
 // Build implements resolver.Builder: target's endpoint names the service
-// ("pushlb:///orders"). It watches the service's list through the client
-// (pushlb.Client.Watch) and hands grpc-go each new list at once. An
-// invalid service name is an error.
+// ("pushlb:///orders"). It follows the service through the client
+// (pushlb.Client.Follow, then Watch) and hands grpc-go each new list at
+// once. An invalid service name is an error.
 func (b *builder) Build(target resolver.Target, cc resolver.ClientConn, _ resolver.BuildOptions) (resolver.Resolver, error) {
 	service := target.Endpoint()
 	if err := events.ValidateService(service); err != nil {
 		return nil, fmt.Errorf("pushlbgrpc: target %q: %w", target.URL.String(), err)
 	}
 	r := &pushlbResolver{service: service, cc: cc, attrs: attributes.New(clientZoneKey{}, b.zone)}
-	r.stop = b.c.Watch(service, r.update)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go r.watch(ctx, b.c)
 	return r, nil
 }
 
@@ -71,7 +75,32 @@ type pushlbResolver struct {
 	service string
 	cc      resolver.ClientConn
 	attrs   *attributes.Attributes // the State's: the client's zone
-	stop    func()
+	cancel  context.CancelFunc     // ends watch's follow
+
+	mu     sync.Mutex
+	stop   func() // the Watch's, once it started
+	closed bool
+}
+
+// watch follows the service through the client first (pushlb.Client.Follow:
+// a client that follows on request loads its list, within the client's
+// FollowTimeout), so that the first state grpc-go gets holds the service's
+// instances; until then its RPCs wait as for any resolver that has not
+// answered yet. Then it watches the list: a service the registry does not
+// hold yet is watched all the same, and its instances come when announced.
+func (r *pushlbResolver) watch(ctx context.Context, c *pushlb.Client) {
+	c.Follow(ctx, r.service) // its error says no more than the Watch will
+	if ctx.Err() != nil {
+		return // closed
+	}
+	stop := c.Watch(r.service, r.update)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		stop()
+		return
+	}
+	r.stop = stop
 }
 
 // update hands grpc-go the service's list. An empty list clears the
@@ -106,7 +135,16 @@ func (r *pushlbResolver) update(servers []*balancer.Server) {
 func (r *pushlbResolver) ResolveNow(resolver.ResolveNowOptions) {}
 
 // Close implements resolver.Resolver: it stops the watch.
-func (r *pushlbResolver) Close() { r.stop() }
+func (r *pushlbResolver) Close() {
+	r.cancel()
+	r.mu.Lock()
+	r.closed = true
+	stop := r.stop
+	r.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
 
 type (
 	clientZoneKey struct{} // in resolver.State.Attributes

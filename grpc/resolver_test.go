@@ -192,7 +192,9 @@ func TestResolverStateCarriesTheInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	// Nothing announced yet: no addresses, and an error naming the service.
+	// Nothing announced yet: once the client found no instance of it, no
+	// addresses, and an error naming the service.
+	testutil.Eventually(t, "the resolver's first answer", func() bool { _, errs := rc.last(); return len(errs) > 0 })
 	if st, errs := rc.last(); len(st.Endpoints) != 0 || len(errs) != 1 || !errors.Is(errs[0], pushlbgrpc.ErrNoInstances) {
 		t.Fatalf("before any instance: state %+v, errors %v", st, errs)
 	}

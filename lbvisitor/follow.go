@@ -284,6 +284,44 @@ func (f *following) isPending(name string) bool {
 	return f.pending[name] != nil
 }
 
+// pin follows service for a watch, whether the registry holds it or
+// not: it is published at once (with an empty list until its first
+// pushed list), and the Follower follows it in the background, retried
+// until it succeeds, the service is unfollowed, or the table closes.
+func (s *Services) pin(name string) {
+	if events.ValidateService(name) != nil {
+		return // a name no list can carry: watched, never filled
+	}
+	if _, err := s.Follow(name); err != nil {
+		s.log.Warn().Err(err).Str("service", name).Msg("watch: cannot build the service's balancer")
+		return
+	}
+	f := &s.following
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return
+	}
+	f.wg.Go(func() {
+		backoff := 100 * time.Millisecond
+		for {
+			ctx, cancel := context.WithTimeout(f.ctx, f.timeout)
+			_, err := f.follower.Follow(ctx, name)
+			cancel()
+			if err == nil || f.ctx.Err() != nil || s.Lookup(name) == nil {
+				return
+			}
+			s.log.Warn().Err(err).Str("service", name).Dur("retry_in", backoff).Msg("watch: cannot follow the service yet")
+			select {
+			case <-f.ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+		}
+	})
+}
+
 // FollowStats returns the counters of the on-demand follows.
 func (s *Services) FollowStats() FollowStats {
 	f := &s.following

@@ -102,6 +102,9 @@ func (j *Janitor) sweep(now time.Time) {
 		if j.keep[name] {
 			continue
 		}
+		if j.services.watchers.watched(name) {
+			j.lastRequested[name] = now // a watch is a standing request
+		}
 		if j.idle > 0 && j.idleFor(name, now) {
 			continue
 		}
@@ -146,7 +149,9 @@ func (j *Janitor) idleFor(name string, now time.Time) bool {
 	}
 	// Unfollow checks again, under the table's lock: a request since
 	// this sweep keeps it.
-	if !j.services.Unfollow(name, func(sv *Service) bool { return !sv.requested.Load() }) {
+	if !j.services.Unfollow(name, func(sv *Service) bool {
+		return !sv.requested.Load() && !j.services.watchers.watched(name)
+	}) {
 		return false
 	}
 	delete(j.lastRequested, name)

@@ -20,7 +20,15 @@ import (
 // (so that f may call it): a call already past its start may still run,
 // none begins after. The slice is f's own; the servers are the balancer's
 // (read them, do not modify them).
+//
+// In a table that follows on demand (ServicesConfig.Follower), a watch is
+// an interest in the service: the table follows it, whether the registry
+// holds it yet or not (its list is empty until something announces it),
+// and does not unfollow it while it is watched.
 func (s *Services) Watch(service string, f func(servers []*balancer.Server)) (stop func()) {
+	if s.following.follower != nil && s.Lookup(service) == nil {
+		s.pin(service)
+	}
 	return s.watchers.start(&s.watchers.lists, service, s, func() {
 		var servers []*balancer.Server
 		if sv := s.Lookup(service); sv != nil {
@@ -86,6 +94,13 @@ func (ws *watchers) start(set *map[string]map[*watch]struct{}, key string, s *Se
 			delete(*set, key)
 		}
 	}
+}
+
+// watched reports whether service has a list watcher.
+func (ws *watchers) watched(service string) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return len(ws.lists[service]) > 0
 }
 
 // listChanged tells the watchers of service that its list changed.

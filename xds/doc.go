@@ -9,7 +9,7 @@
 // the public embedding API: a started *pushlb.Client, its WatchServices
 // (the set of services) and its Watch (each service's list).
 //
-//	c, _ := pushlb.New(nc, pushlb.Config{})
+//	c, _ := pushlb.New(nc, pushlb.Config{Follow: pushlb.FollowAll}) // the server serves every service
 //	c.Start(ctx)
 //	srv, _ := pushlbxds.NewServer(c, pushlbxds.WithLogger(log))
 //	ln, _ := net.Listen("tcp", "127.0.0.1:18000")

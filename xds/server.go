@@ -106,6 +106,11 @@ func NewServer(c *pushlb.Client, opts ...Option) (*Server, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: nil *pushlb.Client", ErrInvalidOption)
 	}
+	if m := c.FollowMode(); m != pushlb.FollowAll {
+		// Its services are the client's: a scoped client's are those it
+		// routes itself, not the fleet.
+		return nil, fmt.Errorf("%w: the server serves every service, so its client must follow all (pushlb.Config.Follow = FollowAll, gateway follow: all), not %q", ErrInvalidOption, m)
+	}
 	o := defaultOptions()
 	var errs []error
 	for i, opt := range opts {

@@ -66,6 +66,7 @@ func startGRPCServer(t testing.TB) *grpcServer {
 // startClient starts a pushlb client on srv, closed at cleanup.
 func startClient(t testing.TB, srv *natstest.Server, cfg pushlb.Config) *pushlb.Client {
 	t.Helper()
+	cfg.Follow = pushlb.FollowAll // what the server needs
 	c, err := pushlb.New(srv.Connect(t), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -60,7 +60,7 @@ func TestEmbeddedGatewayAndClient(t *testing.T) {
 	// first request on (Start returns once the registry's state is loaded).
 	addr := testutil.FreeAddr(t)
 	gw := testutil.Start(t, gatewayBin, "-nats", srv.URL(), "-listen", addr)
-	gw.WaitFor(t, "serving [hello]", 20*time.Second)
+	gw.WaitFor(t, "serving on", 20*time.Second)
 	seen := map[string]bool{}
 	testutil.Eventually(t, "both instances through the gateway", func() bool {
 		seen[answeredBy("http://"+addr+"/hello/x")] = true

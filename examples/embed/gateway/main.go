@@ -42,7 +42,8 @@ func main() {
 
 	srv := &http.Server{Addr: *listen, Handler: c.Handler()}
 	go func() { <-ctx.Done(); srv.Shutdown(context.Background()) }()
-	log.Printf("serving %s on %s", c.Services(), *listen)
+	// The client follows each service from the first request for it.
+	log.Printf("serving on %s", *listen)
 	if err := srv.ListenAndServe(); err != http.ErrServerClosed {
 		log.Fatal(err)
 	}

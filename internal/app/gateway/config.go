@@ -72,6 +72,20 @@ type Config struct {
 	// Limits bound what announcements alone (events without a registry
 	// entry) can make the gateway hold; zero fields take the defaults.
 	Limits pushlb.Limits `yaml:"limits"`
+	// Follow is what the gateway follows (pushlb.Config.Follow): "all"
+	// (every service: the dashboard and /-/lb show the fleet; the xDS
+	// server needs it), "listed" (subscriber.services and the services the
+	// balancer section names), "requested" (those, and each service a
+	// request asks for, from the first request; unfollowed after
+	// idleUnfollow without one). Default: "listed" when
+	// subscriber.services is set, "all" otherwise.
+	Follow pushlb.FollowMode `yaml:"follow"`
+	// IdleUnfollow is how long a service followed on request stays
+	// followed without a request. Default 10m.
+	IdleUnfollow time.Duration `yaml:"idleUnfollow"`
+	// FollowTimeout bounds the first request for a service not followed
+	// yet. Default 5s.
+	FollowTimeout time.Duration `yaml:"followTimeout"`
 	// ServiceGrace is how long a service with no instance left and no
 	// request keeps its balancer (services the balancer section names keep
 	// theirs). Default 5m.
@@ -132,9 +146,22 @@ type Config struct {
 	DemoPort int `yaml:"demoPort"`
 }
 
+// follow is the mode the gateway runs in: Follow, or its default.
+func (c Config) follow() pushlb.FollowMode {
+	switch {
+	case c.Follow != "":
+		return c.Follow
+	case len(c.Subscriber.Services) > 0:
+		return pushlb.FollowListed
+	default:
+		return pushlb.FollowAll
+	}
+}
+
 // SubscriberConfig tunes the subscriber.
 type SubscriberConfig struct {
-	// Services limits the gateway to these services; empty follows all.
+	// Services are services always followed: with follow unset, the
+	// gateway follows these only ("listed"). Empty: see Config.Follow.
 	Services []string `yaml:"services"`
 	// Coalesce is the minimum time between two rebuilds of one service.
 	// Default 10ms.
@@ -152,6 +179,8 @@ func DefaultConfig() Config {
 		EmbeddedNATS:    "127.0.0.1:4222",
 		ShutdownTimeout: 10 * time.Second,
 		ServiceGrace:    pushlb.DefaultServiceGrace,
+		IdleUnfollow:    pushlb.DefaultIdleUnfollow,
+		FollowTimeout:   5 * time.Second,
 		EmptyListHold:   pushlb.DefaultEmptyListHold,
 		RetryBudget:     lbhttp.DefaultRetryBudget,
 		Reaper:          true,
@@ -324,6 +353,21 @@ func (c *Config) problems() problems {
 	}
 	if c.ServiceGrace <= 0 {
 		bad("serviceGrace", "%v is not positive", c.ServiceGrace)
+	}
+	switch c.Follow {
+	case "", pushlb.FollowListed, pushlb.FollowRequested:
+	case pushlb.FollowAll:
+		if len(c.Subscriber.Services) > 0 {
+			bad("follow", "all follows every service: subscriber.services must be empty (use listed or requested)")
+		}
+	default:
+		bad("follow", "%q: all, listed or requested", c.Follow)
+	}
+	if c.IdleUnfollow <= 0 {
+		bad("idleUnfollow", "%v is not positive", c.IdleUnfollow)
+	}
+	if c.FollowTimeout <= 0 {
+		bad("followTimeout", "%v is not positive", c.FollowTimeout)
 	}
 	if c.Limits.ConfirmWithin < 0 {
 		bad("limits.confirmWithin", "%v is negative", c.Limits.ConfirmWithin)

@@ -1,6 +1,10 @@
 package gateway
 
-import "flag"
+import (
+	"flag"
+
+	"github.com/pushlb/pushlb"
+)
 
 // RegisterFlags registers the gateway's command-line flags on fs, each
 // bound to its field of c with c's current value as the default. A binary
@@ -19,6 +23,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Zone, "zone", c.Zone, "the gateway's `zone`, for zone affinity and preference")
 	fs.StringVar(&c.Prefix, "prefix", c.Prefix, "NATS subject `prefix`")
 	fs.DurationVar(&c.Lease, "lease", c.Lease, "registry lease (the bucket's TTL): 0 takes the bucket's, or 30s when this gateway creates it; a lease given here must match an existing bucket's")
+	fs.Func("follow", "what the gateway follows: all (every service), listed (subscriber.services and the balancer section's), requested (those and each service a request asks for); default listed with subscriber.services, all otherwise", func(v string) error {
+		c.Follow = pushlb.FollowMode(v)
+		return nil
+	})
 	fs.IntVar(&c.RegistryReplicas, "registry-replicas", c.RegistryReplicas, "replicas of the registry bucket, 1 to 5, when creating it and to scale an existing one up to (0: min(3, JetStream servers))")
 	fs.BoolVar(&c.Reaper, "reaper", c.Reaper, "take part in the election of the registry's reaper, which removes the records of instances whose lease ended (-reaper=false: stay out)")
 	fs.BoolVar(&c.Demo, "demo", c.Demo, `also start three local backends in two zones that announce themselves (service "demo")`)

@@ -147,7 +147,10 @@ func (g *Gateway) clientConfig() pushlb.Config {
 	cc := pushlb.Config{
 		Prefix:           c.Prefix,
 		Zone:             c.Zone,
+		Follow:           c.follow(),
 		Services:         c.Subscriber.Services,
+		IdleUnfollow:     c.IdleUnfollow,
+		FollowTimeout:    c.FollowTimeout,
 		Lease:            c.Lease,
 		RegistryReplicas: c.RegistryReplicas,
 		Balancers:        c.Balancer.ClientsConfig,

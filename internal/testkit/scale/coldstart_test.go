@@ -111,7 +111,7 @@ func coldStartInProcess(b *testing.B, nb bus, sz scale.Size, name string) {
 			stopCPU = profileCPU(b, filepath.Join(dir, name+"-cpu.pprof"))
 		}
 		start := time.Now()
-		c, err := pushlb.New(nc, pushlb.Config{})
+		c, err := pushlb.New(nc, pushlb.Config{Follow: pushlb.FollowAll})
 		if err != nil {
 			b.Fatal(err)
 		}

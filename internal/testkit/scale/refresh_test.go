@@ -26,7 +26,7 @@ func TestRefreshesCostNothing(t *testing.T) {
 	sz := scale.Size{Services: 5, Instances: 40, Gateways: 1}
 	f, recs, _ := loadFleet(t, nb, sz)
 
-	c, err := pushlb.New(srv.Connect(t), pushlb.Config{AntiEntropy: time.Hour, Reaper: true})
+	c, err := pushlb.New(srv.Connect(t), pushlb.Config{Follow: pushlb.FollowAll, AntiEntropy: time.Hour, Reaper: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -528,7 +528,7 @@ func gateways(b *testing.B, nb bus, n int, hook func(gw int, e events.Event), ob
 		if observe != nil {
 			opts = append(opts, pushlb.WithListObserver(func(lc pushlb.ListChange) { observe(i, lc.Service, lc.Servers) }))
 		}
-		c, err := pushlb.New(nb.connect(b), pushlb.Config{ServiceGrace: time.Hour, AntiEntropy: time.Hour, Reaper: true}, opts...)
+		c, err := pushlb.New(nb.connect(b), pushlb.Config{Follow: pushlb.FollowAll, ServiceGrace: time.Hour, AntiEntropy: time.Hour, Reaper: true}, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
