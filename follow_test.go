@@ -10,10 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
 	"github.com/pushlb/pushlb/internal/testkit/testpub"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
+	"github.com/pushlb/pushlb/serverlist"
 )
 
 // TestFollowRequested: a client that follows on request mirrors and
@@ -135,4 +138,55 @@ func TestFollowModeIsChecked(t *testing.T) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidOption", cfg.Follow, err)
 		}
 	}
+}
+
+// TestServiceRevisionIsTheAppliedOne: per service, Stats says which
+// registry revision its list reflects, in both modes: once a record
+// written at revision r is routed, the service's Revision is r or more.
+func TestServiceRevisionIsTheAppliedOne(t *testing.T) {
+	srv := natstest.Start(t)
+	reg := openRegistry(t, srv)
+	for _, mode := range []pushlb.FollowMode{pushlb.FollowAll, pushlb.FollowRequested} {
+		t.Run(string(mode), func(t *testing.T) {
+			service := "svc-" + string(mode)
+			announceAt(t, srv, service, "a1")
+			c := startWith(t, srv.Connect(t), pushlb.Config{Follow: mode})
+			if _, err := c.Follow(t.Context(), service); err != nil {
+				t.Fatal(err)
+			}
+			announceAt(t, srv, service, "a2")
+			e, err := reg.GetEntry(t.Context(), service, "a2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			testutil.Eventually(t, "a2 routed", func() bool {
+				b, _ := c.Balancer(service)
+				return len(b.Servers()) == 2
+			})
+			ss, ok := c.ServiceStats(service)
+			if !ok || ss.Revision < e.Revision {
+				t.Fatalf("%s's revision once a2 (written at %d) is routed: %d (%v)", service, e.Revision, ss.Revision, ok)
+			}
+		})
+	}
+}
+
+// announceAt announces instance id of service with a backend of its own.
+func announceAt(t *testing.T, srv *natstest.Server, service, id string) {
+	t.Helper()
+	testpub.AnnounceAddr(t, srv.Connect(t), service, "", id, testpub.Backend(t, id).Listener.Addr().String())
+}
+
+// openRegistry opens the default registry bucket.
+func openRegistry(t *testing.T, srv *natstest.Server) *serverlist.Registry {
+	t.Helper()
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := serverlist.Open(t.Context(), js, serverlist.RegistryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
 }

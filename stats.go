@@ -66,8 +66,9 @@ type FollowStats struct {
 	Busy         uint64 `json:"busy"`
 	NegativeHits uint64 `json:"negativeHits"`
 	Following    int    `json:"following"`
-	// Unfollows counts the services the subscriber stopped following
-	// (idle, or gone from the registry).
+	// Unfollows counts the services a scoped client stopped following
+	// once routed (no request for Config.IdleUnfollow, or gone from the
+	// registry for Config.ServiceGrace); 0 for "all".
 	Unfollows uint64 `json:"unfollows"`
 }
 
@@ -216,6 +217,11 @@ type ServiceStats struct {
 	Reachable int `json:"reachable"`
 	// Updates counts the changes of the server list.
 	Updates uint64 `json:"updates"`
+	// Revision is the registry revision the client has applied to the
+	// service's list: a change written at revision r (Registry.Register
+	// returns it) has reached the list once Revision is r or more. Zero
+	// before the service's first list.
+	Revision uint64 `json:"revision"`
 	// LastChange is the time of the last list change; zero before the first.
 	LastChange time.Time `json:"lastChange"`
 	// BreakerTrips counts the circuit breakers that tripped.
@@ -253,6 +259,9 @@ func (c *Client) serviceStats(sv *lbvisitor.Service) ServiceStats {
 		Held: c.guard.Held(sv.Name()),
 	}
 	ss.Reachable, ss.Ejected = Balancer{b}.reachable()
+	if p := c.started(); p != nil {
+		ss.Revision = p.sub.AppliedRevision(sv.Name())
+	}
 	return ss
 }
 
@@ -276,12 +285,15 @@ func (c *Client) Stats() Stats {
 		if p.reaper != nil {
 			st.Reaper = ReaperStats(p.reaper.Stats())
 		}
-		st.Follow.Followed, st.Follow.Unfollows = sub.Followed, sub.Unfollows
+		st.Follow.Followed = sub.Followed
 	}
 	fs := c.services.FollowStats()
 	st.Follow.Mode = string(c.opts.Follow)
 	st.Follow.Follows, st.Follow.NotFound, st.Follow.Failed = fs.Follows, fs.NotFound, fs.Failed
 	st.Follow.Busy, st.Follow.NegativeHits, st.Follow.Following = fs.Busy, fs.NegativeHits, fs.Following
+	if c.opts.Follow != FollowAll {
+		st.Follow.Unfollows = fs.Unfollows
+	}
 	st.Unregistered = c.services.Unregistered()
 	st.ServicesRemoved = c.services.Removed()
 	st.ListsHeld = c.guard.Holds()

@@ -226,6 +226,7 @@ func (s *Subscriber) Unfollow(service string) (bool, error) {
 	delete(s.resynced, service)
 	s.mu.Unlock()
 	s.sched.forget(service)
+	s.applied.Delete(service)
 	s.stats.unfollows.Add(1)
 	return true, err
 }

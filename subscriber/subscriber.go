@@ -55,6 +55,7 @@ type Subscriber struct {
 	resynced map[string]bool
 
 	deliveries atomic.Uint64 // ListChanged revisions, one sequence for every service
+	applied    sync.Map      // service -> *atomic.Uint64: AppliedRevision
 	sched      *scheduler    // when each service is delivered (scheduler.go)
 
 	// dmu guards the fields below (but regSignal, a channel). It may be
@@ -576,6 +577,9 @@ func (s *Subscriber) markDirty(service string) {
 // reports whether the table still knows the service. The scheduler runs
 // it, never for one service twice at a time.
 func (s *Subscriber) sendList(service string) (known bool, err error) {
+	// Read before the table: the list sent reflects at least this much of
+	// the registry.
+	rev := s.mirror.ServiceRevision(service)
 	s.mu.Lock()
 	ids := s.table.live(service)
 	_, known = s.table.services[service]
@@ -592,6 +596,9 @@ func (s *Subscriber) sendList(service string) (known bool, err error) {
 	// growing revisions.
 	err = s.handler(s.ctx, events.ListChanged{Service: service, InstanceIDs: ids, Revision: s.deliveries.Add(1), Changes: changes, Cause: cause})
 	s.stats.delivered.Add(1)
+	if err == nil {
+		s.noteApplied(service, rev, known)
+	}
 	if err != nil && (len(changes) > 0 || cause != "") {
 		// Retried: the causes go out with the retry, unless newer ones
 		// were recorded meanwhile.
@@ -607,6 +614,41 @@ func (s *Subscriber) sendList(service string) (known bool, err error) {
 		s.mu.Unlock()
 	}
 	return known, err
+}
+
+// noteApplied records that the Handler took a list of service that
+// reflects the registry up to rev (AppliedRevision); a service the table
+// forgot is forgotten here too.
+func (s *Subscriber) noteApplied(service string, rev uint64, known bool) {
+	if !known {
+		s.applied.Delete(service)
+		return
+	}
+	v, ok := s.applied.Load(service)
+	if !ok {
+		v, _ = s.applied.LoadOrStore(service, new(atomic.Uint64))
+	}
+	a := v.(*atomic.Uint64)
+	for {
+		cur := a.Load()
+		if rev <= cur || a.CompareAndSwap(cur, rev) {
+			return
+		}
+	}
+}
+
+// AppliedRevision returns the registry revision of service that the
+// Handler has applied: the last list it took without error reflected
+// every registry write of the service up to this revision (see
+// serverlist.Mirror.ServiceRevision). Zero for a service not delivered
+// yet. A change written at revision r has reached the Handler once this
+// is r or more: the convergence of one client, which a fleet view
+// compares across clients.
+func (s *Subscriber) AppliedRevision(service string) uint64 {
+	if v, ok := s.applied.Load(service); ok {
+		return v.(*atomic.Uint64).Load()
+	}
+	return 0
 }
 
 // pruneChangesLocked forgets the causes of instances the table forgot, so

@@ -192,7 +192,10 @@ func (g *Gateway) options() []pushlb.Option {
 		pushlb.WithEventHook(func(e events.Event) {
 			g.metrics.observeEvent(e)
 		}),
-		pushlb.WithListObserver(g.dash.observe),
+		pushlb.WithListObserver(func(lc pushlb.ListChange) {
+			g.metrics.observeList(lc)
+			g.dash.observe(lc)
+		}),
 		// WithInlineHTTP1: bodiless idempotent requests skip net/http's
 		// per-connection goroutines (docs/perf/data-plane.md, "What the
 		// gateway does differently, and why").

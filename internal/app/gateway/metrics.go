@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/lbhttp"
@@ -20,6 +21,7 @@ type metrics struct {
 	reg *prometheus.Registry
 
 	lag      prometheus.Histogram
+	applyLag *prometheus.HistogramVec
 	picks    *prometheus.CounterVec
 	retries  *prometheus.CounterVec
 	denied   *prometheus.CounterVec
@@ -38,6 +40,11 @@ func newMetrics(g *Gateway) *metrics {
 			Help:    "Time from an event's creation (its at field) to its arrival at the gateway.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5},
 		}),
+		applyLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pushlb_list_apply_lag_seconds",
+			Help:    "Time from an event's creation (its at field) to the change it caused in a balancer's list, by cause (announce, offline): the convergence of this gateway.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"cause"}),
 		picks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pushlb_picks_total", Help: "Servers chosen for a request attempt, by service.",
 		}, []string{"service"}),
@@ -58,7 +65,7 @@ func newMetrics(g *Gateway) *metrics {
 			Name: "pushlb_subset_requests_total", Help: "Requests a route sent to a subset of a service's instances (its subset, or its split's share), by service and subset selector.",
 		}, []string{"service", "subset"}),
 	}
-	m.reg.MustRegister(m.lag, m.picks, m.retries, m.denied, m.failures, m.requests, m.subsets,
+	m.reg.MustRegister(m.lag, m.applyLag, m.picks, m.retries, m.denied, m.failures, m.requests, m.subsets,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&stateCollector{g: g})
 	return m
@@ -117,6 +124,18 @@ func (m *metrics) observeSubset(service, subset string) {
 	m.subsets.WithLabelValues(service, subset).Inc()
 }
 
+// observeList records the apply lag of each server of lc that an event
+// moved (the event's time is known for announce and offline only).
+func (m *metrics) observeList(lc pushlb.ListChange) {
+	for _, set := range [][]pushlb.ServerChange{lc.Joined, lc.Left} {
+		for _, sc := range set {
+			if !sc.EventAt.IsZero() {
+				m.applyLag.WithLabelValues(string(sc.Cause)).Observe(max(lc.At.Sub(sc.EventAt).Seconds(), 0))
+			}
+		}
+	}
+}
+
 // observeEvent is the subscriber's OnEvent hook.
 func (m *metrics) observeEvent(e events.Event) {
 	m.lag.Observe(max(time.Since(e.At).Seconds(), 0))
@@ -151,6 +170,11 @@ var (
 	descGossipIgnored   = prometheus.NewDesc("pushlb_gossip_ignored_total", "Gossip reports (deaths, leaves, revivals) ignored because the instance's registry record names another gossip node, or none.", nil, nil)
 	descUnregistered    = prometheus.NewDesc("pushlb_lists_unregistered_total", "Lists of unknown services that named no registered instance and built no balancer.", nil, nil)
 	descServicesRemoved = prometheus.NewDesc("pushlb_services_removed_total", "Balancers removed after their service had no instance and no request for the grace period.", nil, nil)
+	descFollowed        = prometheus.NewDesc("pushlb_followed_services", "Services this gateway follows (mirrors and receives the events of) when scoped (follow listed or requested); 0 with follow all.", nil, nil)
+	descFollows         = prometheus.NewDesc("pushlb_follows_total", "Requests for services not followed yet, by result: followed, not_found (the registry holds none; remembered 2 s), negative (answered from that memory), busy (too many follows at once), failed.", []string{"result"}, nil)
+	descFollowing       = prometheus.NewDesc("pushlb_follows_in_flight", "Follows on request under way.", nil, nil)
+	descUnfollows       = prometheus.NewDesc("pushlb_unfollows_total", "Services this gateway stopped following (no request for idleUnfollow, or gone from the registry).", nil, nil)
+	descRevision        = prometheus.NewDesc("pushlb_registry_revision", "The registry revision this gateway has applied, per service: a change written at revision r has reached the service's list once this is r or more.", []string{"service"}, nil)
 	descUpdates         = prometheus.NewDesc("pushlb_list_updates_total", "Changes of a service's server list.", []string{"service"}, nil)
 	descReaperLeader    = prometheus.NewDesc("pushlb_reaper_leader", "1 while this gateway leads the registry's reapers (it alone receives the leases' expiry messages, or the renewals on a bucket without schedules), else 0.", nil, nil)
 	descReaperReaped    = prometheus.NewDesc("pushlb_reaper_removed_total", "Records this gateway's reaper removed because their lease ended (crashes not reported by gossip first).", nil, nil)
@@ -170,7 +194,7 @@ type stateCollector struct{ g *Gateway }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReceived, descApplied, descDropped, descDelivered, descHandlerErr,
-		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descUnconfirmed, descMalformed, descResyncs, descLookupHit, descServers, descReachable, descEjected, descEjections, descPanic, descHeld, descHeldTotal, descTrips, descUpdates, descUnregistered, descServicesRemoved, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored,
+		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descUnconfirmed, descMalformed, descResyncs, descLookupHit, descServers, descReachable, descEjected, descEjections, descPanic, descHeld, descHeldTotal, descTrips, descUpdates, descUnregistered, descServicesRemoved, descFollowed, descFollows, descFollowing, descUnfollows, descRevision, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored,
 		descReaperLeader, descReaperReaped, descReaperEnded, descReaperUnled,
 		descRemovalsBy, descAdvState, descAdvReceived, descAdvMalformed, descAdvMatched, descAdvSkipped, descAdvProbes} {
 		ch <- d
@@ -246,6 +270,16 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descLookupHit, st.Lookups.RateLimited, "rate_limited")
 	counter(descUnregistered, st.Unregistered)
 	counter(descServicesRemoved, st.ServicesRemoved)
+	fs := st.Follow
+	gauge(descFollowed, fs.Followed)
+	gauge(descFollowing, fs.Following)
+	counter(descUnfollows, fs.Unfollows)
+	for _, r := range []struct {
+		label string
+		v     uint64
+	}{{"followed", fs.Follows}, {"not_found", fs.NotFound}, {"negative", fs.NegativeHits}, {"busy", fs.Busy}, {"failed", fs.Failed}} {
+		counter(descFollows, r.v, r.label)
+	}
 	counter(descHeldTotal, st.ListsHeld)
 	live := make(map[string]bool, len(st.Services))
 	for _, s := range st.Services {
@@ -258,6 +292,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		flag(descHeld, s.Held, s.Name)
 		counter(descTrips, s.BreakerTrips, s.Name)
 		counter(descUpdates, s.Updates, s.Name)
+		counter(descRevision, s.Revision, s.Name)
 	}
 	c.g.metrics.forgetServices(live)
 }
