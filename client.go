@@ -240,6 +240,14 @@ func (f clientFollower) Follow(ctx context.Context, service string) (bool, error
 	return p.sub.Follow(ctx, service)
 }
 
+func (f clientFollower) MayHold(ctx context.Context, service string) (bool, error) {
+	p := f.c.started()
+	if p == nil {
+		return false, ErrNotStarted
+	}
+	return p.sub.MayHold(ctx, service)
+}
+
 func (f clientFollower) Unfollow(service string) (bool, error) {
 	p := f.c.started()
 	if p == nil {

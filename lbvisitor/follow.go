@@ -23,9 +23,13 @@ import (
 // one. Follow returns once the service's records are loaded, reporting
 // whether the registry holds a routable instance of it; the service's
 // first list then reaches Services.Handle. Unfollow stops following it.
+// MayHold answers, cheaply, whether the registry may hold the service at
+// all: false only when it surely holds nothing of it (see
+// serverlist.Registry.MayHold), so that invented names cost no follow.
 type Follower interface {
 	Follow(ctx context.Context, service string) (found bool, err error)
 	Unfollow(service string) (bool, error)
+	MayHold(ctx context.Context, service string) (bool, error)
 }
 
 // Defaults of the on-demand follows (ServicesConfig).
@@ -198,7 +202,12 @@ func (s *Services) runFollow(name string, p *pendingFollow) {
 	f := &s.following
 	ctx, cancel := context.WithTimeout(f.ctx, f.timeout)
 	defer cancel()
-	found, err := f.follower.Follow(ctx, name)
+	var found bool
+	may, err := f.follower.MayHold(ctx, name)
+	if err != nil || may {
+		// An error (NATS away) is not a verdict: the follow tells.
+		found, err = f.follower.Follow(ctx, name)
+	}
 	switch {
 	case err != nil:
 		err = fmt.Errorf("lbvisitor: follow %s: %w", name, err)

@@ -176,3 +176,24 @@ func TestScopedMirrorResyncsAfterRestart(t *testing.T) {
 		t.Fatalf("billing after the restart = %v", got)
 	}
 }
+
+// TestRegistryMayHold: a service nothing was ever written for is known
+// absent with one request; a registered one, or one whose records were
+// removed (their markers stay), may be held.
+func TestRegistryMayHold(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	ctx := testCtx(t, 5*time.Second)
+	register(t, e.reg, inst("orders", "a1", 1), inst("gone", "g1", 2))
+	if err := e.reg.Deregister(ctx, "gone", "g1"); err != nil {
+		t.Fatal(err)
+	}
+	for service, want := range map[string]bool{"orders": true, "gone": true, "ghost": false, "order": false} {
+		if got, err := e.reg.MayHold(ctx, service); err != nil || got != want {
+			t.Errorf("MayHold(%s) = %v, %v; want %v", service, got, err, want)
+		}
+	}
+	if _, err := e.reg.MayHold(ctx, "a.*"); !errors.Is(err, events.ErrInvalidService) {
+		t.Errorf("MayHold of an invalid name = %v", err)
+	}
+}

@@ -164,6 +164,8 @@ type Registry struct {
 	// scheduledLeases: the bucket allows message schedules, so leases are
 	// written in their scheduled form (lease_schedule.go).
 	scheduledLeases atomic.Bool
+
+	stream atomic.Pointer[jetstream.Stream] // the bucket's, for MayHold; fetched once
 }
 
 // Open returns a Registry over the bucket cfg names, creating the bucket
@@ -469,6 +471,36 @@ func encodeInstance(in Instance) (key string, val []byte, err error) {
 		return "", nil, fmt.Errorf("%w: %s/%s: record of %d bytes, limit %d", ErrInvalidInstance, in.Service, in.InstanceID, len(val), MaxValueSize)
 	}
 	return key, val, nil
+}
+
+// MayHold reports whether the bucket may hold a record of service. It
+// answers false only when no message of any of the service's keys is in
+// the bucket (none was ever written, or all aged out): one request to the
+// stream, no consumer, so that a client asked for invented names finds
+// them absent cheaply. A service whose records were all removed may still
+// answer true (their removal markers stay): a watch of its keys then
+// tells. On an error (NATS away) it answers true with the error.
+func (r *Registry) MayHold(ctx context.Context, service string) (bool, error) {
+	if err := events.ValidateService(service); err != nil {
+		return false, fmt.Errorf("serverlist: %w", err)
+	}
+	stp := r.stream.Load()
+	if stp == nil {
+		st, err := r.js.Stream(ctx, "KV_"+r.cfg.Bucket)
+		if err != nil {
+			return true, fmt.Errorf("serverlist: the registry's stream: %w", err)
+		}
+		stp = &st
+		r.stream.Store(stp)
+	}
+	_, err := (*stp).GetLastMsgForSubject(ctx, "$KV."+r.cfg.Bucket+"."+service+".*")
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	case err != nil:
+		return true, fmt.Errorf("serverlist: %w", err)
+	}
+	return true, nil
 }
 
 // Get reads one instance from the bucket. It returns an error wrapping

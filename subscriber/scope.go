@@ -231,6 +231,15 @@ func (s *Subscriber) Unfollow(service string) (bool, error) {
 	return true, err
 }
 
+// MayHold reports whether the registry may hold a record of service
+// (serverlist.Registry.MayHold): a cheap check before Follow, bounded by
+// the registry timeout.
+func (s *Subscriber) MayHold(ctx context.Context, service string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RegistryTimeout)
+	defer cancel()
+	return s.reg.MayHold(ctx, service)
+}
+
 // Followed returns the services a scoped subscriber follows, sorted; nil
 // for one that follows every service.
 func (s *Subscriber) Followed() []string { return s.scope.names() }
