@@ -32,8 +32,16 @@ type advisoryRig struct {
 
 func newAdvisoryRig(t *testing.T) *advisoryRig {
 	t.Helper()
+	return newAdvisoryRigWith(t, subscriber.Config{})
+}
+
+// newAdvisoryRigWith is newAdvisoryRig with a gateway configured by cfg
+// (its advisory subject set).
+func newAdvisoryRigWith(t *testing.T, cfg subscriber.Config) *advisoryRig {
+	t.Helper()
 	srv := natstest.Start(t, natstest.WithAdvisories(t, events.DefaultPrefix))
-	g := startGateway(t, srv, subscriber.Config{AdvisorySubject: events.DisconnectAdvisorySubject(events.DefaultPrefix)})
+	cfg.AdvisorySubject = events.DisconnectAdvisorySubject(events.DefaultPrefix)
+	g := startGateway(t, srv, cfg)
 	// Start's check proves the advisories arrive.
 	testutil.Eventually(t, "the advisories checked", func() bool {
 		return g.sub.Stats().Advisories.State == subscriber.AdvisoriesOn
@@ -52,10 +60,17 @@ type served struct {
 
 func (r *advisoryRig) announce(t *testing.T, i int) *served {
 	t.Helper()
+	return r.announceOf(t, "orders", i, true)
+}
+
+// announceOf announces instance i of service; mirrored says whether the
+// gateway follows the service (then it waits for its mirror to hold it).
+func (r *advisoryRig) announceOf(t *testing.T, service string, i int, mirrored bool) *served {
+	t.Helper()
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 	t.Cleanup(hs.Close)
 	host, port, _ := net.SplitHostPort(hs.Listener.Addr().String())
-	in := instance("orders", i, time.Now().UnixNano())
+	in := instance(service, i, time.Now().UnixNano())
 	in.Host = host
 	in.Port, _ = strconv.Atoi(port)
 	nc := r.srv.Connect(t, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
@@ -68,7 +83,9 @@ func (r *advisoryRig) announce(t *testing.T, i int) *served {
 		t.Fatal(err)
 	}
 	s := &served{in: in, nc: nc, pub: p, srv: hs}
-	r.g.waitMirrored(t, in)
+	if mirrored {
+		r.g.waitMirrored(t, in)
+	}
 	return s
 }
 
@@ -130,6 +147,36 @@ func TestAdvisoryRemovesACrashedInstance(t *testing.T) {
 	// removed it, not the registry.
 	if _, ok := r.g.sub.Mirror().Entry("orders", crashed.in.InstanceID); !ok {
 		t.Fatal("the crashed instance's record is gone already; the test proves nothing")
+	}
+}
+
+// TestAdvisoryOnAScopedGateway: a gateway that follows orders only is
+// sent every advisory; one naming the connection of a service it does not
+// follow matches no record (its mirror does not hold it) and costs a map
+// lookup; a crash of a followed instance is removed by its advisory as on
+// a gateway that follows everything.
+func TestAdvisoryOnAScopedGateway(t *testing.T) {
+	r := newAdvisoryRigWith(t, subscriber.Config{Services: []string{"orders"}})
+	crashed := r.announce(t, 1)
+	kept := r.announce(t, 2)
+	other := r.announceOf(t, "billing", 3, false)
+
+	received := r.g.sub.Stats().Advisories.Received
+	other.srv.Close()
+	other.nc.Close()
+	testutil.Eventually(t, "the unfollowed instance's advisory handled", func() bool { return r.g.sub.Stats().Advisories.Received > received })
+	if st := r.g.sub.Stats().Advisories; st.Matched != 0 || st.Removals != 0 {
+		t.Fatalf("an advisory of an unfollowed service's connection matched: %+v", st)
+	}
+
+	crashed.srv.Close()
+	crashed.nc.Close()
+	r.g.waitCause(t, "orders", crashed.in.InstanceID, events.CauseAdvisory)
+	if a := r.g.sub.Stats().Advisories; a.Matched != 1 || a.Removals != 1 {
+		t.Fatalf("advisory stats %+v, want one match and one removal", a)
+	}
+	if ids := r.g.ids("orders"); !slices.Equal(ids, []string{kept.in.InstanceID}) {
+		t.Fatalf("orders lists %v, want only %s", ids, kept.in.InstanceID)
 	}
 }
 
