@@ -178,6 +178,11 @@ type Mirror struct {
 	skippedMu sync.Mutex
 	skipped   map[string]struct{}
 
+	// serviceRevs holds, in a mirror that is not scoped, the revision of
+	// the last entry of each service applied (ServiceRevision); a scoped
+	// mirror keeps it per followed service (scopeWant.rev).
+	serviceRevs revisions
+
 	// The services a scoped mirror follows (mirror_scope.go): Follow and
 	// Unfollow change wants under scopeMu and signal scopeSignal; the
 	// mirror's goroutine starts and stops the watches to match.
@@ -548,10 +553,16 @@ func (m *Mirror) handle(ss *session, sw *scopeWatch, e jetstream.KeyValueEntry) 
 		rev := m.revBase + e.Revision()
 		m.applyFresh(sw.fresh, sw.freshSkipped, e, rev)
 		sw.freshRev = max(sw.freshRev, rev)
+		if sw.service == "" {
+			sw.freshServiceRev(e.Key(), rev)
+		}
 	default:
 		rev := m.revBase + e.Revision()
 		m.apply(e, rev)
 		sw.applied(rev)
+		if sw.service == "" {
+			m.serviceRevs.note(serviceOfKey(e.Key()), rev)
+		}
 		// Published last: a reader that sees this revision sees its
 		// effect and the OnChange call for it.
 		m.advanceRevision(rev)

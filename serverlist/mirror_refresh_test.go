@@ -149,7 +149,7 @@ func TestMirrorRefreshCostsNothing(t *testing.T) {
 		for _, e := range ents {
 			rev++
 			m.apply(refreshOf(e, rev), rev)
-			if got, _ := m.Entry(serviceOfKey(t, e.key), idOfKey(t, e.key)); got.Revision != rev || lastRev != rev {
+			if got, _ := m.Entry(decodedService(t, e.key), idOfKey(t, e.key)); got.Revision != rev || lastRev != rev {
 				t.Fatalf("after a refresh at %d: entry revision %d, OnRefresh revision %d", rev, got.Revision, lastRev)
 			}
 		}
@@ -227,7 +227,7 @@ func snapshot(m *Mirror) []any {
 	return out
 }
 
-func serviceOfKey(t *testing.T, key string) string {
+func decodedService(t *testing.T, key string) string {
 	s, _, err := DecodeKey(key)
 	if err != nil {
 		t.Fatal(err)

@@ -52,6 +52,50 @@ type scopeWatch struct {
 	fresh        map[string]map[string]*mirrorEntry
 	freshSkipped map[string]struct{}
 	freshRev     uint64 // the highest revision among the initial values
+	// freshRevs is freshRev per service, for the all scope.
+	freshRevs map[string]uint64
+}
+
+// freshServiceRev records an initial value of the all scope at rev.
+func (sw *scopeWatch) freshServiceRev(key string, rev uint64) {
+	service := serviceOfKey(key)
+	if cur, ok := sw.freshRevs[service]; ok {
+		sw.freshRevs[service] = max(cur, rev)
+		return
+	}
+	if sw.freshRevs == nil {
+		sw.freshRevs = make(map[string]uint64)
+	}
+	sw.freshRevs[strings.Clone(service)] = rev
+}
+
+// serviceOfKey is the service part of a record's key.
+func serviceOfKey(key string) string {
+	service, _, _ := strings.Cut(key, ".")
+	return service
+}
+
+// revisions maps services to the revision of their last entry applied:
+// written by the mirror's goroutine, read by any.
+type revisions struct{ m sync.Map } // service -> *atomic.Uint64
+
+// note raises service's revision to rev.
+func (r *revisions) note(service string, rev uint64) {
+	v, ok := r.m.Load(service)
+	if !ok {
+		v, _ = r.m.LoadOrStore(strings.Clone(service), new(atomic.Uint64))
+	}
+	if a := v.(*atomic.Uint64); rev > a.Load() {
+		a.Store(rev)
+	}
+}
+
+// get returns service's revision, 0 for none.
+func (r *revisions) get(service string) uint64 {
+	if v, ok := r.m.Load(service); ok {
+		return v.(*atomic.Uint64).Load()
+	}
+	return 0
 }
 
 func newScopeWatch(service string, want *scopeWant, w jetstream.KeyWatcher, cancel context.CancelFunc) *scopeWatch {
@@ -196,13 +240,15 @@ func (m *Mirror) Followed() []string {
 }
 
 // ServiceRevision returns the revision of the last registry entry of
-// service the mirror applied: once it reaches r, the read methods reflect
-// every entry of the service up to revision r. It is Revision for a
-// mirror that is not scoped, and 0 for a service a scoped mirror does not
-// follow or has not synced yet.
+// service the mirror applied (a put, a refresh or a removal of one of its
+// records): once it reaches r, the read methods reflect every entry of
+// the service up to revision r. Two mirrors of one bucket, scoped or not,
+// that applied the same entries of a service report the same revision for
+// it, so that clients can be compared. 0 for a service the mirror has no
+// entry of, or that a scoped mirror does not follow or has not synced.
 func (m *Mirror) ServiceRevision(service string) uint64 {
 	if !m.cfg.Scoped {
-		return m.revision.Load()
+		return m.serviceRevs.get(service)
 	}
 	m.scopeMu.Lock()
 	w := m.wants[service]
@@ -272,6 +318,10 @@ func (m *Mirror) install(ss *session, sw *scopeWatch) {
 		m.skippedMu.Lock()
 		m.skipped = sw.freshSkipped
 		m.skippedMu.Unlock()
+		for service, rev := range sw.freshRevs {
+			m.serviceRevs.note(service, rev)
+		}
+		sw.freshRevs = nil
 	} else {
 		m.swapService(sw.service, sw.fresh[sw.service], sw.freshRev)
 		m.replaceSkipped(sw.service, sw.freshSkipped)

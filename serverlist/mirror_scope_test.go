@@ -197,3 +197,35 @@ func TestRegistryMayHold(t *testing.T) {
 		t.Errorf("MayHold of an invalid name = %v", err)
 	}
 }
+
+// TestServiceRevisionAgreesAcrossMirrors: a scoped mirror and one of
+// every record report the same revision for a service once they applied
+// its entries: the revision of its last write, a removal included, not
+// the other services'.
+func TestServiceRevisionAgreesAcrossMirrors(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{})
+	ctx := testCtx(t, 5*time.Second)
+	register(t, e.reg, inst("orders", "a1", 1), inst("orders", "a2", 2))
+	all := startMirror(t, e.reg, serverlist.MirrorConfig{})
+	scoped := startMirror(t, e.reg, serverlist.MirrorConfig{Scoped: true, Services: []string{"orders"}})
+	if a, s := all.ServiceRevision("orders"), scoped.ServiceRevision("orders"); a == 0 || a != s {
+		t.Fatalf("after the first sync: %d (all) and %d (scoped)", a, s)
+	}
+	if err := e.reg.Deregister(ctx, "orders", "a1"); err != nil {
+		t.Fatal(err)
+	}
+	last := register(t, e.reg, inst("billing", "b1", 3))
+	waitApplied(t, all, last)
+	testutil.Eventually(t, "the scoped mirror to apply the removal", func() bool { _, ok := scoped.Get("orders", "a1"); return !ok })
+	a, s := all.ServiceRevision("orders"), scoped.ServiceRevision("orders")
+	if a != s || a >= last || a == 0 {
+		t.Fatalf("after a removal of orders and a write of billing at %d: orders at %d (all) and %d (scoped); want equal, below %d", last, a, s, last)
+	}
+	if got := all.ServiceRevision("billing"); got != last {
+		t.Fatalf("billing's revision %d, want %d", got, last)
+	}
+	if got := scoped.ServiceRevision("billing"); got != 0 {
+		t.Fatalf("the scoped mirror reports %d for billing, which it does not follow", got)
+	}
+}

@@ -272,7 +272,7 @@ func (s *Subscriber) gossip(service, id string, incarnation int64, alive bool) {
 		s.stats.drop(DropLimit)
 		return
 	}
-	out := s.table.event(service, id, incarnation, alive, fromGossip, s.mirror.Revision(), now)
+	out := s.table.event(service, id, incarnation, alive, fromGossip, s.mirror.ServiceRevision(service), now)
 	if out == applied {
 		s.noteLocked(service, id, events.CauseGossip, time.Time{})
 	}
@@ -324,9 +324,10 @@ func (s *Subscriber) onMsg(msg *nats.Msg) {
 			Msg("dropped event: a new instance beyond the limits (unconfirmed instances, services, instances per service)")
 		return
 	}
-	// The mirror's revision now: a registry write after it is newer than
-	// this event, and may undo an offline it records.
-	out := s.table.event(ev.Service, ev.InstanceID, ev.Incarnation, ev.Kind == events.Online, fromEvent, s.mirror.Revision(), now)
+	// The mirror's revision of the service now: a registry write of it
+	// after this is newer than the event, and may undo an offline it
+	// records.
+	out := s.table.event(ev.Service, ev.InstanceID, ev.Incarnation, ev.Kind == events.Online, fromEvent, s.mirror.ServiceRevision(ev.Service), now)
 	if out == applied {
 		cause := events.CauseAnnounce
 		if ev.Kind == events.Offline {
@@ -518,7 +519,7 @@ func (s *Subscriber) reconcile(ctx context.Context, service string, cause events
 	absent := s.table.liveAbsent(service, truth)
 	s.mu.Unlock()
 	for _, id := range absent {
-		asOf := s.mirror.Revision()
+		asOf := s.mirror.ServiceRevision(service)
 		rctx, cancel := context.WithTimeout(ctx, s.cfg.RegistryTimeout)
 		in, err := s.reg.Get(rctx, service, id)
 		cancel()
