@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/convergence"
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/lbhttp"
 	"github.com/pushlb/pushlb/lbvisitor"
@@ -61,7 +62,8 @@ type parts struct {
 	stopScaling func() // stops the bucket's scale-up (started last)
 	gossip      *gossip.Node
 	janitor     *lbvisitor.Janitor
-	reaper      *serverlist.Reaper // nil without Config.Reaper
+	reaper      *serverlist.Reaper    // nil without Config.Reaper
+	reporter    *convergence.Reporter // nil without Config.Report.ID
 }
 
 // New builds a client over nc with cfg (the zero Config is the default
@@ -206,6 +208,16 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 			return nil, fmt.Errorf("pushlb: reaper: %w", err)
 		}
 	}
+	if o.Report.ID != "" {
+		p.reporter, err = convergence.NewReporter(c.nc, convergence.ReporterConfig{
+			Prefix: o.Prefix, ID: o.Report.ID, Interval: o.Report.Interval, Source: p.applied, Logger: o.log,
+		})
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("pushlb: report: %w", err)
+		}
+		p.reporter.Start()
+	}
 	p.stopScaling = reg.ScaleUpInBackground(registryScaleTimeout)
 	return p, nil
 }
@@ -282,8 +294,20 @@ func startGossip(ctx context.Context, cfg gossip.Config, h gossip.Handler, o opt
 	return n, nil
 }
 
+// applied returns what the client applied of each service delivered.
+func (p *parts) applied() map[string]convergence.Applied {
+	out := make(map[string]convergence.Applied)
+	p.sub.AppliedAll(func(service string, a subscriber.Applied) {
+		out[service] = convergence.Applied{Revision: a.Revision, At: a.At}
+	})
+	return out
+}
+
 // close stops the started parts in reverse order.
 func (p *parts) close() {
+	if p.reporter != nil {
+		p.reporter.Close()
+	}
 	if p.stopScaling != nil {
 		p.stopScaling()
 	}

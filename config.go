@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/convergence"
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/lbvisitor"
@@ -130,6 +131,12 @@ type Config struct {
 	// advisories the client logs once that it falls back to gossip and
 	// leases, and works as before.
 	Advisories Advisories
+	// Report, when its ID is set, makes the client publish what it has
+	// applied of each service it follows (the registry revision its list
+	// reflects, and when) on <Prefix>.report.<ID>, at most once per
+	// interval, for a fleet view (convergence.Viewer, the gateway's
+	// /-/fleet): docs/protocol.md, "Convergence reports". Default: off.
+	Report ReportConfig
 	// Gossip, when set, makes the client a gossip (memberlist) member with
 	// the gateway role, so crashed instances that joined the same cluster
 	// (announce -gossip) leave the balancers within the profile's detection
@@ -175,6 +182,17 @@ type Advisories struct {
 	ProbeTimeout time.Duration `yaml:"probeTimeout"`
 }
 
+// ReportConfig configures a client's convergence reports (Config.Report).
+type ReportConfig struct {
+	// ID names the client in its reports: one subject token of
+	// [A-Za-z0-9_-]. Empty: no reports.
+	ID string `yaml:"id"`
+	// Interval is the least time between two reports (one goes out when
+	// something was applied since the last, and every 10 intervals
+	// regardless). Default 1 s; at least 100 ms.
+	Interval time.Duration `yaml:"interval"`
+}
+
 // FollowMode says what a client follows (Config.Follow).
 type FollowMode string
 
@@ -205,6 +223,7 @@ func DefaultConfig() Config {
 		ServiceGrace:  DefaultServiceGrace,
 		EmptyListHold: DefaultEmptyListHold,
 		IdleUnfollow:  DefaultIdleUnfollow,
+		Report:        ReportConfig{Interval: convergence.DefaultInterval},
 		FollowTimeout: lbvisitor.DefaultFollowTimeout,
 		Limits: Limits{
 			UnconfirmedInstances: subscriber.DefaultMaxUnconfirmed,
@@ -274,6 +293,15 @@ func (c Config) resolve() (Config, error) {
 		bad("Follow", "%q: all, listed or requested", c.Follow)
 	}
 	orDefault("IdleUnfollow", &c.IdleUnfollow, def.IdleUnfollow)
+	orDefault("Report.Interval", &c.Report.Interval, def.Report.Interval)
+	if c.Report.Interval < convergence.MinInterval {
+		bad("Report.Interval", "%v is below %v", c.Report.Interval, convergence.MinInterval)
+	}
+	if c.Report.ID != "" {
+		if err := convergence.ValidateID(c.Report.ID); err != nil {
+			bad("Report.ID", "%w", err)
+		}
+	}
 	orDefault("FollowTimeout", &c.FollowTimeout, def.FollowTimeout)
 	if c.Lease != 0 && c.Lease < serverlist.MinTTL {
 		bad("Lease", "%v is below the minimum %v (0: the bucket's)", c.Lease, serverlist.MinTTL)

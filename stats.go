@@ -260,7 +260,7 @@ func (c *Client) serviceStats(sv *lbvisitor.Service) ServiceStats {
 	}
 	ss.Reachable, ss.Ejected = Balancer{b}.reachable()
 	if p := c.started(); p != nil {
-		ss.Revision = p.sub.AppliedRevision(sv.Name())
+		ss.Revision = p.sub.Applied(sv.Name()).Revision
 	}
 	return ss
 }

@@ -55,7 +55,7 @@ type Subscriber struct {
 	resynced map[string]bool
 
 	deliveries atomic.Uint64 // ListChanged revisions, one sequence for every service
-	applied    sync.Map      // service -> *atomic.Uint64: AppliedRevision
+	applied    sync.Map      // service -> *atomic.Pointer[Applied]
 	sched      *scheduler    // when each service is delivered (scheduler.go)
 
 	// dmu guards the fields below (but regSignal, a channel). It may be
@@ -618,8 +618,8 @@ func (s *Subscriber) sendList(service string) (known bool, err error) {
 }
 
 // noteApplied records that the Handler took a list of service that
-// reflects the registry up to rev (AppliedRevision); a service the table
-// forgot is forgotten here too.
+// reflects the registry up to rev (Applied); a service the table forgot
+// is forgotten here too.
 func (s *Subscriber) noteApplied(service string, rev uint64, known bool) {
 	if !known {
 		s.applied.Delete(service)
@@ -627,29 +627,50 @@ func (s *Subscriber) noteApplied(service string, rev uint64, known bool) {
 	}
 	v, ok := s.applied.Load(service)
 	if !ok {
-		v, _ = s.applied.LoadOrStore(service, new(atomic.Uint64))
+		v, _ = s.applied.LoadOrStore(service, new(atomic.Pointer[Applied]))
 	}
-	a := v.(*atomic.Uint64)
-	for {
-		cur := a.Load()
-		if rev <= cur || a.CompareAndSwap(cur, rev) {
-			return
-		}
+	p := v.(*atomic.Pointer[Applied])
+	if cur := p.Load(); cur != nil && cur.Revision >= rev {
+		return
 	}
+	// One goroutine delivers a service at a time: no race between the
+	// load and the store.
+	p.Store(&Applied{Revision: rev, At: time.Now()})
 }
 
-// AppliedRevision returns the registry revision of service that the
-// Handler has applied: the last list it took without error reflected
-// every registry write of the service up to this revision (see
-// serverlist.Mirror.ServiceRevision). Zero for a service not delivered
-// yet. A change written at revision r has reached the Handler once this
-// is r or more: the convergence of one client, which a fleet view
-// compares across clients.
-func (s *Subscriber) AppliedRevision(service string) uint64 {
+// Applied is the registry revision of a service that the Handler has
+// applied, and when.
+type Applied struct {
+	// Revision is the registry revision the service's last list handled
+	// without error reflected: every registry write of the service up to
+	// it (see serverlist.Mirror.ServiceRevision). A change written at
+	// revision r has reached the Handler once this is r or more.
+	Revision uint64 `json:"revision"`
+	// At is when the Handler took that list.
+	At time.Time `json:"at"`
+}
+
+// Applied returns what the Handler has applied of service: the
+// convergence of one client, which a fleet view compares across clients.
+// The zero Applied for a service not delivered yet.
+func (s *Subscriber) Applied(service string) Applied {
 	if v, ok := s.applied.Load(service); ok {
-		return v.(*atomic.Uint64).Load()
+		if a := v.(*atomic.Pointer[Applied]).Load(); a != nil {
+			return *a
+		}
 	}
-	return 0
+	return Applied{}
+}
+
+// AppliedAll calls f with what the Handler has applied of each service
+// delivered, in no particular order.
+func (s *Subscriber) AppliedAll(f func(service string, a Applied)) {
+	s.applied.Range(func(k, v any) bool {
+		if a := v.(*atomic.Pointer[Applied]).Load(); a != nil {
+			f(k.(string), *a)
+		}
+		return true
+	})
 }
 
 // pruneChangesLocked forgets the causes of instances the table forgot, so

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/convergence"
 )
 
 // State is what /-/lb shows: every service the gateway balances, and the
@@ -240,6 +241,7 @@ func (g *Gateway) adminHandler() http.Handler {
 	mux.HandleFunc("GET /-/lb/events", g.dash.serveEvents)
 	mux.HandleFunc("GET /-/lb/service", g.serveService)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /-/fleet", g.serveFleet)
 	mux.HandleFunc("GET /healthz", g.serveHealth)
 	mux.HandleFunc("GET /readyz", g.serveReady)
 	if g.cfg.Pprof {
@@ -266,6 +268,7 @@ func (g *Gateway) endpoints() []endpoint {
 		{"/-/lb", "services, instances, zones and recent list changes: JSON, or a live page in a browser"},
 		{"/-/lb/events", "the same state pushed as server-sent events"},
 		{"/-/lb/service?name=SERVICE", "one service with its instances"},
+		{"/-/fleet", "per service, which gateways are behind the newest revision and for how long (fleetView)"},
 		{"/metrics", "Prometheus metrics"},
 		{"/healthz", "liveness: 200 while the process serves"},
 		{"/readyz", "readiness: 200 once the routing state is loaded"},
@@ -274,6 +277,22 @@ func (g *Gateway) endpoints() []endpoint {
 		eps = append(eps, endpoint{"/debug/pprof/", "Go profiles"})
 	}
 	return eps
+}
+
+// serveFleet is GET /-/fleet: the fleet view of a gateway with fleetView,
+// else a 404 that says how to turn it on.
+func (g *Gateway) serveFleet(w http.ResponseWriter, _ *http.Request) {
+	if g.fleet == nil {
+		http.Error(w, "no fleet view: run the gateway with fleetView: true (-fleet-view), and the gateways with report: {id: ...} (-report-id)", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(struct {
+		convergence.View
+		Stats convergence.ViewerStats `json:"stats"`
+	}{g.fleet.View(), g.fleet.Stats()})
 }
 
 // serveIndex is GET /: where to look, rather than a bare 404 for a person

@@ -15,6 +15,7 @@ import (
 	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/balancer/lbconfig"
+	"github.com/pushlb/pushlb/convergence"
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/base/yamlx"
@@ -86,6 +87,14 @@ type Config struct {
 	// FollowTimeout bounds the first request for a service not followed
 	// yet. Default 5s.
 	FollowTimeout time.Duration `yaml:"followTimeout"`
+	// Report, when its id is set, makes the gateway publish what it has
+	// applied of each service it follows on <prefix>.report.<id>, at most
+	// once per interval (pushlb.Config.Report), for a fleet view.
+	Report pushlb.ReportConfig `yaml:"report"`
+	// FleetView makes the gateway a viewer of every gateway's reports: its
+	// admin /-/fleet says, per service, which gateways are behind the
+	// newest revision and for how long. Default off.
+	FleetView bool `yaml:"fleetView"`
 	// ServiceGrace is how long a service with no instance left and no
 	// request keeps its balancer (services the balancer section names keep
 	// theirs). Default 5m.
@@ -180,6 +189,7 @@ func DefaultConfig() Config {
 		ShutdownTimeout: 10 * time.Second,
 		ServiceGrace:    pushlb.DefaultServiceGrace,
 		IdleUnfollow:    pushlb.DefaultIdleUnfollow,
+		Report:          pushlb.ReportConfig{Interval: convergence.DefaultInterval},
 		FollowTimeout:   5 * time.Second,
 		EmptyListHold:   pushlb.DefaultEmptyListHold,
 		RetryBudget:     lbhttp.DefaultRetryBudget,
@@ -362,6 +372,14 @@ func (c *Config) problems() problems {
 		}
 	default:
 		bad("follow", "%q: all, listed or requested", c.Follow)
+	}
+	if c.Report.ID != "" {
+		if err := convergence.ValidateID(c.Report.ID); err != nil {
+			bad("report.id", "%v", err)
+		}
+	}
+	if c.Report.Interval < convergence.MinInterval {
+		bad("report.interval", "%v is below %v", c.Report.Interval, convergence.MinInterval)
 	}
 	if c.IdleUnfollow <= 0 {
 		bad("idleUnfollow", "%v is not positive", c.IdleUnfollow)

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb"
+	"github.com/pushlb/pushlb/convergence"
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/cli/natsconn"
@@ -33,6 +34,7 @@ type Gateway struct {
 	nc        *nats.Conn
 	natsWatch *natsWatch
 	client    *pushlb.Client
+	fleet     *convergence.Viewer // with FleetView
 	demo      *demo
 	dash      *dashboard
 	pending   []Extension // to start
@@ -104,6 +106,14 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	if err := g.client.Start(ctx); err != nil {
 		return err
 	}
+	if g.cfg.FleetView {
+		if g.fleet, err = convergence.NewViewer(g.nc, convergence.ViewerConfig{Prefix: g.cfg.Prefix, Logger: g.log}); err != nil {
+			return fmt.Errorf("gateway: fleet view: %w", err)
+		}
+		if err := g.fleet.Start(); err != nil {
+			return fmt.Errorf("gateway: fleet view: %w", err)
+		}
+	}
 	for _, x := range g.pending {
 		if err := x.Start(ctx, g.client, g.log.With().Str("extension", x.Name()).Logger()); err != nil {
 			return fmt.Errorf("gateway: %s: %w", x.Name(), err)
@@ -151,6 +161,7 @@ func (g *Gateway) clientConfig() pushlb.Config {
 		Services:         c.Subscriber.Services,
 		IdleUnfollow:     c.IdleUnfollow,
 		FollowTimeout:    c.FollowTimeout,
+		Report:           c.Report,
 		Lease:            c.Lease,
 		RegistryReplicas: c.RegistryReplicas,
 		Balancers:        c.Balancer.ClientsConfig,
@@ -279,6 +290,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 			if e := g.exts[i].Stop(ctx); e != nil {
 				err = errors.Join(err, fmt.Errorf("gateway: %s: stop: %w", g.exts[i].Name(), e))
 			}
+		}
+		if g.fleet != nil {
+			g.fleet.Close()
 		}
 		if g.client != nil {
 			g.client.Close()

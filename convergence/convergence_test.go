@@ -1,0 +1,123 @@
+package convergence_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/pushlb/pushlb/convergence"
+	"github.com/pushlb/pushlb/internal/testkit/natstest"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"))
+}
+
+// source is a gateway's applied revisions, set by the test.
+type source struct {
+	mu sync.Mutex
+	m  map[string]convergence.Applied
+}
+
+func (s *source) set(service string, rev uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]convergence.Applied{}
+	}
+	s.m[service] = convergence.Applied{Revision: rev, At: time.Now()}
+}
+
+func (s *source) get() map[string]convergence.Applied {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]convergence.Applied, len(s.m))
+	for k, v := range s.m {
+		out[k] = v
+	}
+	return out
+}
+
+// behind returns the gateways the view lists behind on service.
+func behind(v convergence.View, service string) []string {
+	var out []string
+	for _, sv := range v.Services {
+		if sv.Name == service {
+			for _, b := range sv.Behind {
+				out = append(out, b.Gateway)
+			}
+		}
+	}
+	return out
+}
+
+// TestViewerTellsWhoIsBehind: two gateways report; when one applies a
+// newer revision of a service, the other is listed behind on it (not on
+// the service it does not follow) until it applies it too.
+func TestViewerTellsWhoIsBehind(t *testing.T) {
+	srv := natstest.Start(t)
+	v, err := convergence.NewViewer(srv.Connect(t), convergence.ViewerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	var a, b source
+	a.set("orders", 10)
+	b.set("orders", 10)
+	b.set("billing", 5)
+	for id, s := range map[string]*source{"gw-a": &a, "gw-b": &b} {
+		r, err := convergence.NewReporter(srv.Connect(t), convergence.ReporterConfig{ID: id, Interval: convergence.MinInterval, Source: s.get})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Start()
+		defer r.Close()
+	}
+	testutil.Eventually(t, "both gateways in the view", func() bool { return len(v.View().Gateways) == 2 })
+	a.set("orders", 12)
+	testutil.Eventually(t, "gw-b behind on orders", func() bool { return strings.Join(behind(v.View(), "orders"), ",") == "gw-b" })
+	view := v.View()
+	if got := behind(view, "billing"); len(got) != 0 {
+		t.Fatalf("behind on billing, which gw-a does not follow: %v", got)
+	}
+	for _, sv := range view.Services {
+		if sv.Name == "orders" && (sv.Revision != 12 || sv.Gateways != 2 || sv.Behind[0].Revision != 10) {
+			t.Fatalf("orders in the view: %+v", sv)
+		}
+	}
+	b.set("orders", 12)
+	testutil.Eventually(t, "gw-b caught up", func() bool { return len(behind(v.View(), "orders")) == 0 })
+	if st := v.Stats(); st.Dropped != 0 || st.Received < 4 {
+		t.Fatalf("viewer stats %+v", st)
+	}
+}
+
+// TestDecodeChecksReports: a report must come on its gateway's subject,
+// in this version, with valid service names and within the size limit.
+func TestDecodeChecksReports(t *testing.T) {
+	ok := `{"v":1,"gateway":"gw-1","at":"2026-12-05T10:00:00Z","seq":1,"services":{"orders":{"revision":3,"at":"2026-12-05T10:00:00Z"}}}`
+	if r, err := convergence.Decode("lb", "lb.report.gw-1", []byte(ok)); err != nil || r.Services["orders"].Revision != 3 {
+		t.Fatalf("a valid report: %+v, %v", r, err)
+	}
+	for name, c := range map[string]struct{ subject, data string }{
+		"another gateway's subject": {"lb.report.gw-2", ok},
+		"another prefix":            {"other.report.gw-1", ok},
+		"version":                   {"lb.report.gw-1", strings.Replace(ok, `"v":1`, `"v":2`, 1)},
+		"no seq":                    {"lb.report.gw-1", strings.Replace(ok, `"seq":1`, `"seq":0`, 1)},
+		"bad service":               {"lb.report.gw-1", strings.Replace(ok, `"orders"`, `"a.b"`, 1)},
+		"not JSON":                  {"lb.report.gw-1", "{"},
+		"too large":                 {"lb.report.gw-1", ok + strings.Repeat(" ", convergence.MaxReportSize)},
+	} {
+		if _, err := convergence.Decode("lb", c.subject, []byte(c.data)); !errors.Is(err, convergence.ErrInvalidReport) {
+			t.Errorf("%s: %v, want ErrInvalidReport", name, err)
+		}
+	}
+}
