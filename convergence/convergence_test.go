@@ -2,6 +2,8 @@ package convergence_test
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -119,5 +121,24 @@ func TestDecodeChecksReports(t *testing.T) {
 		if _, err := convergence.Decode("lb", c.subject, []byte(c.data)); !errors.Is(err, convergence.ErrInvalidReport) {
 			t.Errorf("%s: %v, want ErrInvalidReport", name, err)
 		}
+	}
+}
+
+// TestProtocolDocReport: the report of docs/protocol.md, section 8,
+// decodes, on its gateway's subject.
+func TestProtocolDocReport(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "protocol.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "## 8. Convergence reports")
+	if !ok {
+		t.Fatal("docs/protocol.md has no section 8. Convergence reports")
+	}
+	_, block, _ := strings.Cut(section, "```json\n")
+	payload, _, _ := strings.Cut(block, "```")
+	r, err := convergence.Decode("lb", convergence.Subject("lb", "gw-1"), []byte(payload))
+	if err != nil || r.Services["orders"].Revision != 1234 {
+		t.Fatalf("the documented report: %+v, %v", r, err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	pushlb "github.com/pushlb/pushlb"
+	"github.com/pushlb/pushlb/convergence"
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/internal/cli/natsconn"
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
@@ -47,9 +48,10 @@ const (
 	orders   role = "ANNOUNCE_ORDERS"
 	billing  role = "ANNOUNCE_BILLING"
 	reaper   role = "REAPER"
+	viewer   role = "VIEWER"
 )
 
-var roles = []role{operator, gateway, orders, billing, reaper}
+var roles = []role{operator, gateway, orders, billing, reaper, viewer}
 
 // user is the user name users.conf gives a role: pushlb-announce-orders.
 func (r role) user() string {
@@ -278,7 +280,7 @@ func testPermissions(t *testing.T, st style) {
 		t.Fatal(err)
 	}
 	defer gwConn.Close()
-	lb, err := pushlb.New(gwConn, pushlb.Config{Prefix: prefix, Reaper: true}, pushlb.WithLogger(gwLog))
+	lb, err := pushlb.New(gwConn, pushlb.Config{Prefix: prefix, Reaper: true, Report: pushlb.ReportConfig{ID: gateway.user(), Interval: convergence.MinInterval}}, pushlb.WithLogger(gwLog))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,6 +425,36 @@ func testPermissions(t *testing.T, st style) {
 		if body, err := get("http://orders/x"); err != nil || body != "orders-1 /x" {
 			t.Fatalf("orders after the attempts: %q, %v", body, err)
 		}
+	})
+
+	t.Run("a gateway reports under its own ID, and only viewers read the reports", func(t *testing.T) {
+		vc := connect(t, srv, creds[viewer])
+		v, err := convergence.NewViewer(vc.nc, convergence.ViewerConfig{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := v.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer v.Close()
+		testutil.Eventually(t, "the gateway's report of orders", func() bool {
+			for _, sv := range v.View().Services {
+				if sv.Name == "orders" && sv.Gateways == 1 {
+					return true
+				}
+			}
+			return false
+		})
+		x := connect(t, srv, creds[gateway])
+		// Not under another gateway's ID.
+		x.refusedPublish(t, convergence.Subject(prefix, reaper.user()), []byte(`{}`))
+		// Not a reader of the reports.
+		if _, err := x.nc.Subscribe(convergence.WildcardSubject(prefix), func(*nats.Msg) {}); err != nil {
+			t.Fatal(err)
+		}
+		x.refusal(t, "Subscription", convergence.WildcardSubject(prefix))
+		x.sentinel(t)
+		vc.sentinel(t)
 	})
 
 	t.Run("advisories reach the gateway, and nobody may forge one", func(t *testing.T) {
