@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/internal/base/expiry"
 )
 
 // Follower follows services on demand; a scoped *subscriber.Subscriber is
@@ -84,7 +85,7 @@ type following struct {
 	// (publish, drop) and never held while another lock is taken.
 	mu       sync.Mutex
 	pending  map[string]*pendingFollow
-	negative map[string]time.Time // name -> until when it is answered unknown
+	negative *expiry.Set // names found absent, until when they are answered unknown
 	closed   bool
 
 	follows, notFound, failed, busy, negHits atomic.Uint64
@@ -108,7 +109,7 @@ func (f *following) init(cfg ServicesConfig) {
 	f.max = cmpOr(cfg.MaxFollowing, DefaultMaxFollowing)
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	f.pending = make(map[string]*pendingFollow)
-	f.negative = make(map[string]time.Time)
+	f.negative = expiry.New(maxNegative)
 }
 
 // cmpOr returns v, or def when v is not positive.
@@ -180,12 +181,9 @@ func (s *Services) startFollow(name string) (*pendingFollow, error) {
 	if p := f.pending[name]; p != nil {
 		return p, nil
 	}
-	if until, ok := f.negative[name]; ok {
-		if time.Now().Before(until) {
-			f.negHits.Add(1)
-			return nil, fmt.Errorf("%w: %s: not in the registry", ErrUnknownService, name)
-		}
-		delete(f.negative, name)
+	if f.negative.Has(name, time.Now()) {
+		f.negHits.Add(1)
+		return nil, fmt.Errorf("%w: %s: not in the registry", ErrUnknownService, name)
 	}
 	if len(f.pending) >= f.max {
 		f.busy.Add(1)
@@ -240,7 +238,8 @@ func (s *Services) runFollow(name string, p *pendingFollow) {
 		f.follows.Add(1)
 	case !found && errors.Is(err, ErrUnknownService):
 		f.notFound.Add(1)
-		f.rememberAbsentLocked(name)
+		now := time.Now()
+		f.negative.Add(name, now.Add(f.negativeTTL), now)
 	default:
 		f.failed.Add(1)
 	}
@@ -253,23 +252,6 @@ func (s *Services) runFollow(name string, p *pendingFollow) {
 	}
 	p.err = err
 	close(p.done)
-}
-
-// rememberAbsentLocked answers name unknown for NegativeTTL. The memory is
-// bounded: when full, expired names go, and if none has, all of them.
-func (f *following) rememberAbsentLocked(name string) {
-	now := time.Now()
-	if len(f.negative) >= maxNegative {
-		for n, until := range f.negative {
-			if now.After(until) {
-				delete(f.negative, n)
-			}
-		}
-		if len(f.negative) >= maxNegative {
-			clear(f.negative)
-		}
-	}
-	f.negative[name] = now.Add(f.negativeTTL)
 }
 
 // settled tells a follow under way that its service was published or

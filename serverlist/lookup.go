@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pushlb/pushlb/internal/base/ctxutil"
+	"github.com/pushlb/pushlb/internal/base/expiry"
 )
 
 // Lookup defaults. The seed system slept 3 x 3 s on a registry miss; an
@@ -135,7 +136,7 @@ type Lookup struct {
 	budget *tokenBucket
 
 	negMu    sync.Mutex
-	negative map[string]time.Time // key -> expiry
+	negative *expiry.Set // keys found absent, until NegativeTTL after
 
 	hits, misses, fallbacks, failures, reads, negHits, limited atomic.Uint64
 }
@@ -152,7 +153,7 @@ func NewLookup(reg *Registry, mirror *Mirror, cfg LookupConfig) (*Lookup, error)
 		return nil, err
 	}
 	return &Lookup{reg: reg, mirror: mirror, cfg: cfg, now: time.Now,
-		budget: newTokenBucket(cfg.ReadsPerSecond, time.Now), negative: map[string]time.Time{}}, nil
+		budget: newTokenBucket(cfg.ReadsPerSecond, time.Now), negative: expiry.New(maxNegative)}, nil
 }
 
 // Config returns the configuration in effect, defaults filled in.
@@ -333,15 +334,7 @@ func (l *Lookup) readRound(ctx context.Context, service string, ids []string, mi
 func (l *Lookup) negativeHit(key string) bool {
 	l.negMu.Lock()
 	defer l.negMu.Unlock()
-	exp, ok := l.negative[key]
-	if !ok {
-		return false
-	}
-	if l.now().After(exp) {
-		delete(l.negative, key)
-		return false
-	}
-	return true
+	return l.negative.Has(key, l.now())
 }
 
 // remember caches key as absent for NegativeTTL.
@@ -349,17 +342,7 @@ func (l *Lookup) remember(key string) {
 	l.negMu.Lock()
 	defer l.negMu.Unlock()
 	now := l.now()
-	if len(l.negative) >= maxNegative {
-		for k, exp := range l.negative {
-			if now.After(exp) {
-				delete(l.negative, k)
-			}
-		}
-		if len(l.negative) >= maxNegative {
-			clear(l.negative)
-		}
-	}
-	l.negative[key] = now.Add(l.cfg.NegativeTTL)
+	l.negative.Add(key, now.Add(l.cfg.NegativeTTL), now)
 }
 
 // tokenBucket is a rate limit: rate tokens a second, at most rate stored.
