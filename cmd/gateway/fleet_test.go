@@ -2,7 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -86,6 +89,17 @@ func TestFleetViewShowsAPausedGateway(t *testing.T) {
 	testutil.Eventually(t, "the paused gateway listed behind on orders", func() bool {
 		return slices.Equal(viewer.fleet(t).behind("orders"), []string{"gw-3"})
 	})
+	req, _ := http.NewRequest("GET", "http://"+viewer.admin+"/-/fleet", nil)
+	req.Header.Set("Accept", "text/html")
+	if resp, err := client.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(page), `<span class=behind>gw-3 at `) {
+			t.Errorf("the fleet page does not show gw-3 behind:\n%s", page)
+		}
+	}
 
 	paused.Signal(t, syscall.SIGCONT)
 	testutil.Eventually(t, "the paused gateway caught up", func() bool { return len(viewer.fleet(t).behind("orders")) == 0 })

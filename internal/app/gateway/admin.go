@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html"
+	"html/template"
 	"io"
 	"net/http"
 	"strings"
@@ -268,7 +269,7 @@ func (g *Gateway) endpoints() []endpoint {
 		{"/-/lb", "services, instances, zones and recent list changes: JSON, or a live page in a browser"},
 		{"/-/lb/events", "the same state pushed as server-sent events"},
 		{"/-/lb/service?name=SERVICE", "one service with its instances"},
-		{"/-/fleet", "per service, which gateways are behind the newest revision and for how long (fleetView)"},
+		{"/-/fleet", "per service, which gateways are behind the newest revision and for how long (fleetView): JSON, or a page in a browser"},
 		{"/metrics", "Prometheus metrics"},
 		{"/healthz", "liveness: 200 while the process serves"},
 		{"/readyz", "readiness: 200 once the routing state is loaded"},
@@ -281,9 +282,17 @@ func (g *Gateway) endpoints() []endpoint {
 
 // serveFleet is GET /-/fleet: the fleet view of a gateway with fleetView,
 // else a 404 that says how to turn it on.
-func (g *Gateway) serveFleet(w http.ResponseWriter, _ *http.Request) {
+func (g *Gateway) serveFleet(w http.ResponseWriter, r *http.Request) {
 	if g.fleet == nil {
 		http.Error(w, "no fleet view: run the gateway with fleetView: true (-fleet-view), and the gateways with report: {id: ...} (-report-id)", http.StatusNotFound)
+		return
+	}
+	view := g.fleet.View()
+	if strings.Contains(r.Header.Get("Accept"), "text/html") {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		if err := fleetPage.Execute(w, view); err != nil {
+			g.log.Debug().Err(err).Msg("fleet page")
+		}
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -292,8 +301,22 @@ func (g *Gateway) serveFleet(w http.ResponseWriter, _ *http.Request) {
 	enc.Encode(struct {
 		convergence.View
 		Stats convergence.ViewerStats `json:"stats"`
-	}{g.fleet.View(), g.fleet.Stats()})
+	}{view, g.fleet.Stats()})
 }
+
+// fleetPage is /-/fleet for a browser: per service, the newest revision
+// and the gateways behind it; then the gateways. It refreshes itself.
+var fleetPage = template.Must(template.New("fleet").Parse(`<!doctype html><meta charset=utf-8>
+<meta http-equiv="refresh" content="2"><title>pushlb fleet</title>
+<style>body{font-family:sans-serif}td,th{padding:2px 8px;text-align:left}.behind{color:#b00}</style>
+<h1>Fleet convergence</h1><p>{{len .Gateways}} gateways, {{len .Services}} services, at {{.At.Format "15:04:05.000"}}</p>
+<table><tr><th>service</th><th>newest revision</th><th>gateways</th><th>behind</th></tr>
+{{range .Services}}<tr><td>{{.Name}}</td><td>{{.Revision}}</td><td>{{.Gateways}}</td><td>{{range .Behind}}<span class=behind>{{.Gateway}} at {{.Revision}} for {{.For}}</span> {{else}}none{{end}}</td></tr>
+{{end}}</table>
+<h2>Gateways</h2><table><tr><th>gateway</th><th>services</th><th>last report</th><th></th></tr>
+{{range .Gateways}}<tr><td>{{.ID}}</td><td>{{.Services}}</td><td>{{.LastReport.Format "15:04:05.000"}}</td><td>{{if .Stale}}stale{{end}}{{if .Truncated}} truncated{{end}}</td></tr>
+{{end}}</table>
+`))
 
 // serveIndex is GET /: where to look, rather than a bare 404 for a person
 // who opens the admin address. JSON, or a page of links for a browser.
