@@ -85,10 +85,13 @@ func TestScopedSubscriberFollowsOnDemand(t *testing.T) {
 	if err != nil || !found {
 		t.Fatalf("Follow(orders) = %v, %v; want found", found, err)
 	}
-	testutil.Eventually(t, "orders' list", func() bool { return len(g.ids("orders")) == 4 })
+	// The balancer takes a list before the test's handler records it:
+	// wait for the record.
+	testutil.Eventually(t, "orders' first list", func() bool { _, ok := g.firstList("orders"); return ok })
 	if lc, _ := g.firstList("orders"); len(lc.InstanceIDs) != 4 {
-		t.Fatalf("the first list of a service followed on demand = %v, want the registry's 4 instances", lc.InstanceIDs)
+		t.Fatalf("the first list of a service followed on demand = %+v, want the registry's 4 instances", lc)
 	}
+	testutil.Eventually(t, "orders' list", func() bool { return len(g.ids("orders")) == 4 })
 	if found, err := g.sub.Follow(ctx, "ghost"); err != nil || found {
 		t.Fatalf("Follow(ghost) = %v, %v; want not found", found, err)
 	}
