@@ -298,7 +298,7 @@ func startGossip(ctx context.Context, cfg gossip.Config, h gossip.Handler, o opt
 func (p *parts) applied() map[string]convergence.Applied {
 	out := make(map[string]convergence.Applied)
 	p.sub.AppliedAll(func(service string, a subscriber.Applied) {
-		out[service] = convergence.Applied{Revision: a.Revision, At: a.At}
+		out[service] = convergence.Applied{Revision: a.Revision, Digest: a.Digest, At: a.At}
 	})
 	return out
 }

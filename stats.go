@@ -222,6 +222,10 @@ type ServiceStats struct {
 	// returns it) has reached the list once Revision is r or more. Zero
 	// before the service's first list.
 	Revision uint64 `json:"revision"`
+	// Digest sums the list's instances (their IDs and incarnations): two
+	// clients with the same Digest route the same instances, whatever
+	// their Revisions. Empty before the service's first list.
+	Digest string `json:"digest,omitempty"`
 	// LastChange is the time of the last list change; zero before the first.
 	LastChange time.Time `json:"lastChange"`
 	// BreakerTrips counts the circuit breakers that tripped.
@@ -260,7 +264,8 @@ func (c *Client) serviceStats(sv *lbvisitor.Service) ServiceStats {
 	}
 	ss.Reachable, ss.Ejected = Balancer{b}.reachable()
 	if p := c.started(); p != nil {
-		ss.Revision = p.sub.Applied(sv.Name()).Revision
+		a := p.sub.Applied(sv.Name())
+		ss.Revision, ss.Digest = a.Revision, a.Digest
 	}
 	return ss
 }

@@ -26,13 +26,13 @@ type source struct {
 	m  map[string]convergence.Applied
 }
 
-func (s *source) set(service string, rev uint64) {
+func (s *source) set(service string, rev uint64, digest string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
 		s.m = map[string]convergence.Applied{}
 	}
-	s.m[service] = convergence.Applied{Revision: rev, At: time.Now()}
+	s.m[service] = convergence.Applied{Revision: rev, Digest: digest, At: time.Now()}
 }
 
 func (s *source) get() map[string]convergence.Applied {
@@ -60,7 +60,8 @@ func behind(v convergence.View, service string) []string {
 
 // TestViewerTellsWhoIsBehind: two gateways report; when one applies a
 // newer revision of a service, the other is listed behind on it (not on
-// the service it does not follow) until it applies it too.
+// the service it does not follow) until it applies it too. A newer
+// revision of the same list (lease refreshes) leaves nobody behind.
 func TestViewerTellsWhoIsBehind(t *testing.T) {
 	srv := natstest.Start(t)
 	v, err := convergence.NewViewer(srv.Connect(t), convergence.ViewerConfig{})
@@ -72,9 +73,9 @@ func TestViewerTellsWhoIsBehind(t *testing.T) {
 	}
 	defer v.Close()
 	var a, b source
-	a.set("orders", 10)
-	b.set("orders", 10)
-	b.set("billing", 5)
+	a.set("orders", 10, "list-1")
+	b.set("orders", 10, "list-1")
+	b.set("billing", 5, "list-b")
 	for id, s := range map[string]*source{"gw-a": &a, "gw-b": &b} {
 		r, err := convergence.NewReporter(srv.Connect(t), convergence.ReporterConfig{ID: id, Interval: convergence.MinInterval, Source: s.get})
 		if err != nil {
@@ -84,7 +85,7 @@ func TestViewerTellsWhoIsBehind(t *testing.T) {
 		defer r.Close()
 	}
 	testutil.Eventually(t, "both gateways in the view", func() bool { return len(v.View().Gateways) == 2 })
-	a.set("orders", 12)
+	a.set("orders", 12, "list-2")
 	testutil.Eventually(t, "gw-b behind on orders", func() bool { return strings.Join(behind(v.View(), "orders"), ",") == "gw-b" })
 	view := v.View()
 	if got := behind(view, "billing"); len(got) != 0 {
@@ -95,8 +96,21 @@ func TestViewerTellsWhoIsBehind(t *testing.T) {
 			t.Fatalf("orders in the view: %+v", sv)
 		}
 	}
-	b.set("orders", 12)
+	b.set("orders", 12, "list-2")
 	testutil.Eventually(t, "gw-b caught up", func() bool { return len(behind(v.View(), "orders")) == 0 })
+
+	a.set("orders", 15, "list-2")
+	testutil.Eventually(t, "gw-a's refreshed revision in the view", func() bool {
+		for _, sv := range v.View().Services {
+			if sv.Name == "orders" {
+				return sv.Revision == 15
+			}
+		}
+		return false
+	})
+	if got := behind(v.View(), "orders"); len(got) != 0 {
+		t.Fatalf("behind with the same list at an older revision: %v", got)
+	}
 	if st := v.Stats(); st.Dropped != 0 || st.Received < 4 {
 		t.Fatalf("viewer stats %+v", st)
 	}

@@ -35,10 +35,15 @@ type Report struct {
 }
 
 // Applied is what a gateway applied of one service: the registry revision
-// its list reflects, and when it applied it.
+// its list reflects, the list's digest, and when it applied that list.
 type Applied struct {
-	Revision uint64    `json:"revision"`
-	At       time.Time `json:"at"`
+	Revision uint64 `json:"revision"`
+	// Digest sums the list's instances (docs/protocol.md §8): two
+	// gateways with the same digest hold the same list, whatever their
+	// revisions (a lease refresh moves the revision, not the list). Empty
+	// when the reporter does not say.
+	Digest string    `json:"digest,omitempty"`
+	At     time.Time `json:"at"`
 }
 
 // Subject returns the subject of id's reports: <prefix>.report.<id>.

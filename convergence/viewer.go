@@ -66,7 +66,18 @@ type gatewayState struct {
 // when the Viewer first heard of it.
 type target struct {
 	revision uint64
-	since    time.Time
+	digest   string
+	since    time.Time // when digest was first reported with the newest revision
+}
+
+// lacks reports whether a gateway that applied a lacks the target's list:
+// an older revision and another list. A gateway whose revision is older
+// but whose list is the same only missed lease refreshes.
+func (t *target) lacks(a Applied) bool {
+	if a.Revision >= t.revision {
+		return false
+	}
+	return a.Digest == "" || t.digest == "" || a.Digest != t.digest
 }
 
 // NewViewer checks cfg and returns a Viewer over nc. It subscribes to
@@ -163,7 +174,10 @@ func (v *Viewer) onReport(msg *nats.Msg) {
 			v.services[name] = t
 		}
 		if a.Revision > t.revision {
-			t.revision, t.since = a.Revision, now
+			if a.Digest == "" || a.Digest != t.digest {
+				t.since = now
+			}
+			t.revision, t.digest = a.Revision, a.Digest
 		}
 	}
 }
@@ -218,12 +232,15 @@ type GatewayView struct {
 // ServiceView is one service across the gateways that follow it.
 type ServiceView struct {
 	Name string `json:"name"`
-	// Revision is the newest revision of the service any gateway applied;
-	// Since is when the Viewer first heard of it.
+	// Revision is the newest revision of the service any gateway applied
+	// and Digest the list at it (Applied.Digest); Since is when the
+	// Viewer first heard of that list at the newest revision.
 	Revision uint64    `json:"revision"`
+	Digest   string    `json:"digest,omitempty"`
 	Since    time.Time `json:"since"`
 	// Gateways counts the fresh gateways that follow it; Behind lists
-	// those whose list reflects an older revision, most behind first.
+	// those whose list reflects an older revision and differs from the
+	// newest (Digest), most behind first.
 	Gateways int      `json:"gateways"`
 	Behind   []Behind `json:"behind"`
 }
@@ -254,14 +271,14 @@ func (v *Viewer) View() View {
 	}
 	slices.SortFunc(out.Gateways, func(a, b GatewayView) int { return strings.Compare(a.ID, b.ID) })
 	for name, t := range v.services {
-		sv := ServiceView{Name: name, Revision: t.revision, Since: t.since, Behind: []Behind{}}
+		sv := ServiceView{Name: name, Revision: t.revision, Digest: t.digest, Since: t.since, Behind: []Behind{}}
 		for id, g := range fresh {
 			a, ok := g.report.Services[name]
 			if !ok {
 				continue
 			}
 			sv.Gateways++
-			if a.Revision < t.revision {
+			if t.lacks(a) {
 				sv.Behind = append(sv.Behind, Behind{Gateway: id, Revision: a.Revision, For: now.Sub(t.since)})
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pushlb/pushlb/balancer"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -75,17 +76,13 @@ func serverAt(id, addr, zone string) balancer.Server {
 	return balancer.Server{ID: id, Host: host, Port: p, Zone: zone}
 }
 
-// refusing returns a server whose address refuses connections: a listener
-// that was opened and closed.
+// refusing returns a server whose address refuses connections: a free
+// port from the tests' reserved range (testutil.FreePort), which no other
+// test binds; a port closed after a port-0 bind is the kernel's to hand
+// out again, to the next test's server.
 func refusing(t testing.TB, id string) balancer.Server {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return serverAt(id, addr, "")
+	return serverAt(id, testutil.FreeAddr(t), "")
 }
 
 // newBalancer builds a balancer holding servers, closed at cleanup.

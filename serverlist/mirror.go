@@ -558,11 +558,10 @@ func (m *Mirror) handle(ss *session, sw *scopeWatch, e jetstream.KeyValueEntry) 
 		}
 	default:
 		rev := m.revBase + e.Revision()
-		m.apply(e, rev)
-		sw.applied(rev)
-		if sw.service == "" {
-			m.serviceRevs.note(serviceOfKey(e.Key()), rev)
-		}
+		m.apply(e, rev, sw)
+		// Again for the entries apply calls no OnChange for (refreshes,
+		// skipped ones).
+		m.noteServiceRevision(sw, e.Key(), rev)
 		// Published last: a reader that sees this revision sees its
 		// effect and the OnChange call for it.
 		m.advanceRevision(rev)

@@ -81,7 +81,11 @@ func (m *Mirror) applyFresh(fresh map[string]map[string]*mirrorEntry, skipped ma
 // and the bytes' sum (valueSum), without decoding the value or allocating,
 // since it arrives for every instance every lease period. Anything else is decoded
 // and validated.
-func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
+//
+// sw is the watch the entry came from (nil in tests): the service's
+// revision (ServiceRevision) is noted before OnChange, so that a subscriber
+// which reconciles the service on its OnChange reads it.
+func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64, sw *scopeWatch) {
 	if svc, old := m.sameBytes(e); old != nil {
 		m.puts.Add(1)
 		m.refresh(svc.name, old, rev)
@@ -154,8 +158,22 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64) {
 	// After the state: a reader that finds the instance through the index
 	// finds its record (ByConnection checks it).
 	m.conns.update(svc.name, id, oldConn, curConn)
+	m.noteServiceRevision(sw, e.Key(), rev)
 	if m.cfg.OnChange != nil {
 		m.cfg.OnChange(svc.name)
+	}
+}
+
+// noteServiceRevision records rev as the revision of the last entry of
+// the service of key, as the watch sw sees it (ServiceRevision). A nil sw
+// notes nothing.
+func (m *Mirror) noteServiceRevision(sw *scopeWatch, key string, rev uint64) {
+	switch {
+	case sw == nil:
+	case sw.service == "":
+		m.serviceRevs.note(serviceOfKey(key), rev)
+	default:
+		sw.applied(rev)
 	}
 }
 

@@ -56,14 +56,14 @@ func TestMirrorSharesRepeatedStrings(t *testing.T) {
 	m.cfg.OnRefresh = func(string, string, int64, uint64) { refreshes++ }
 	cur, _ := m.Get(serviceOf(e.key), idOf(t, e.key))
 	cur.Metadata = map[string]string{"version": "1.2.4", "track": "canary"}
-	m.apply(put(t, e.key, cur), 1000)
+	m.apply(put(t, e.key, cur), 1000, nil)
 	if got, _ := m.Get(cur.Service, cur.InstanceID); changes != 1 || !got.Equal(cur) {
 		t.Fatalf("after a change of labels: %d changes, Get = %+v, want %+v", changes, got, cur)
 	}
 	reordered := &fakeEntry{key: e.key, rev: 1001, val: []byte(fmt.Sprintf(
 		`{"metadata":{"track":"canary","version":"1.2.4"},"service":%q,"instanceId":%q,"host":%q,"port":%d,"zone":%q,"incarnation":%d,"owner":%q}`,
 		cur.Service, cur.InstanceID, cur.Host, cur.Port, cur.Zone, cur.Incarnation, cur.Owner))}
-	m.apply(reordered, 1001)
+	m.apply(reordered, 1001, nil)
 	if changes != 1 || refreshes != 1 {
 		t.Fatalf("the same labels in another order: %d changes, %d refreshes, want 1 and 1", changes, refreshes)
 	}

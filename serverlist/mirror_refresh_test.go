@@ -111,7 +111,7 @@ func BenchmarkMirrorRefresh(b *testing.B) {
 				rev++
 				u := pools[pass%len(pools)][i]
 				u.rev = rev
-				m.apply(u, rev)
+				m.apply(u, rev, nil)
 				if i++; i == len(ents) {
 					i, pass = 0, pass+1
 				}
@@ -148,7 +148,7 @@ func TestMirrorRefreshCostsNothing(t *testing.T) {
 	for range rounds {
 		for _, e := range ents {
 			rev++
-			m.apply(refreshOf(e, rev), rev)
+			m.apply(refreshOf(e, rev), rev, nil)
 			if got, _ := m.Entry(decodedService(t, e.key), idOfKey(t, e.key)); got.Revision != rev || lastRev != rev {
 				t.Fatalf("after a refresh at %d: entry revision %d, OnRefresh revision %d", rev, got.Revision, lastRev)
 			}
@@ -162,7 +162,7 @@ func TestMirrorRefreshCostsNothing(t *testing.T) {
 		t.Fatal("a refresh replaced a part of the mirror's state")
 	}
 	u := refreshOf(ents[0], 0)
-	if a := testing.AllocsPerRun(1000, func() { rev++; u.rev = rev; m.apply(u, rev) }); a != 0 {
+	if a := testing.AllocsPerRun(1000, func() { rev++; u.rev = rev; m.apply(u, rev, nil) }); a != 0 {
 		t.Fatalf("a refresh allocates %.1f times", a)
 	}
 
@@ -183,11 +183,11 @@ func TestMirrorRefreshCostsNothing(t *testing.T) {
 	}
 	u = &fakeEntry{key: ents[1].key, val: other}
 	rev++
-	m.apply(u, rev)
+	m.apply(u, rev, nil)
 	if changes != 0 || !slices.Equal(snapshot(m), state) {
 		t.Fatalf("the same instance in other bytes was a change (%d OnChange)", changes)
 	}
-	if a := testing.AllocsPerRun(1000, func() { rev++; u.rev = rev; m.apply(u, rev) }); a != 0 {
+	if a := testing.AllocsPerRun(1000, func() { rev++; u.rev = rev; m.apply(u, rev, nil) }); a != 0 {
 		t.Fatalf("a refresh in the new bytes allocates %.1f times", a)
 	}
 
@@ -198,19 +198,19 @@ func TestMirrorRefreshCostsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	rev++
-	m.apply(&fakeEntry{key: ents[1].key, val: val, rev: rev}, rev)
+	m.apply(&fakeEntry{key: ents[1].key, val: val, rev: rev}, rev, nil)
 	if got, _ := m.Get(b.Service, b.InstanceID); changes != 1 || got.Incarnation != b.Incarnation {
 		t.Fatalf("a new incarnation: %d OnChange, mirror holds %+v", changes, got)
 	}
 	before := refreshes
 	rev++
-	m.apply(&fakeEntry{key: ents[1].key, val: append([]byte(nil), val...), rev: rev}, rev)
+	m.apply(&fakeEntry{key: ents[1].key, val: append([]byte(nil), val...), rev: rev}, rev, nil)
 	if changes != 1 || refreshes != before+1 {
 		t.Fatalf("a refresh of the new value: %d OnChange, %d OnRefresh", changes, refreshes-before)
 	}
 	// The value the entry held before is now a change again.
 	rev++
-	m.apply(refreshOf(ents[1], rev), rev)
+	m.apply(refreshOf(ents[1], rev), rev, nil)
 	if changes != 2 {
 		t.Fatalf("the old value put back: %d OnChange, want 2", changes)
 	}

@@ -107,6 +107,9 @@ func newScopeWatch(service string, want *scopeWant, w jetstream.KeyWatcher, canc
 
 // applied records a live entry of the watch at revision rev.
 func (sw *scopeWatch) applied(rev uint64) {
+	if sw == nil {
+		return
+	}
 	if sw.want != nil && rev > sw.want.rev.Load() {
 		sw.want.rev.Store(rev)
 	}
@@ -314,18 +317,20 @@ func (m *Mirror) rescope(ctx context.Context, ss *session) error {
 func (m *Mirror) install(ss *session, sw *scopeWatch) {
 	ss.synced = true
 	if sw.service == "" {
-		m.swap(sw.fresh, sw.freshRev)
-		m.skippedMu.Lock()
-		m.skipped = sw.freshSkipped
-		m.skippedMu.Unlock()
+		// The revisions before the swap's OnChange calls: a subscriber
+		// that reconciles a service on its OnChange reads them.
 		for service, rev := range sw.freshRevs {
 			m.serviceRevs.note(service, rev)
 		}
 		sw.freshRevs = nil
+		m.swap(sw.fresh, sw.freshRev)
+		m.skippedMu.Lock()
+		m.skipped = sw.freshSkipped
+		m.skippedMu.Unlock()
 	} else {
+		sw.applied(sw.freshRev)
 		m.swapService(sw.service, sw.fresh[sw.service], sw.freshRev)
 		m.replaceSkipped(sw.service, sw.freshSkipped)
-		sw.applied(sw.freshRev)
 		sw.want.markSynced()
 	}
 	sw.fresh, sw.freshSkipped = nil, nil

@@ -271,9 +271,10 @@ func (g *EmptyGuard) witness(service string, servers []*balancer.Server) witness
 
 // remember records, with gossip configured, the gossip node that the
 // records of lc's instances name: of every instance lc lists when the
-// service has none remembered yet or lc is a resync, else only of those
-// lc changes (a restart under the same ID, a new incarnation, is a
-// change), so that a list costs a read per changed instance. A node
+// service has none remembered yet or lc is a resync, else of those lc
+// changes (a restart under the same ID, a new incarnation, is a change)
+// and of those whose record was not there yet, so that a list costs a
+// read per changed instance. A node
 // missed all the same (its record's incarnation no longer the server's)
 // is not asked about (witness). Called with mu held.
 func (g *EmptyGuard) remember(lc events.ListChanged) {
@@ -297,6 +298,14 @@ func (g *EmptyGuard) remember(lc events.ListChanged) {
 	}
 	for id := range lc.Changes {
 		read(id)
+	}
+	// An instance listed before the registry showed its record (its
+	// online event came first) is read once the record is there: the
+	// list the record's arrival redelivers has no change for it.
+	for _, id := range lc.InstanceIDs {
+		if _, ok := known[id]; !ok {
+			read(id)
+		}
 	}
 }
 

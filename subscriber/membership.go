@@ -1,6 +1,9 @@
 package subscriber
 
 import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
 	"slices"
 	"time"
 )
@@ -461,6 +464,26 @@ func (m *membership) live(service string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// digest sums a list of service, live as returned by live: each ID and
+// its incarnation, in order (FNV-1a, 64 bits, as 16 hex digits).
+func (m *membership) digest(service string, live []string) string {
+	h := fnv.New64a()
+	members := m.services[service]
+	var buf [8]byte
+	for _, id := range live {
+		binary.BigEndian.PutUint64(buf[:], uint64(len(id)))
+		h.Write(buf[:])
+		h.Write([]byte(id))
+		var inc int64
+		if mem := members[id]; mem != nil {
+			inc = mem.incarnation
+		}
+		binary.BigEndian.PutUint64(buf[:], uint64(inc))
+		h.Write(buf[:])
+	}
+	return fmt.Sprintf("%016x", h.Sum64())
 }
 
 // serviceNames returns the services the table knows, sorted.

@@ -583,6 +583,7 @@ func (s *Subscriber) sendList(service string) (known bool, err error) {
 	rev := s.mirror.ServiceRevision(service)
 	s.mu.Lock()
 	ids := s.table.live(service)
+	digest := s.table.digest(service, ids)
 	_, known = s.table.services[service]
 	changes := s.changes[service]
 	delete(s.changes, service)
@@ -598,7 +599,7 @@ func (s *Subscriber) sendList(service string) (known bool, err error) {
 	err = s.handler(s.ctx, events.ListChanged{Service: service, InstanceIDs: ids, Revision: s.deliveries.Add(1), Changes: changes, Cause: cause})
 	s.stats.delivered.Add(1)
 	if err == nil {
-		s.noteApplied(service, rev, known)
+		s.noteApplied(service, rev, digest, known)
 	}
 	if err != nil && (len(changes) > 0 || cause != "") {
 		// Retried: the causes go out with the retry, unless newer ones
@@ -617,10 +618,10 @@ func (s *Subscriber) sendList(service string) (known bool, err error) {
 	return known, err
 }
 
-// noteApplied records that the Handler took a list of service that
-// reflects the registry up to rev (Applied); a service the table forgot
-// is forgotten here too.
-func (s *Subscriber) noteApplied(service string, rev uint64, known bool) {
+// noteApplied records that the Handler took a list of service, of digest,
+// that reflects the registry up to rev (Applied); a service the table
+// forgot is forgotten here too.
+func (s *Subscriber) noteApplied(service string, rev uint64, digest string, known bool) {
 	if !known {
 		s.applied.Delete(service)
 		return
@@ -630,12 +631,18 @@ func (s *Subscriber) noteApplied(service string, rev uint64, known bool) {
 		v, _ = s.applied.LoadOrStore(service, new(atomic.Pointer[Applied]))
 	}
 	p := v.(*atomic.Pointer[Applied])
-	if cur := p.Load(); cur != nil && cur.Revision >= rev {
-		return
+	next := Applied{Revision: rev, Digest: digest, At: time.Now()}
+	if cur := p.Load(); cur != nil {
+		// The same list again (the registry's revision moved on without
+		// changing it): applied when it was first.
+		next.Revision = max(cur.Revision, rev)
+		if cur.Digest == digest {
+			next.At = cur.At
+		}
 	}
 	// One goroutine delivers a service at a time: no race between the
 	// load and the store.
-	p.Store(&Applied{Revision: rev, At: time.Now()})
+	p.Store(&next)
 }
 
 // Applied is the registry revision of a service that the Handler has
@@ -646,7 +653,12 @@ type Applied struct {
 	// it (see serverlist.Mirror.ServiceRevision). A change written at
 	// revision r has reached the Handler once this is r or more.
 	Revision uint64 `json:"revision"`
-	// At is when the Handler took that list.
+	// Digest sums the list: its instance IDs and their incarnations
+	// (16 hex digits). Two clients whose lists have the same digest hold
+	// the same instances, whatever their revisions: a lease refresh moves
+	// the revision of a service, not its list.
+	Digest string `json:"digest"`
+	// At is when the Handler took a list of this digest.
 	At time.Time `json:"at"`
 }
 

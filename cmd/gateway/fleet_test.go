@@ -76,6 +76,14 @@ func TestFleetViewShowsAPausedGateway(t *testing.T) {
 		}
 		g.Proc = start(t, bin.gateway, args...)
 		gws[id] = g
+		if id == "gw-1" {
+			// The viewer first: the others' first reports reach it (a
+			// report missed is sent again only at the next heartbeat).
+			testutil.Eventually(t, "the viewer to be healthy", func() bool {
+				code, _, err := testutil.Fetch(client, "http://"+g.admin+"/healthz")
+				return err == nil && code == 200
+			})
+		}
 	}
 	viewer := gws["gw-1"]
 	testutil.Eventually(t, "three gateways in the view, none behind", func() bool {

@@ -103,16 +103,18 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	if g.client, err = pushlb.New(g.nc, g.clientConfig(), g.options()...); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	if err := g.client.Start(ctx); err != nil {
-		return err
-	}
 	if g.cfg.FleetView {
+		// Before the client: its first report, sent as it starts, is
+		// then in the view at once, not at its first heartbeat.
 		if g.fleet, err = convergence.NewViewer(g.nc, convergence.ViewerConfig{Prefix: g.cfg.Prefix, Logger: g.log}); err != nil {
 			return fmt.Errorf("gateway: fleet view: %w", err)
 		}
 		if err := g.fleet.Start(); err != nil {
 			return fmt.Errorf("gateway: fleet view: %w", err)
 		}
+	}
+	if err := g.client.Start(ctx); err != nil {
+		return err
 	}
 	for _, x := range g.pending {
 		if err := x.Start(ctx, g.client, g.log.With().Str("extension", x.Name()).Logger()); err != nil {
