@@ -1,7 +1,10 @@
 package convergence_test
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -154,5 +157,46 @@ func TestProtocolDocReport(t *testing.T) {
 	r, err := convergence.Decode("lb", convergence.Subject("lb", "gw-1"), []byte(payload))
 	if err != nil || r.Services["orders"].Revision != 1234 {
 		t.Fatalf("the documented report: %+v, %v", r, err)
+	}
+}
+
+// TestListDigestIsTheDocumentedSum: ListDigest is FNV-1a 64 over each
+// instance's ID length (8 bytes big-endian), ID and incarnation (8 bytes
+// big-endian), as docs/protocol.md §8 says; lists that differ in an ID,
+// an incarnation or a split between IDs differ.
+func TestListDigestIsTheDocumentedSum(t *testing.T) {
+	type inst struct {
+		id  string
+		inc int64
+	}
+	sum := func(list ...inst) (string, string) {
+		d := convergence.NewListDigest()
+		h := fnv.New64a()
+		for _, in := range list {
+			d.Add(in.id, in.inc)
+			h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(in.id))))
+			h.Write([]byte(in.id))
+			h.Write(binary.BigEndian.AppendUint64(nil, uint64(in.inc)))
+		}
+		return d.Sum(), fmt.Sprintf("%016x", h.Sum64())
+	}
+	lists := [][]inst{
+		nil,
+		{{"a", 1}},
+		{{"a", 2}},
+		{{"ab", 1}},
+		{{"a", 1}, {"b", 1}},
+		{{"a", 1}, {"b", -1}},
+	}
+	seen := map[string]int{}
+	for i, l := range lists {
+		got, want := sum(l...)
+		if got != want {
+			t.Errorf("list %d: %s, want %s", i, got, want)
+		}
+		if j, ok := seen[got]; ok {
+			t.Errorf("lists %d and %d have the same digest %s", j, i, got)
+		}
+		seen[got] = i
 	}
 }

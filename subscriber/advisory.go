@@ -161,6 +161,74 @@ type advisories struct {
 	received, malformed, matched, skipped, removals atomic.Uint64
 	probes                                          [numProbeOutcomes]atomic.Uint64
 	inFlight                                        map[string]bool // guarded by Subscriber.dmu
+
+	// unmatched holds, for unmatchedMemory, the advisories that named no
+	// record the mirror held: an instance whose process died just after
+	// announcing may be listed by its online event, and its record reach
+	// the mirror, after its connection's advisory. At most maxUnmatched.
+	unmatchedMu sync.Mutex
+	unmatched   map[serverlist.Connection]unmatchedAdvisory
+	pending     atomic.Bool // unmatched is not empty
+}
+
+// How long, and how many, advisories that named no record are kept for a
+// record that comes after them.
+const (
+	unmatchedMemory = 5 * time.Second
+	maxUnmatched    = 1024
+)
+
+// unmatchedAdvisory is an advisory kept for a record that comes later.
+type unmatchedAdvisory struct {
+	a  disconnectAdvisory
+	at time.Time
+}
+
+// keepUnmatched keeps a, whose connection conn named no record, for
+// unmatchedMemory; when maxUnmatched are kept, the oldest goes.
+func (a *advisories) keepUnmatched(conn serverlist.Connection, adv disconnectAdvisory, now time.Time) {
+	a.unmatchedMu.Lock()
+	defer a.unmatchedMu.Unlock()
+	if a.unmatched == nil {
+		a.unmatched = make(map[serverlist.Connection]unmatchedAdvisory)
+	}
+	if len(a.unmatched) >= maxUnmatched {
+		var oldest serverlist.Connection
+		var at time.Time
+		for c, u := range a.unmatched {
+			if at.IsZero() || u.at.Before(at) {
+				oldest, at = c, u.at
+			}
+		}
+		delete(a.unmatched, oldest)
+	}
+	a.unmatched[conn] = unmatchedAdvisory{a: adv, at: now}
+	a.pending.Store(true)
+}
+
+// takeMatched removes and returns the kept advisories whose connection
+// match now finds records for, and forgets those kept too long.
+func (a *advisories) takeMatched(now time.Time, match func(serverlist.Connection) bool) map[serverlist.Connection]disconnectAdvisory {
+	if !a.pending.Load() {
+		return nil
+	}
+	a.unmatchedMu.Lock()
+	defer a.unmatchedMu.Unlock()
+	var out map[serverlist.Connection]disconnectAdvisory
+	for c, u := range a.unmatched {
+		switch {
+		case now.Sub(u.at) > unmatchedMemory:
+			delete(a.unmatched, c)
+		case match(c):
+			if out == nil {
+				out = make(map[serverlist.Connection]disconnectAdvisory)
+			}
+			out[c] = u.a
+			delete(a.unmatched, c)
+		}
+	}
+	a.pending.Store(len(a.unmatched) > 0)
+	return out
 }
 
 func (a *advisories) stats() AdvisoryStats {
@@ -205,12 +273,32 @@ func (s *Subscriber) onAdvisory(msg *nats.Msg) {
 	}
 	conn := serverlist.Connection{ServerID: a.Server.ID, ClientID: a.Client.ID}
 	s.advisoryArrived(conn)
-	for _, e := range s.mirror.ByConnection(conn) {
+	if !s.probeConnection(conn, a) {
+		s.adv.keepUnmatched(conn, a, time.Now())
+	}
+}
+
+// probeConnection starts the probes of the followed records that name
+// conn, and reports whether the mirror holds a record that names it.
+func (s *Subscriber) probeConnection(conn serverlist.Connection, a disconnectAdvisory) bool {
+	entries := s.mirror.ByConnection(conn)
+	for _, e := range entries {
 		if !s.scope.has(e.Service) {
 			continue
 		}
 		s.adv.matched.Add(1)
 		s.startProbe(e, a)
+	}
+	return len(entries) > 0
+}
+
+// recheckUnmatched probes the records that came to the mirror after their
+// connection's advisory (advisories.unmatched). The worker calls it after
+// the registry's changes.
+func (s *Subscriber) recheckUnmatched() {
+	matched := s.adv.takeMatched(time.Now(), func(c serverlist.Connection) bool { return len(s.mirror.ByConnection(c)) > 0 })
+	for conn, a := range matched {
+		s.probeConnection(conn, a)
 	}
 }
 

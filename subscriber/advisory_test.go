@@ -150,6 +150,44 @@ func TestAdvisoryRemovesACrashedInstance(t *testing.T) {
 	}
 }
 
+// TestAdvisoryBeforeTheRecord: an instance's process dies just after it
+// announced, and its connection's advisory reaches the gateway before the
+// record that names the connection (the online event listed it first).
+// The advisory is kept a few seconds: the record's arrival starts the
+// probe, which finds nothing, and the instance is removed by its
+// advisory, not at its lease's end.
+func TestAdvisoryBeforeTheRecord(t *testing.T) {
+	r := newAdvisoryRig(t)
+	kept := r.announce(t, 2)
+	conn := r.srv.Connect(t)
+	id, err := conn.GetClientID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := instance("orders", 1, time.Now().UnixNano())
+	in.NATSServerID, in.NATSClientID = conn.ConnectedServerId(), id
+	dead := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	in.Host, in.Port = "127.0.0.1", dead.Listener.Addr().(*net.TCPAddr).Port
+	dead.Close()
+
+	received := r.g.sub.Stats().Advisories.Received
+	conn.Close()
+	testutil.Eventually(t, "the advisory handled", func() bool { return r.g.sub.Stats().Advisories.Received > received })
+	if st := r.g.sub.Stats().Advisories; st.Matched != 0 {
+		t.Fatalf("the advisory matched a record before there was one: %+v", st)
+	}
+	if _, err := openRegistry(t, r.srv.Connect(t)).Register(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	r.g.waitCause(t, "orders", in.InstanceID, events.CauseAdvisory)
+	if a := r.g.sub.Stats().Advisories; a.Matched != 1 || a.Removals != 1 || a.Probes["refused"] != 1 {
+		t.Fatalf("advisory stats %+v, want one match, one refused probe, one removal", a)
+	}
+	if ids := r.g.ids("orders"); !slices.Equal(ids, []string{kept.in.InstanceID}) {
+		t.Fatalf("orders lists %v, want only %s", ids, kept.in.InstanceID)
+	}
+}
+
 // TestAdvisoryOnAScopedGateway: a gateway that follows orders only is
 // sent every advisory; one naming the connection of a service it does not
 // follow matches no record (its mirror does not hold it) and costs a map

@@ -47,10 +47,13 @@
 // address. Refused or unreachable, the instance is taken offline at once
 // (events.CauseAdvisory) for that record's revision, so that any later
 // write of the record brings it back; answered (and answered again over
-// 200 ms), it is kept. An advisory never removes anything by itself, so a
-// forged one costs a probe. Start checks that advisories arrive (it opens a
-// second connection, closes it and waits for its advisory) and logs once
-// when they do not: crashes are then left to gossip and leases.
+// 200 ms), it is kept. An advisory that names no record is kept for 5 s,
+// for a record naming its connection that reaches the mirror after it (a
+// process that died just after announcing). An advisory never removes
+// anything by itself, so a forged one costs a probe. Start checks that
+// advisories arrive (it opens a second connection, closes it and waits for
+// its advisory) and logs once when they do not: crashes are then left to
+// gossip and leases.
 // Stats.Advisories counts it all.
 //
 // # Delivery

@@ -1,11 +1,10 @@
 package subscriber
 
 import (
-	"encoding/binary"
-	"fmt"
-	"hash/fnv"
 	"slices"
 	"time"
+
+	"github.com/pushlb/pushlb/convergence"
 )
 
 // outcome is what applying one observation did to the membership table.
@@ -466,24 +465,19 @@ func (m *membership) live(service string) []string {
 	return out
 }
 
-// digest sums a list of service, live as returned by live: each ID and
-// its incarnation, in order (FNV-1a, 64 bits, as 16 hex digits).
+// digest sums a list of service, live as returned by live (sorted by ID):
+// each ID with its incarnation (convergence.ListDigest).
 func (m *membership) digest(service string, live []string) string {
-	h := fnv.New64a()
+	d := convergence.NewListDigest()
 	members := m.services[service]
-	var buf [8]byte
 	for _, id := range live {
-		binary.BigEndian.PutUint64(buf[:], uint64(len(id)))
-		h.Write(buf[:])
-		h.Write([]byte(id))
 		var inc int64
 		if mem := members[id]; mem != nil {
 			inc = mem.incarnation
 		}
-		binary.BigEndian.PutUint64(buf[:], uint64(inc))
-		h.Write(buf[:])
+		d.Add(id, inc)
 	}
-	return fmt.Sprintf("%016x", h.Sum64())
+	return d.Sum()
 }
 
 // serviceNames returns the services the table knows, sorted.

@@ -453,6 +453,7 @@ func (s *Subscriber) work() {
 				// did not.
 				s.markDirty(svc)
 			}
+			s.recheckUnmatched()
 		case <-t.C:
 			for _, svc := range s.followedServices() {
 				if s.reconcile(s.ctx, svc, events.CauseRegistry) {

@@ -706,16 +706,16 @@ func listsNone(gws []*pushlb.Client, service, id string) bool {
 	return true
 }
 
-// convergence tracks which services each gateway still lists otherwise
+// listConvergence tracks which services each gateway still lists otherwise
 // than wanted, so that a poll re-checks only those.
-type convergence struct {
+type listConvergence struct {
 	gws     []*pushlb.Client
 	want    map[string]map[string]bool // service → the IDs it must list
 	pending []map[string]bool          // per gateway, the services not yet right
 }
 
-func newConvergence(gws []*pushlb.Client, want map[string]map[string]bool) *convergence {
-	c := &convergence{gws: gws, want: want}
+func newConvergence(gws []*pushlb.Client, want map[string]map[string]bool) *listConvergence {
+	c := &listConvergence{gws: gws, want: want}
 	for range gws {
 		p := make(map[string]bool, len(want))
 		for svc := range want {
@@ -727,7 +727,7 @@ func newConvergence(gws []*pushlb.Client, want map[string]map[string]bool) *conv
 }
 
 // done re-checks the pending services and reports whether none is left.
-func (c *convergence) done() bool {
+func (c *listConvergence) done() bool {
 	left := 0
 	for i, gw := range c.gws {
 		for svc := range c.pending[i] {
@@ -742,7 +742,7 @@ func (c *convergence) done() bool {
 
 // String describes what is left: the services each gateway still lists
 // otherwise than wanted, the first of them in detail.
-func (c *convergence) String() string {
+func (c *listConvergence) String() string {
 	var b strings.Builder
 	for i, p := range c.pending {
 		if len(p) == 0 {

@@ -91,8 +91,8 @@ func BuildBinaries(pkgs ...string) (paths []string, remove func(), err error) {
 }
 
 // binaryName is the name go build gives pkg's binary: the last element of
-// its import path, which for a directory of this module is the directory's
-// name.
+// its import path but a major version suffix, which for a directory of
+// this module is the directory's name.
 func binaryName(pkg string) (string, error) {
 	if pkg == "." || pkg == ".." || strings.HasPrefix(pkg, "./") || strings.HasPrefix(pkg, "../") || filepath.IsAbs(pkg) {
 		abs, err := filepath.Abs(pkg)
@@ -101,5 +101,11 @@ func binaryName(pkg string) (string, error) {
 		}
 		return filepath.Base(abs), nil
 	}
-	return path.Base(pkg), nil
+	// A major version suffix (.../nats-server/v2) is not the name: go
+	// build takes the element before it.
+	base := path.Base(pkg)
+	if v, ok := strings.CutPrefix(base, "v"); ok && v != "" && strings.Trim(v, "0123456789") == "" && path.Dir(pkg) != "." {
+		return path.Base(path.Dir(pkg)), nil
+	}
+	return base, nil
 }

@@ -360,6 +360,21 @@ func TestBuildBinaries(t *testing.T) {
 	}
 }
 
+// TestBinaryNameSkipsTheMajorVersion: go build names a module's binary
+// after the element before its major version suffix.
+func TestBinaryNameSkipsTheMajorVersion(t *testing.T) {
+	for pkg, want := range map[string]string{
+		"github.com/nats-io/nats-server/v2": "nats-server",
+		"github.com/x/tool/cmd/v2ray":       "v2ray",
+		"example.com/v3/cmd/gw":             "gw",
+		"v2":                                "v2",
+	} {
+		if got, err := binaryName(pkg); err != nil || got != want {
+			t.Errorf("binaryName(%q) = %q, %v; want %q", pkg, got, err, want)
+		}
+	}
+}
+
 func TestPercentile(t *testing.T) {
 	var d []time.Duration
 	for i := 100; i >= 1; i-- {
