@@ -41,9 +41,10 @@ type tier struct {
 }
 
 // tiers is the import table, top to bottom; internal/README.md shows it.
-// Rows 4 to 7 are the public packages of the push path, ordered by what
+// Rows 4 to 8 are the public packages of the push path, ordered by what
 // they import: events imports nothing of the module, balancer nothing,
-// serverlist events, lbconfig balancer, and the edges what lies below them.
+// serverlist events, lbconfig balancer, convergence events, and the edges
+// what lies below them.
 // Test files may import anything: only each package's non-test imports are
 // checked.
 var tiers = []tier{
@@ -53,8 +54,10 @@ var tiers = []tier{
 		job: "what the command lines share: NATS connection flags, gossip flags, log setup"},
 	{name: "root", packages: []string{""},
 		job: "the embedding API (pushlb.Client); only the commands, the cli and tests import it"},
-	{name: "edges", packages: []string{"convergence", "lbhttp", "lbvisitor", "publisher", "subscriber"},
-		job: "where lists and requests cross: publish and subscribe over NATS, apply lists to balancers, proxy HTTP through one, report what was applied"},
+	{name: "edges", packages: []string{"lbhttp", "lbvisitor", "publisher", "subscriber"},
+		job: "where lists and requests cross: publish and subscribe over NATS, apply lists to balancers, proxy HTTP through one"},
+	{name: "reports", packages: []string{"convergence"},
+		job: "what a gateway reports it applied, a list's digest, and the fleet's view of those reports"},
 	{name: "state", packages: []string{"serverlist", "gossip", "balancer/lbconfig"},
 		job: "the server registry in NATS KV, the membership gossip, a balancer's configuration"},
 	{name: "balancer", packages: []string{"balancer"},
@@ -267,17 +270,17 @@ func TestCheckTiers(t *testing.T) {
 			},
 			want: []violation{
 				{pkg: m(""), pkgTier: `tier 3 "root"`, imports: m("internal/cli/natsconn"), importsTier: `tier 2 "cli"`, rule: ruleUp},
-				{pkg: m("events"), pkgTier: `tier 7 "events"`, imports: m("balancer"), importsTier: `tier 6 "balancer"`, rule: ruleUp},
-				{pkg: m("internal/base/yamlx"), pkgTier: `tier 8 "base"`, imports: m("serverlist"), importsTier: `tier 5 "state"`, rule: ruleUp},
+				{pkg: m("events"), pkgTier: `tier 8 "events"`, imports: m("balancer"), importsTier: `tier 7 "balancer"`, rule: ruleUp},
+				{pkg: m("internal/base/yamlx"), pkgTier: `tier 9 "base"`, imports: m("serverlist"), importsTier: `tier 6 "state"`, rule: ruleUp},
 				{pkg: m("internal/cli/logx"), pkgTier: `tier 2 "cli"`, imports: m("internal/app/gateway"), importsTier: `tier 1 "commands"`, rule: ruleUp},
-				{pkg: m("serverlist"), pkgTier: `tier 5 "state"`, imports: m(""), importsTier: `tier 3 "root"`, rule: ruleUp},
+				{pkg: m("serverlist"), pkgTier: `tier 6 "state"`, imports: m(""), importsTier: `tier 3 "root"`, rule: ruleUp},
 			},
 		},
 		{
 			name: "across a pipeline row",
 			pkgs: []pkg{p("publisher", "subscriber"), p("gossip", "serverlist")},
 			want: []violation{
-				{pkg: m("gossip"), pkgTier: `tier 5 "state"`, imports: m("serverlist"), importsTier: `tier 5 "state"`, rule: rulePeers},
+				{pkg: m("gossip"), pkgTier: `tier 6 "state"`, imports: m("serverlist"), importsTier: `tier 6 "state"`, rule: rulePeers},
 				{pkg: m("publisher"), pkgTier: `tier 4 "edges"`, imports: m("subscriber"), importsTier: `tier 4 "edges"`, rule: rulePeers},
 			},
 		},
@@ -285,8 +288,8 @@ func TestCheckTiers(t *testing.T) {
 			name: "testkit outside tests",
 			pkgs: []pkg{p("serverlist", "internal/testkit/testutil"), p("cmd/announce", "internal/testkit/natstest")},
 			want: []violation{
-				{pkg: m("cmd/announce"), pkgTier: `tier 1 "commands"`, imports: m("internal/testkit/natstest"), importsTier: `tier 9 "testkit"`, rule: ruleTestOnly},
-				{pkg: m("serverlist"), pkgTier: `tier 5 "state"`, imports: m("internal/testkit/testutil"), importsTier: `tier 9 "testkit"`, rule: ruleTestOnly},
+				{pkg: m("cmd/announce"), pkgTier: `tier 1 "commands"`, imports: m("internal/testkit/natstest"), importsTier: `tier 10 "testkit"`, rule: ruleTestOnly},
+				{pkg: m("serverlist"), pkgTier: `tier 6 "state"`, imports: m("internal/testkit/testutil"), importsTier: `tier 10 "testkit"`, rule: ruleTestOnly},
 			},
 		},
 		{
@@ -309,7 +312,7 @@ func TestCheckTiers(t *testing.T) {
 
 	t.Run("message", func(t *testing.T) {
 		got := checkTiers([]pkg{p("events", "lbhttp")})
-		want := module + `/events (tier 7 "events") imports ` + module + `/lbhttp (tier 4 "edges"): ` + ruleUp
+		want := module + `/events (tier 8 "events") imports ` + module + `/lbhttp (tier 4 "edges"): ` + ruleUp
 		if len(got) != 1 || got[0].String() != want {
 			t.Errorf("got %s\nwant %s", lines(got), want)
 		}
