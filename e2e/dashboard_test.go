@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/rs/zerolog"
 
+	pushlb "github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/internal/app/gateway"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
@@ -80,9 +81,12 @@ func profileDir(t *testing.T) string {
 }
 
 // startGateway starts a gateway with an embedded NATS server, in demo
-// mode (three demo backends) when demo is set.
+// mode (three demo backends) when demo is set. It follows every service,
+// as a dashboard of the whole fleet does: the pages are read before any
+// request.
 func startGateway(t *testing.T, demo bool) *gateway.Gateway {
 	cfg := gateway.DefaultConfig()
+	cfg.Follow = pushlb.FollowAll
 	cfg.Listen, cfg.Admin, cfg.EmbeddedNATS = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.DataDir = t.TempDir()
 	cfg.Demo = demo

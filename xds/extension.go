@@ -29,6 +29,9 @@ func Extension(opts ...Option) gateway.Extension {
 	return e
 }
 
+// The xDS server serves every service: a gateway running it follows all.
+var _ gateway.WholeFleet = (*extension)(nil)
+
 // extension is the gateway.Extension of Extension.
 type extension struct {
 	opts []Option
@@ -48,6 +51,10 @@ func (e *extension) Name() string { return "xds" }
 func (e *extension) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&e.addr, "xds", e.addr, "serve xDS (ADS: a Listener, RouteConfiguration, Cluster and ClusterLoadAssignment per service, for grpc-go's xds:/// and Envoy) on `address`; empty: off")
 }
+
+// WholeFleet implements gateway.WholeFleet: with -xds the server serves
+// every service, so a gateway whose follow is not set follows all.
+func (e *extension) WholeFleet() bool { return e.addr != "" }
 
 // Start implements gateway.Extension: it listens on -xds and serves.
 func (e *extension) Start(_ context.Context, c *pushlb.Client, log zerolog.Logger) error {

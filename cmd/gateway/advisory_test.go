@@ -126,7 +126,7 @@ func (g *gw) removals(cause string) float64 {
 func startEmbeddedGateway(t testing.TB, gossip bool) (g *gw, gossipAddr string) {
 	t.Helper()
 	g = &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t), nats: testutil.FreeAddr(t)}
-	args := []string{"-listen", g.proxy, "-admin", g.admin, "-embedded-nats", g.nats, "-data-dir", t.TempDir()}
+	args := []string{"-listen", g.proxy, "-admin", g.admin, "-embedded-nats", g.nats, "-data-dir", t.TempDir(), "-follow", "all"}
 	if gossip {
 		gossipAddr = testutil.FreeAddr(t)
 		args = append(args, "-gossip-bind", gossipAddr, "-gossip-profile", "fast")
@@ -296,7 +296,7 @@ func connectionNamed(t testing.TB, srv *server.Server, name string) uint64 {
 func TestAdvisoryBlipKeepsTheInstance(t *testing.T) {
 	srv := natstest.Start(t, natstest.WithAdvisories(t, "lb"))
 	g := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t)}
-	g.Proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-nats", srv.URL())
+	g.Proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-nats", srv.URL(), "-follow", "all")
 	g.waitAdvisoriesOn(t)
 	var anns []*testutil.Proc
 	for _, name := range []string{"b1", "b2"} {
@@ -350,7 +350,7 @@ func TestAdvisoryBlipKeepsTheInstance(t *testing.T) {
 func TestAdvisoryOnACluster(t *testing.T) {
 	c := natstest.StartCluster(t, 3, natstest.WithAdvisories(t, "lb"))
 	g := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t)}
-	g.Proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-nats", c.Nodes[0].URL())
+	g.Proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-nats", c.Nodes[0].URL(), "-follow", "all")
 	g.waitAdvisoriesOn(t)
 	node3 := c.Nodes[2].URL()
 	for _, name := range []string{"s1", "s2"} {

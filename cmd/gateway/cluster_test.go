@@ -54,7 +54,7 @@ func (b *tracked) addr() string { return b.Listener.Addr().String() }
 func startClusterGateway(t testing.TB, c *natstest.Cluster) *gw {
 	t.Helper()
 	g := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t)}
-	g.Proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-nats", c.URL())
+	g.Proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-nats", c.URL(), "-follow", "all")
 	return g
 }
 

@@ -21,7 +21,7 @@ func startGossipGateway(t testing.TB) (*gw, string) {
 	gossipAddr := testutil.FreeAddr(t)
 	g := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t), nats: testutil.FreeAddr(t)}
 	g.Proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-embedded-nats", g.nats, "-data-dir", t.TempDir(),
-		"-gossip-bind", gossipAddr, "-gossip-profile", "fast")
+		"-gossip-bind", gossipAddr, "-gossip-profile", "fast", "-follow", "all")
 	testutil.Eventually(t, "the gateway", func() bool { return g.servers(t) == 0 && g.state(t) != "" })
 	return g, gossipAddr
 }
@@ -153,7 +153,7 @@ func TestLateDeadOfOldIncarnation(t *testing.T) {
 // the list once its registry lease expires (TTL 1 s here).
 func TestCrashDetectedByLease(t *testing.T) {
 	g := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t), nats: testutil.FreeAddr(t)}
-	g.Proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-embedded-nats", g.nats, "-data-dir", t.TempDir(), "-lease", "1s")
+	g.Proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-embedded-nats", g.nats, "-data-dir", t.TempDir(), "-lease", "1s", "-follow", "all")
 	testutil.Eventually(t, "the gateway", func() bool { return g.state(t) != "" })
 	a := start(t, bin.announce, "-nats", "nats://"+g.nats, "-service", "orders", "-addr", named(t, "l1").Listener.Addr().String(), "-lease", "1s")
 	start(t, bin.announce, "-nats", "nats://"+g.nats, "-service", "orders", "-addr", named(t, "l2").Listener.Addr().String(), "-lease", "1s")

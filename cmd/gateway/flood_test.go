@@ -35,8 +35,11 @@ func rss(t testing.TB, pid int) int64 {
 	return 0
 }
 
-// The two floods of the trust issue against a real gateway process (its
-// NATS server is this test's): 20,000 online events for invented services
+// The two floods of the trust issue against a real gateway process that
+// follows every service, as an xDS server or a fleet dashboard does (one
+// that follows on request is not even sent the events of services it was
+// not asked for; its own flood, of requests for invented names, is
+// the root package's TestFollowRequested's) (its NATS server is this test's): 20,000 online events for invented services
 // and 2,000 invented instance IDs of a real service. They build no
 // balancer, leave the gateway's resident memory within 40 MB of its
 // idle figure and /metrics small, and a real withdrawal sent right behind them
@@ -51,7 +54,7 @@ func TestFloodsStayBounded(t *testing.T) {
 	conf := filepath.Join(t.TempDir(), "gateway.yaml")
 	os.WriteFile(conf, []byte("limits: {confirmWithin: 300ms}\n"), 0o600)
 	g := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t)}
-	g.Proc = start(t, bin.gateway, "-config", conf, "-nats", srv.URL(), "-listen", g.proxy, "-admin", g.admin, "-log-level", "warn")
+	g.Proc = start(t, bin.gateway, "-config", conf, "-nats", srv.URL(), "-listen", g.proxy, "-admin", g.admin, "-log-level", "warn", "-follow", "all")
 	testutil.Eventually(t, "the gateway to be ready", func() bool { return g.metric("pushlb_nats_connected") == 1 })
 	testpub.Announce(t, nc, "orders", "", testpub.Backend(t, "keep"))
 	gone := testpub.Announce(t, nc, "orders", "", testpub.Backend(t, "gone"))

@@ -43,6 +43,11 @@ func start(t testing.TB, path string, args ...string) *testutil.Proc {
 	return testutil.Start(t, path, args...)
 }
 
+// gw is a gateway process. The start helpers run it with -follow all:
+// the tests read whole-fleet state on the admin API (/-/lb, /metrics)
+// before any request, which a gateway following on request (the default)
+// shows only for the services asked for. TestDefaultFollowsOnRequest runs
+// the default.
 type gw struct {
 	*testutil.Proc
 	proxy, admin, nats string
@@ -51,7 +56,7 @@ type gw struct {
 func startGateway(t testing.TB, dataDir, natsAddr string) *gw {
 	t.Helper()
 	g := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t), nats: natsAddr}
-	g.Proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-embedded-nats", natsAddr, "-data-dir", dataDir, "-log-level", "debug")
+	g.Proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-embedded-nats", natsAddr, "-data-dir", dataDir, "-log-level", "debug", "-follow", "all")
 	testutil.Eventually(t, "the gateway to be healthy", func() bool {
 		code, _, err := testutil.Fetch(client, "http://"+g.admin+"/healthz")
 		return err == nil && code == 200
@@ -110,7 +115,7 @@ func startConfigured(t testing.TB, yaml string) *gw {
 	}
 	g := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t), nats: testutil.FreeAddr(t)}
 	g.Proc = start(t, bin.gateway, "-config", cfgFile, "-listen", g.proxy, "-admin", g.admin,
-		"-embedded-nats", g.nats, "-data-dir", t.TempDir())
+		"-embedded-nats", g.nats, "-data-dir", t.TempDir(), "-follow", "all")
 	g.WaitFor(t, "gateway started", lineTimeout)
 	return g
 }

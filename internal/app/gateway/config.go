@@ -78,8 +78,9 @@ type Config struct {
 	// server needs it), "listed" (subscriber.services and the services the
 	// balancer section names), "requested" (those, and each service a
 	// request asks for, from the first request; unfollowed after
-	// idleUnfollow without one). Default: "listed" when
-	// subscriber.services is set, "all" otherwise.
+	// idleUnfollow without one). Default: "all" with an extension that
+	// serves every service (-xds), else "listed" when subscriber.services
+	// is set, "all" with demo, "requested" otherwise.
 	Follow pushlb.FollowMode `yaml:"follow"`
 	// IdleUnfollow is how long a service followed on request stays
 	// followed without a request. Default 10m.
@@ -155,15 +156,22 @@ type Config struct {
 	DemoPort int `yaml:"demoPort"`
 }
 
-// follow is the mode the gateway runs in: Follow, or its default.
-func (c Config) follow() pushlb.FollowMode {
+// follow is the mode the gateway runs in: Follow, or its default;
+// wholeFleet is set when an extension serves every service.
+func (c Config) follow(wholeFleet bool) pushlb.FollowMode {
 	switch {
 	case c.Follow != "":
 		return c.Follow
+	case wholeFleet:
+		// An extension serves every service (the xDS server).
+		return pushlb.FollowAll
 	case len(c.Subscriber.Services) > 0:
 		return pushlb.FollowListed
-	default:
+	case c.Demo:
+		// The demo's page shows its three backends before any request.
 		return pushlb.FollowAll
+	default:
+		return pushlb.FollowRequested
 	}
 }
 

@@ -34,3 +34,23 @@ type Extension interface {
 	// closes, when Start succeeded.
 	Stop(ctx context.Context) error
 }
+
+// WholeFleet is an Extension that may serve every service (the xDS
+// server): while WholeFleet reports true (its flags parsed), a gateway
+// whose follow is not set follows all.
+type WholeFleet interface {
+	Extension
+	// WholeFleet reports whether the extension, as configured, serves
+	// every service.
+	WholeFleet() bool
+}
+
+// wholeFleet reports whether one of exts serves every service.
+func wholeFleet(exts []Extension) bool {
+	for _, x := range exts {
+		if w, ok := x.(WholeFleet); ok && w.WholeFleet() {
+			return true
+		}
+	}
+	return false
+}

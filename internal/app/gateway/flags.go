@@ -25,7 +25,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Lease, "lease", c.Lease, "registry lease (the bucket's TTL): 0 takes the bucket's, or 30s when this gateway creates it; a lease given here must match an existing bucket's")
 	fs.StringVar(&c.Report.ID, "report-id", c.Report.ID, "publish what this gateway applied of each service on <prefix>.report.`ID`, for a fleet view (report.id)")
 	fs.BoolVar(&c.FleetView, "fleet-view", c.FleetView, "view every gateway's reports: /-/fleet on the admin address says which gateways are behind (fleetView)")
-	fs.Func("follow", "what the gateway follows: all (every service), listed (subscriber.services and the balancer section's), requested (those and each service a request asks for); default listed with subscriber.services, all otherwise", func(v string) error {
+	fs.Func("follow", "what the gateway follows: all (every service), listed (subscriber.services and the balancer section's), requested (those and each service a request asks for); default all with -xds or -demo, listed with subscriber.services, requested otherwise", func(v string) error {
 		c.Follow = pushlb.FollowMode(v)
 		return nil
 	})

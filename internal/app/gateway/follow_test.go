@@ -29,7 +29,7 @@ func metricValue(text, series string) float64 {
 // service and the apply lag of announcements.
 func TestGatewayFollowsRequestedServices(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.Follow = pushlb.FollowRequested
+	cfg.Follow = "" // the default: requested, as neither services nor demo is set
 	g := startGateway(t, cfg)
 	announce(t, g, "orders", "z1", testpub.Backend(t, "a"))
 	announce(t, g, "billing", "z1", testpub.Backend(t, "b"))
@@ -72,5 +72,31 @@ func TestGatewayFollowsRequestedServices(t *testing.T) {
 	}
 	if strings.Contains(metrics, `service="billing"`) {
 		t.Error("/metrics has series of billing, which nothing requested")
+	}
+}
+
+// TestFollowDefault: a gateway follows on request unless an extension
+// serves every service (-xds: all), it is told what to route
+// (subscriber.services: listed) or it runs the demo, whose page shows its
+// backends before any request (all); follow: overrides them.
+func TestFollowDefault(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		cfg        func(*Config)
+		wholeFleet bool
+		want       pushlb.FollowMode
+	}{
+		{"nothing set", func(*Config) {}, false, pushlb.FollowRequested},
+		{"services", func(c *Config) { c.Subscriber.Services = []string{"orders"} }, false, pushlb.FollowListed},
+		{"demo", func(c *Config) { c.Demo = true }, false, pushlb.FollowAll},
+		{"an extension of the whole fleet", func(c *Config) { c.Subscriber.Services = []string{"orders"} }, true, pushlb.FollowAll},
+		{"follow all", func(c *Config) { c.Follow = pushlb.FollowAll; c.Subscriber.Services = []string{"orders"} }, false, pushlb.FollowAll},
+		{"follow requested with demo", func(c *Config) { c.Follow = pushlb.FollowRequested; c.Demo = true }, false, pushlb.FollowRequested},
+	} {
+		cfg := DefaultConfig()
+		c.cfg(&cfg)
+		if got := cfg.follow(c.wholeFleet); got != c.want {
+			t.Errorf("%s: follow() = %q, want %q", c.name, got, c.want)
+		}
 	}
 }

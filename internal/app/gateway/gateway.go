@@ -159,7 +159,7 @@ func (g *Gateway) clientConfig() pushlb.Config {
 	cc := pushlb.Config{
 		Prefix:           c.Prefix,
 		Zone:             c.Zone,
-		Follow:           c.follow(),
+		Follow:           c.follow(wholeFleet(g.pending)),
 		Services:         c.Subscriber.Services,
 		IdleUnfollow:     c.IdleUnfollow,
 		FollowTimeout:    c.FollowTimeout,

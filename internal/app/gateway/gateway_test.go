@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
+	pushlb "github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/internal/testkit/testpub"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
 	"github.com/pushlb/pushlb/lbhttp"
@@ -32,8 +33,13 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"))
 }
 
+// testConfig is the default configuration on free ports and a data
+// directory of the test's, following every service: the tests read
+// whole-fleet state (/-/lb, the dashboard, /metrics) before any request.
+// TestGatewayFollowsRequestedServices runs the default (follow on request).
 func testConfig(t *testing.T) Config {
 	cfg := DefaultConfig()
+	cfg.Follow = pushlb.FollowAll
 	cfg.Listen, cfg.Admin, cfg.EmbeddedNATS = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.DataDir = t.TempDir()
 	return cfg

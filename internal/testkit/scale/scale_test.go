@@ -307,7 +307,7 @@ func startGatewayOn(b *testing.B, nb bus, listen string, args ...string) (*testu
 	admin, bin := testutil.FreeAddr(b), gateway(b)
 	start := time.Now()
 	cmd := exec.Command(bin, append([]string{"-nats", nb.url, "-listen", listen, "-admin", admin,
-		"-lease", "10m", "-log-level", "warn"}, args...)...)
+		"-lease", "10m", "-log-level", "warn", "-follow", "all"}, args...)...)
 	if limit := os.Getenv("PUSHLB_GATEWAY_GOMEMLIMIT"); limit != "" {
 		// The gateway's alone: the benchmark's process, with its
 		// nats-server, keeps its own.
