@@ -426,7 +426,11 @@ func (m *Mirror) run(ctx context.Context) {
 		if m.ensureBucket(ctx) {
 			continue
 		}
-		m.log.Warn().Err(err).Str("bucket", m.reg.cfg.Bucket).Dur("retry_in", backoff).Msg("serverlist: mirror watch failed")
+		if hint := consumerLimitHint(err); hint != "" {
+			m.log.Error().Err(err).Str("bucket", m.reg.cfg.Bucket).Dur("retry_in", backoff).Msg("serverlist: mirror watch failed: " + hint)
+		} else {
+			m.log.Warn().Err(err).Str("bucket", m.reg.cfg.Bucket).Dur("retry_in", backoff).Msg("serverlist: mirror watch failed")
+		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():

@@ -227,6 +227,7 @@ func (r *Registry) create(ctx context.Context) (jetstream.KeyValue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serverlist: create bucket %s: %w", r.cfg.Bucket, err)
 	}
+	r.raiseConsumerLimitOnCreate(ctx)
 	if !r.cfg.PlainLeases {
 		r.allowSchedulesOnCreate(ctx)
 	}
