@@ -49,12 +49,15 @@ import (
 //   - wave-*: 1 % of the fleet's instances replaced (offline events and
 //     purges, then new records and online events, in two batches), each
 //     gateway's convergence from the last write acknowledged to the last
-//     of its lists that the wave changed;
+//     of its lists that the wave changed (0: before the ack), and from
+//     the wave's first write (wave-total; the writes take wave-write-ms);
 //   - follow-*: one request to each gateway, at once, for a service none
 //     follows yet (one real backend), from the request to its answer;
 //     the consumers it costs the servers, and the time until the idle
 //     gateways unfollowed it (idleUnfollow 1s: consumers back);
-//   - the servers' consumers per gateway, RSS and CPU.
+//   - the servers' consumers per gateway, RSS and CPU; the CPU the idle
+//     gateways take (gw-idle-cpu-%, of one core), which bounds how fast
+//     100 processes on a small machine can all apply a change.
 //
 // p50, p99 and max are over the gateways (over every receipt for hop).
 func BenchmarkFleetConvergence(b *testing.B) {
@@ -107,14 +110,24 @@ func fleetConvergence(b *testing.B, sz scale.Size, nodes int) {
 	perGateway := float64(srv.consumers(b)-before) / float64(len(gws))
 	cpu0 := srv.cpu(b)
 	measured := time.Now()
+	// What the idle gateways cost the machine (reports every 100 ms,
+	// timers): the share of its cores left for a change.
+	idle0, idleAt := gatewaysCPU(b, gws), time.Now()
+	time.Sleep(time.Second) // a measuring window, not an ordering
+	idleCPU := 100 * float64(gatewaysCPU(b, gws)-idle0) / float64(time.Since(idleAt))
 
 	// A graceful offline of svc-0's first real instance.
+	cpuOff := gatewaysCPU(b, gws)
 	t0 := time.Now()
 	if err := real[0].pub.Withdraw(ctx, "benchmark"); err != nil {
 		b.Fatal(err)
 	}
 	truth.remove(real[0])
 	offline := view.waitReached(b, gws, truth.digest, t0, []string{scale.ServiceName(0)})
+	// The CPU one gateway spends on the offline (its event, then its
+	// record's deletion), beyond what it spends idle meanwhile.
+	offCPU := float64(gatewaysCPU(b, gws)-cpuOff) - idleCPU/100*float64(time.Since(t0))
+	offCPU = max(0, offCPU) / float64(len(gws)) / 1e6
 
 	// A crash of the second.
 	t0 = time.Now()
@@ -184,6 +197,10 @@ func fleetConvergence(b *testing.B, sz scale.Size, nodes int) {
 	reportQuantiles(b, "offline", offline)
 	reportQuantiles(b, "crash", crash)
 	reportQuantiles(b, "wave", waveAfterAck)
+	reportQuantiles(b, "wave-total", wave)
+	b.ReportMetric(float64(acked.Sub(t0))/1e6, "wave-write-ms")
+	b.ReportMetric(idleCPU, "gw-idle-cpu-%")
+	b.ReportMetric(offCPU, "gw-cpu-ms/offline")
 	reportQuantiles(b, "follow", follows)
 	b.ReportMetric(float64(len(old)), "wave-instances")
 	b.ReportMetric(perGateway, "consumers/gw")
@@ -337,6 +354,16 @@ func (s *natsProcs) cpu(tb testing.TB) time.Duration {
 	var sum time.Duration
 	for _, p := range s.procs {
 		c, _ := procStat(tb, p.Pid())
+		sum += c
+	}
+	return sum
+}
+
+// gatewaysCPU returns the CPU time the gateways used, summed.
+func gatewaysCPU(tb testing.TB, gws []*fleetGateway) time.Duration {
+	var sum time.Duration
+	for _, g := range gws {
+		c, _ := procStat(tb, g.proc.Pid())
 		sum += c
 	}
 	return sum
