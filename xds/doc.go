@@ -1,5 +1,5 @@
 // Package pushlbxds is an xDS control plane fed by pushlb's push path: it
-// serves every service a pushlb.Client knows over ADS (the aggregated
+// serves the services a pushlb.Client knows over ADS (the aggregated
 // discovery service, state of the world and delta), so that grpc-go's
 // proxyless xDS client ("xds:///orders") and Envoy learn of each instance
 // that comes or goes the moment the client does, without polling.
@@ -15,6 +15,11 @@
 //	ln, _ := net.Listen("tcp", "127.0.0.1:18000")
 //	go srv.Serve(ln)
 //	defer srv.Stop()
+//
+// Over a client that follows on request (pushlb.FollowRequested), the
+// server serves on demand: the services the streams subscribe to, each
+// followed when a stream first names it (see Stats.Follows; docs/xds.md,
+// "Which services").
 //
 // The gateway serves it behind a flag in the build of
 // github.com/pushlb/pushlb/xds/cmd/gateway ("gateway -xds 127.0.0.1:18000",

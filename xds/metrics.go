@@ -17,6 +17,7 @@ type collector struct {
 
 	services, listUpdates, clientZones, streams, responses *prometheus.Desc
 	nacks, dropped, badWeights, invalid                    *prometheus.Desc
+	follows                                                *prometheus.Desc
 }
 
 func newCollector(server func() *Server) *collector {
@@ -32,12 +33,14 @@ func newCollector(server func() *Server) *collector {
 		dropped:     d("pushlb_xds_dropped_instances_total", "Instances left out of a ClusterLoadAssignment (logged): an address another instance has, no host or port."),
 		badWeights:  d("pushlb_xds_bad_weights_total", "Instances whose weight metadata was ignored (logged)."),
 		invalid:     d("pushlb_xds_invalid_resources_total", "Resources not installed because they failed validation (logged); the previous version stays."),
+		follows: prometheus.NewDesc("pushlb_xds_follows_total",
+			"Names the xDS streams subscribed to that the server followed on demand, by result: followed, failed (none registered, a timeout), refused (64 under way).", []string{"result"}, nil),
 	}
 }
 
 // Describe sends the descriptors (prometheus.Collector).
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.services, c.listUpdates, c.clientZones, c.streams, c.responses, c.nacks, c.dropped, c.badWeights, c.invalid} {
+	for _, d := range []*prometheus.Desc{c.services, c.listUpdates, c.clientZones, c.streams, c.responses, c.nacks, c.dropped, c.badWeights, c.invalid, c.follows} {
 		ch <- d
 	}
 }
@@ -62,6 +65,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.dropped, st.DroppedInstances)
 	counter(c.badWeights, st.BadWeights)
 	counter(c.invalid, st.InvalidResources)
+	for result, v := range map[string]uint64{"followed": st.Follows, "failed": st.FollowsFailed, "refused": st.FollowsRefused} {
+		ch <- prometheus.MustNewConstMetric(c.follows, prometheus.CounterValue, float64(v), result)
+	}
 }
 
 var _ prometheus.Collector = (*collector)(nil)

@@ -21,7 +21,8 @@ import (
 )
 
 // Server is an xDS control plane (ADS, state of the world and delta) that
-// serves every service of a pushlb.Client: for each, a Listener, a
+// serves the services of a pushlb.Client (on demand over one that follows
+// on request: ondemand.go): for each, a Listener, a
 // RouteConfiguration, a Cluster and a ClusterLoadAssignment, all named
 // after the service. Build it with NewServer, run it with Serve, stop it
 // with Stop. See the package documentation for the resources and the
@@ -50,9 +51,11 @@ type Server struct {
 	pendingLists map[string][]endpoint
 	pendingNames []string
 	namesPending bool
+	demandMoved  bool          // the names the streams subscribe to changed (on demand)
 	wake         chan struct{} // capacity 1: the feed has work
 
 	// The feed goroutine's own.
+	names   []string          // the client's services, as WatchServices last said
 	watches map[string]func() // service -> stop of its Watch
 	fresh   map[string]bool   // services whose Listener, RouteConfiguration and Cluster are not installed yet
 	gen     uint64
@@ -65,6 +68,10 @@ type Server struct {
 	dropped     atomic.Uint64
 	badWeights  atomic.Uint64
 	invalid     atomic.Uint64
+
+	// On demand (ondemand.go): nil unless the client follows on request.
+	demand                                 *demand
+	follows, followsFailed, followsRefused atomic.Uint64
 }
 
 // Stats are a Server's counters.
@@ -96,6 +103,12 @@ type Stats struct {
 	// InvalidResources counts the resources not installed because they
 	// failed validation (logged); the previous version stays.
 	InvalidResources uint64
+	// Follows counts the services followed because a stream subscribed to
+	// them (a client on demand: pushlb.FollowRequested); FollowsFailed the
+	// names that could not be (none registered, a timeout: logged at
+	// debug); FollowsRefused the names put off because 64 follows were
+	// under way.
+	Follows, FollowsFailed, FollowsRefused uint64
 }
 
 // NewServer builds a server over c with opts. It starts nothing: no
@@ -105,11 +118,6 @@ type Stats struct {
 func NewServer(c *pushlb.Client, opts ...Option) (*Server, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: nil *pushlb.Client", ErrInvalidOption)
-	}
-	if m := c.FollowMode(); m != pushlb.FollowAll {
-		// Its services are the client's: a scoped client's are those it
-		// routes itself, not the fleet.
-		return nil, fmt.Errorf("%w: the server serves every service, so its client must follow all (pushlb.Config.Follow = FollowAll, gateway follow: all), not %q", ErrInvalidOption, m)
 	}
 	o := defaultOptions()
 	var errs []error
@@ -134,6 +142,9 @@ func NewServer(c *pushlb.Client, opts ...Option) (*Server, error) {
 		wake:         make(chan struct{}, 1),
 		watches:      map[string]func(){},
 		fresh:        map[string]bool{},
+	}
+	if c.FollowMode() == pushlb.FollowRequested {
+		s.demand = newDemand()
 	}
 	// A version prefix of its own per server, so that a client that
 	// reconnects to a restarted server gets every resource again.
@@ -161,6 +172,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	if !s.started {
 		s.started = true
 		s.wg.Go(s.feed)
+		if s.demand != nil {
+			s.wg.Go(s.retry)
+		}
 	}
 	s.lifeMu.Unlock()
 	select {
@@ -207,6 +221,9 @@ func (s *Server) Stats() Stats {
 		DroppedInstances: s.dropped.Load(),
 		BadWeights:       s.badWeights.Load(),
 		InvalidResources: s.invalid.Load(),
+		Follows:          s.follows.Load(),
+		FollowsFailed:    s.followsFailed.Load(),
+		FollowsRefused:   s.followsRefused.Load(),
 	}
 }
 
@@ -273,18 +290,21 @@ func (s *Server) feed() {
 // apply installs what is pending and reports whether there was anything.
 func (s *Server) apply() bool {
 	s.mu.Lock()
-	names, namesPending := s.pendingNames, s.namesPending
-	s.pendingNames, s.namesPending = nil, false
+	names, namesPending, demandMoved := s.pendingNames, s.namesPending, s.demandMoved
+	s.pendingNames, s.namesPending, s.demandMoved = nil, false, false
 	var lists map[string][]endpoint
 	if len(s.pendingLists) > 0 {
 		lists, s.pendingLists = s.pendingLists, map[string][]endpoint{}
 	}
 	s.mu.Unlock()
-	if !namesPending && len(lists) == 0 {
+	if !namesPending && !demandMoved && len(lists) == 0 {
 		return false
 	}
 	if namesPending {
-		s.follow(names)
+		s.names = names
+	}
+	if namesPending || demandMoved {
+		s.follow(s.served(s.names))
 	}
 	for service, eps := range lists {
 		if _, ok := s.watches[service]; ok {
@@ -401,7 +421,13 @@ func (s *Server) newZone(zone string, admitted bool) {
 // NACKs.
 func (s *Server) callbacks() xdsserver.Callbacks {
 	open := func(context.Context, int64, string) error { s.streams.Add(1); return nil }
-	closed := func(int64, *corepb.Node) { s.streams.Add(-1) }
+	closed := func(id int64, _ *corepb.Node) {
+		s.streams.Add(-1)
+		if s.demand != nil {
+			s.demand.closed(id)
+			s.demandChanged()
+		}
+	}
 	nack := func(node *corepb.Node, typeURL string, names []string, detail string) {
 		s.nacks.Add(1)
 		s.o.log.Warn().Str("node", node.GetId()).Str("type", typeURL).Strs("resources", names).Str("error", detail).
@@ -412,15 +438,25 @@ func (s *Server) callbacks() xdsserver.Callbacks {
 		StreamClosedFunc:      closed,
 		DeltaStreamOpenFunc:   open,
 		DeltaStreamClosedFunc: closed,
-		StreamRequestFunc: func(_ int64, req *discoverypb.DiscoveryRequest) error {
+		StreamRequestFunc: func(id int64, req *discoverypb.DiscoveryRequest) error {
 			if d := req.GetErrorDetail(); d != nil {
 				nack(req.GetNode(), req.GetTypeUrl(), req.GetResourceNames(), d.GetMessage())
 			}
+			if s.demand != nil {
+				s.demand.set(id, req.GetTypeUrl(), req.GetResourceNames())
+				s.demandChanged()
+				s.want(req.GetResourceNames())
+			}
 			return nil
 		},
-		StreamDeltaRequestFunc: func(_ int64, req *discoverypb.DeltaDiscoveryRequest) error {
+		StreamDeltaRequestFunc: func(id int64, req *discoverypb.DeltaDiscoveryRequest) error {
 			if d := req.GetErrorDetail(); d != nil {
 				nack(req.GetNode(), req.GetTypeUrl(), req.GetResourceNamesSubscribe(), d.GetMessage())
+			}
+			if s.demand != nil {
+				s.demand.change(id, req.GetTypeUrl(), req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
+				s.demandChanged()
+				s.want(req.GetResourceNamesSubscribe())
 			}
 			return nil
 		},

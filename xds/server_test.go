@@ -63,10 +63,13 @@ func startGRPCServer(t testing.TB) *grpcServer {
 	return s
 }
 
-// startClient starts a pushlb client on srv, closed at cleanup.
+// startClient starts a pushlb client on srv, closed at cleanup; it
+// follows every service unless cfg says otherwise.
 func startClient(t testing.TB, srv *natstest.Server, cfg pushlb.Config) *pushlb.Client {
 	t.Helper()
-	cfg.Follow = pushlb.FollowAll // what the server needs
+	if cfg.Follow == "" {
+		cfg.Follow = pushlb.FollowAll
+	}
 	c, err := pushlb.New(srv.Connect(t), cfg)
 	if err != nil {
 		t.Fatal(err)
