@@ -23,6 +23,7 @@ var xdsSeries = []string{
 	"pushlb_xds_services", "pushlb_xds_list_updates_total", "pushlb_xds_client_zones",
 	"pushlb_xds_streams", "pushlb_xds_responses_total", "pushlb_xds_nacks_total",
 	"pushlb_xds_dropped_instances_total", "pushlb_xds_bad_weights_total", "pushlb_xds_invalid_resources_total",
+	`pushlb_xds_follows_total{result="followed"}`,
 }
 
 // TestMetrics: NewCollector, registered in a Prometheus registry served
