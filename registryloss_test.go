@@ -2,6 +2,7 @@ package pushlb_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -135,11 +136,29 @@ func TestRegistryLossHoldEnds(t *testing.T) {
 // TestRegistryLossStaysHeldAfterASecond: a purge key by key empties a
 // service of two in two lists, the first applied, the second held (the
 // two less than a second apart, as the second waits only for the
-// first's list); the
-// held list, offered again five times (over three seconds), stays held:
-// the size before the run, not the one held, decides, however long ago
-// the run began.
+// first's list); the held list, offered again five times (over three
+// seconds), stays held: the size before the run, not the one held,
+// decides, however long ago the run began. The guard's run is one second
+// of wall time: on a machine so loaded that the two removals come further
+// apart, the second is rightly applied, and the scenario is run again.
 func TestRegistryLossStaysHeldAfterASecond(t *testing.T) {
+	for attempt := 1; ; attempt++ {
+		var conclusive bool
+		t.Run(fmt.Sprintf("attempt %d", attempt), func(t *testing.T) { conclusive = lossHeldAfterASecond(t) })
+		if conclusive || t.Failed() {
+			return
+		}
+		if attempt == 5 {
+			t.Fatal("five times the two removals came more than a second apart: the machine is too loaded for this test")
+		}
+	}
+}
+
+// lossHeldAfterASecond runs TestRegistryLossStaysHeldAfterASecond's
+// scenario once. It reports false when the two removals came more than
+// the guard's second apart (the second then empties the list, rightly),
+// true when the scenario ran.
+func lossHeldAfterASecond(t *testing.T) bool {
 	srv := natstest.Start(t)
 	var pubs []*publisher.Publisher
 	var ids []string
@@ -153,11 +172,19 @@ func TestRegistryLossStaysHeldAfterASecond(t *testing.T) {
 	for _, p := range pubs {
 		p.Close() // a live publisher writes its purged record again
 	}
+	began := time.Now()
 	purger(t, srv, "orders", ids[0])()
 	testutil.Eventually(t, "the first removal applied", func() bool { return listedOf(c, "orders") == 1 })
 	purger(t, srv, "orders", ids[1])()
 	held := func() bool { ss, _ := c.ServiceStats("orders"); return ss.Held }
-	testutil.Eventually(t, "the list held", held)
+	testutil.Eventually(t, "the list held or emptied", func() bool { return held() || listedOf(c, "orders") == 0 })
+	if !held() {
+		if elapsed := time.Since(began); elapsed > time.Second {
+			t.Logf("the list emptied: the two removals took %v, more than the guard's run of a second", elapsed)
+			return false
+		}
+		t.Fatal("the second removal of a run under a second emptied the list")
+	}
 	offered := c.Stats().Events.Delivered
 	testutil.Eventually(t, "the held list offered again five times, or let go", func() bool {
 		return c.Stats().Events.Delivered >= offered+5 || !held()
@@ -165,6 +192,7 @@ func TestRegistryLossStaysHeldAfterASecond(t *testing.T) {
 	if !held() || listedOf(c, "orders") == 0 {
 		t.Fatalf("the hold ended after %d offers (%d servers listed)", c.Stats().Events.Delivered-offered, listedOf(c, "orders"))
 	}
+	return true
 }
 
 // TestRegistryLossHeldWhileGossipAlive: a service of one instance whose
