@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
 	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
 	"github.com/pushlb/pushlb/internal/testkit/testpub"
@@ -68,4 +71,26 @@ func TestOnDemandServiceAnnouncedLater(t *testing.T) {
 	if st := x.Stats(); st.Follows != 1 {
 		t.Fatalf("stats %+v: want 1 follow", st)
 	}
+}
+
+// TestOnDemandDelta: a delta stream (Envoy's, or grpc-go's with delta)
+// that subscribes to a Listener gets it once the server followed the
+// service, and the service is unfollowed once the stream unsubscribes.
+func TestOnDemandDelta(t *testing.T) {
+	srv := natstest.Start(t)
+	c := startClient(t, srv, pushlb.Config{Follow: pushlb.FollowRequested, IdleUnfollow: 200 * time.Millisecond})
+	testpub.AnnounceAddr(t, srv.Connect(t), "orders", "", "orders-1", "127.0.0.1:1")
+	x, addr := startXDS(t, c)
+	d := openDelta(t, addr, "")
+	d.subscribe(resource.ListenerType, "orders")
+	if _, got := d.next("the Listener of orders"); !slices.Equal(names(got), []string{"orders"}) {
+		t.Fatalf("the response holds %v, want the Listener orders", names(got))
+	}
+	if st := x.Stats(); st.Follows != 1 {
+		t.Fatalf("stats %+v: want 1 follow", st)
+	}
+	if err := d.s.Send(&discoverypb.DeltaDiscoveryRequest{Node: d.node, TypeUrl: resource.ListenerType, ResourceNamesUnsubscribe: []string{"orders"}}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "orders to be unfollowed once unsubscribed", func() bool { return len(c.Services()) == 0 })
 }
