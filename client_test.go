@@ -29,7 +29,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"))
+	goleak.VerifyTestMain(m, natstest.IgnoreServerGoroutines()...)
 }
 
 // announce announces a backend as an instance of service through its own

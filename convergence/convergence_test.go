@@ -20,7 +20,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"))
+	goleak.VerifyTestMain(m, natstest.IgnoreServerGoroutines()...)
 }
 
 // source is a gateway's applied revisions, set by the test.

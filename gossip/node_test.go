@@ -3,6 +3,7 @@ package gossip
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"runtime"
 	"strconv"
@@ -132,7 +133,29 @@ func TestCrashIsReportedDead(t *testing.T) {
 	}
 }
 
+// TestLeaveIsReportedLeft: a node that leaves is reported gone with
+// ReasonLeft, and nothing else is gone. The leave flag travels over UDP:
+// a peer that lost its packet reports ReasonDead, as the package
+// documents, which a loaded machine makes happen on loopback too (once in
+// some 40 loaded runs); such an attempt is run again, and three in a row
+// fail.
 func TestLeaveIsReportedLeft(t *testing.T) {
+	for attempt := 1; ; attempt++ {
+		var reason Reason
+		t.Run(fmt.Sprintf("attempt %d", attempt), func(t *testing.T) { reason = leaveReported(t) })
+		if reason == ReasonLeft || t.Failed() {
+			return
+		}
+		if attempt == 3 {
+			t.Fatalf("three leaves in a row were reported %q, want %q", reason, ReasonLeft)
+		}
+	}
+}
+
+// leaveReported runs TestLeaveIsReportedLeft's scenario once and returns
+// the reason the gateway node saw; the rest is checked only for a leave
+// reported left.
+func leaveReported(t *testing.T) Reason {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -161,7 +184,8 @@ func TestLeaveIsReportedLeft(t *testing.T) {
 	}
 	t.Logf("leave seen in %v", rec.at.Sub(left))
 	if rec.reason != ReasonLeft {
-		t.Fatalf("reason = %q, want %q", rec.reason, ReasonLeft)
+		t.Logf("reason = %q: the leave flag was lost", rec.reason)
+		return rec.reason
 	}
 	if err := waitMembers(ctx, 2, gw, a); err != nil {
 		t.Fatal(err)
@@ -173,6 +197,7 @@ func TestLeaveIsReportedLeft(t *testing.T) {
 			t.Fatalf("unexpected NodeGone: %+v", r)
 		}
 	}
+	return ReasonLeft
 }
 
 func TestStartAloneThenJoinWhenPeerAppears(t *testing.T) {

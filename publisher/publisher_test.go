@@ -19,11 +19,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
+	goleak.VerifyTestMain(m, natstest.IgnoreServerGoroutines(
 		// memberlist's Shutdown does not wait for a probe in flight; it ends
 		// within the probe's TCP timeout on its own.
-		goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"))
+		goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"))...)
 }
 
 type rig struct {

@@ -17,7 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, natstest.IgnoreServerGoroutines()...)
 }
 
 // env is one test's NATS server, client and registry.

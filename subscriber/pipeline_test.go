@@ -24,10 +24,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// nats-server and nats.go keep a few process-wide goroutines.
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
-	)
+	goleak.VerifyTestMain(m, natstest.IgnoreServerGoroutines()...)
 }
 
 // balancers is a minimal balancer.Balancers for tests: one balancer per

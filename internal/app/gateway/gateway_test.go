@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	pushlb "github.com/pushlb/pushlb"
+	"github.com/pushlb/pushlb/internal/testkit/natstest"
 	"github.com/pushlb/pushlb/internal/testkit/testpub"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
 	"github.com/pushlb/pushlb/lbhttp"
@@ -30,7 +31,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"))
+	goleak.VerifyTestMain(m, natstest.IgnoreServerGoroutines()...)
 }
 
 // testConfig is the default configuration on free ports and a data

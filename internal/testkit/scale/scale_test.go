@@ -55,7 +55,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	removeBins()
 	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1")); err != nil {
+		if err := goleak.Find(natstest.IgnoreServerGoroutines()...); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}
