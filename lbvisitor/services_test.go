@@ -356,3 +356,39 @@ func TestVisitorGuard(t *testing.T) {
 		t.Fatalf("Admit saw %v, AdmitEmpty %v", admitted, empties)
 	}
 }
+
+// A list whose lookups miss a record that went meanwhile is shown to the
+// guard a second time as the lookups left it: the IDs found, the missing
+// one a registry removal. Without it the guard sees no loss in that list
+// (a guard's run of removals began at the wrong size).
+func TestVisitorGuardSeesALossAtLookup(t *testing.T) {
+	b := newBalancer(t)
+	res := &fixedResolver{}
+	res.set(false, inst(1), inst(2))
+	var seen []events.ListChanged
+	var sizes []int
+	v := NewVisitor(b, res, VisitorConfig{Guard: guardFunc{
+		admit: func(lc events.ListChanged, listed []*balancer.Server) error {
+			seen, sizes = append(seen, lc), append(sizes, len(listed))
+			return nil
+		},
+		admitEmpty: func(events.ListChanged, []*balancer.Server) error { return nil },
+	}})
+	if err := v.Apply(t.Context(), lc(1, 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	res.set(false, inst(2)) // 1's record went before the next list's lookups
+	if err := v.Apply(t.Context(), lc(2, 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(b); !slices.Equal(got, []string{inst(2).InstanceID}) {
+		t.Fatalf("listed %v, want 2 only", got)
+	}
+	if len(seen) != 3 || !slices.Equal(sizes, []int{0, 2, 2}) {
+		t.Fatalf("Admit called %d times with listed sizes %v, want 3: the lists, then the second as its lookups left it", len(seen), sizes)
+	}
+	last := seen[2]
+	if !slices.Equal(last.InstanceIDs, []string{inst(2).InstanceID}) || last.Changes[inst(1).InstanceID].Cause != events.CauseRegistry || len(last.Changes) != 1 {
+		t.Fatalf("the second Admit of the list: IDs %v, changes %v; want 2's, and 1 removed by the registry", last.InstanceIDs, last.Changes)
+	}
+}

@@ -38,7 +38,11 @@ type Resolver interface {
 // concurrently; they must not call back into the Visitor.
 type Guard interface {
 	// Admit is called with every list before its lookups, with the servers
-	// the balancer lists now. An error keeps the last list; Apply returns it.
+	// the balancer lists now. When the lookups then find fewer than listed
+	// because records went meanwhile, it is called again with the IDs
+	// found, the missing ones as registry removals (their records went
+	// between the list and its lookups), so that it sees the loss. An
+	// error keeps the last list; Apply returns it.
 	Admit(lc events.ListChanged, listed []*balancer.Server) error
 	// AdmitEmpty is called when the lookups found none of lc's IDs
 	// registered, so that applying lc would empty the balancer's list
@@ -133,7 +137,7 @@ func (v *Visitor) Apply(ctx context.Context, lc events.ListChanged) error {
 	}
 	found, errs := v.res.ResolveEach(ctx, v.service, lc.InstanceIDs)
 	list := make([]balancer.Server, 0, len(lc.InstanceIDs))
-	var keptIDs []string
+	var keptIDs, missing []string
 	outage := 0
 	for i, id := range lc.InstanceIDs {
 		err := errs[i]
@@ -143,6 +147,7 @@ func (v *Visitor) Apply(ctx context.Context, lc events.ListChanged) error {
 		case errors.Is(err, serverlist.ErrNotFound):
 			// The registry is the truth: an ID it does not hold routes nothing.
 			v.notFound.Add(1)
+			missing = append(missing, id)
 		default:
 			// The registry could not be asked: keep what the balancer has.
 			outage++
@@ -156,6 +161,11 @@ func (v *Visitor) Apply(ctx context.Context, lc events.ListChanged) error {
 		// Nothing resolved and nothing to keep because of an outage: keep
 		// the balancer's list rather than emptying it.
 		return fmt.Errorf("%w: %s: %d of %d lookups failed, list unchanged", ErrKeptLastGood, v.service, outage, len(lc.InstanceIDs))
+	}
+	if len(missing) > 0 && len(list) > 0 && len(list) < len(listed) && v.guard != nil {
+		if err := v.guard.Admit(lostMeanwhile(lc, list, missing), listed); err != nil {
+			return err
+		}
 	}
 	if len(list) == 0 && len(listed) > 0 && len(lc.InstanceIDs) > 0 && v.guard != nil {
 		// Every ID is unregistered (an outage returned above).
@@ -183,6 +193,20 @@ func (v *Visitor) Apply(ctx context.Context, lc events.ListChanged) error {
 		return fmt.Errorf("%w: %s: %v", ErrKeptLastGood, v.service, keptIDs)
 	}
 	return nil
+}
+
+// lostMeanwhile is lc as its lookups left it: the IDs of list, and the
+// missing ones removed by the registry.
+func lostMeanwhile(lc events.ListChanged, list []balancer.Server, missing []string) events.ListChanged {
+	lc.InstanceIDs = make([]string, len(list))
+	for i, s := range list {
+		lc.InstanceIDs[i] = s.ID
+	}
+	lc.Changes = make(map[string]events.Change, len(missing))
+	for _, id := range missing {
+		lc.Changes[id] = events.Change{Cause: events.CauseRegistry}
+	}
+	return lc
 }
 
 // server converts the registry's record of an instance into a balancer

@@ -171,8 +171,10 @@ func (g *EmptyGuard) decide(lc events.ListChanged, listed []*balancer.Server, re
 	}
 	run, inRun := g.losing[svc]
 	switch {
-	case !lost:
+	case !lost && inRun && !sameIDs(lc.InstanceIDs, listed):
+		// A list that changes nothing (offered again) does not end a run.
 		delete(g.losing, svc)
+	case !lost:
 	case !inRun || now.Sub(run.since) > lossWindow:
 		run = lossRun{since: now, before: len(listed)}
 		g.losing[svc] = run
@@ -367,6 +369,23 @@ func (g *EmptyGuard) heldNode(m gossip.Member) bool {
 
 // registryLost reports whether every instance lc removes left because the
 // registry stopped holding it.
+// sameIDs reports whether ids are the IDs of listed, in any order.
+func sameIDs(ids []string, listed []*balancer.Server) bool {
+	if len(ids) != len(listed) {
+		return false
+	}
+	set := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
+	}
+	for _, s := range listed {
+		if !set[s.ID] {
+			return false
+		}
+	}
+	return true
+}
+
 func registryLost(lc events.ListChanged) bool {
 	if len(lc.Changes) == 0 {
 		return lc.Cause == events.CauseRegistry || lc.Cause == events.CauseResync

@@ -51,3 +51,43 @@ func TestEmptyGuardReadsARecordThatCameAfterItsEvent(t *testing.T) {
 		t.Fatal("the list is not held")
 	}
 }
+
+// TestEmptyGuardRunOutlivesAListOfferedAgain: a service of two loses its
+// records one after the other. The first loss reaches the guard as the
+// lookups found it (the record went between the list and its lookups),
+// then the same one-instance list is offered again; the second loss, in
+// the same second, empties the service and is held: a list that changes
+// nothing does not end the run, which is judged on the size before it.
+func TestEmptyGuardRunOutlivesAListOfferedAgain(t *testing.T) {
+	const a, b = "10.0.0.1:orders:8080", "10.0.0.2:orders:8080"
+	recs := fixedRecords{
+		a: {Service: "orders", InstanceID: a, Incarnation: 1},
+		b: {Service: "orders", InstanceID: b, Incarnation: 1},
+	}
+	g := subscriber.NewEmptyGuard(time.Minute, false, zerolog.Nop())
+	g.Use(recs, nil)
+	both := []*balancer.Server{{ID: a, Incarnation: 1}, {ID: b, Incarnation: 1}}
+	one := []*balancer.Server{{ID: b, Incarnation: 1}}
+	registry := func(ids []string, gone ...string) events.ListChanged {
+		lc := events.ListChanged{Service: "orders", InstanceIDs: ids, Cause: events.CauseRegistry}
+		if len(gone) > 0 {
+			lc.Changes = map[string]events.Change{}
+			for _, id := range gone {
+				lc.Changes[id] = events.Change{Cause: events.CauseRegistry}
+			}
+		}
+		return lc
+	}
+
+	delete(recs, a)
+	if err := g.Admit(registry([]string{b}, a), both); err != nil {
+		t.Fatalf("the first loss: %v", err)
+	}
+	if err := g.Admit(registry([]string{b}), one); err != nil {
+		t.Fatalf("the same list again: %v", err)
+	}
+	delete(recs, b)
+	if err := g.Admit(registry(nil, b), one); !errors.Is(err, subscriber.ErrDeferred) {
+		t.Fatalf("the second loss of the run: Admit = %v, want ErrDeferred (a service of two before the run)", err)
+	}
+}
