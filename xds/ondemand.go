@@ -17,6 +17,7 @@ package pushlbxds
 // services some stream names, not the fleet: Envoy needs FollowAll.
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -33,17 +34,26 @@ const maxDemandFollows = 64
 // call its methods; mu guards the maps.
 type demand struct {
 	mu      sync.Mutex
-	streams map[int64]map[string][]string // stream -> type URL -> names
-	delta   map[int64]map[string]map[string]bool
-	asking  map[string]bool // names being followed
+	streams map[int64]map[string]map[string]bool // stream -> type URL -> names
+	asking  map[string]bool                      // names being followed
 }
 
 func newDemand() *demand {
-	return &demand{
-		streams: map[int64]map[string][]string{},
-		delta:   map[int64]map[string]map[string]bool{},
-		asking:  map[string]bool{},
+	return &demand{streams: map[int64]map[string]map[string]bool{}, asking: map[string]bool{}}
+}
+
+// namesOf returns the names one stream subscribes to of one type, made
+// when missing. mu is held.
+func (d *demand) namesOf(stream int64, typeURL string) map[string]bool {
+	if d.streams[stream] == nil {
+		d.streams[stream] = map[string]map[string]bool{}
 	}
+	m := d.streams[stream][typeURL]
+	if m == nil {
+		m = map[string]bool{}
+		d.streams[stream][typeURL] = m
+	}
+	return m
 }
 
 // set records a state-of-the-world request: the names of one type the
@@ -51,10 +61,11 @@ func newDemand() *demand {
 func (d *demand) set(stream int64, typeURL string, names []string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.streams[stream] == nil {
-		d.streams[stream] = map[string][]string{}
+	m := d.namesOf(stream, typeURL)
+	clear(m)
+	for _, n := range names {
+		m[n] = true
 	}
-	d.streams[stream][typeURL] = slices.Clone(names)
 }
 
 // change records a delta request: names subscribed to and unsubscribed
@@ -62,14 +73,7 @@ func (d *demand) set(stream int64, typeURL string, names []string) {
 func (d *demand) change(stream int64, typeURL string, sub, unsub []string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.delta[stream] == nil {
-		d.delta[stream] = map[string]map[string]bool{}
-	}
-	m := d.delta[stream][typeURL]
-	if m == nil {
-		m = map[string]bool{}
-		d.delta[stream][typeURL] = m
-	}
+	m := d.namesOf(stream, typeURL)
 	for _, n := range sub {
 		m[n] = true
 	}
@@ -83,36 +87,23 @@ func (d *demand) closed(stream int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.streams, stream)
-	delete(d.delta, stream)
 }
 
-// names returns every name a stream subscribes to, once each.
+// names returns every name a stream subscribes to, once each, sorted.
 func (d *demand) names() []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	set := map[string]bool{}
 	for _, types := range d.streams {
 		for _, names := range types {
-			for _, n := range names {
-				set[n] = true
-			}
-		}
-	}
-	for _, types := range d.delta {
-		for _, names := range types {
 			for n := range names {
-				set[n] = true
+				if n != "*" { // a delta wildcard
+					set[n] = true
+				}
 			}
 		}
 	}
-	out := make([]string, 0, len(set))
-	for n := range set {
-		if n != "*" { // a delta wildcard
-			out = append(out, n)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(set))
 }
 
 // take marks name as being followed, unless it is already or
