@@ -207,6 +207,11 @@ func lossHeldAfterASecond(t *testing.T) bool {
 func TestRegistryLossHeldWhileGossipAlive(t *testing.T) {
 	srv := natstest.Start(t)
 	var logs testutil.SyncBuffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the client's log:\n%s", logs.String())
+		}
+	})
 	c, p, id := gossipInstance(t, srv, pushlb.WithLogger(zerolog.New(&logs)))
 	listed := func() int { return listedOf(c, "orders") }
 	held := func() bool { ss, _ := c.ServiceStats("orders"); return ss.Held }

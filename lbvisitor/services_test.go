@@ -298,62 +298,62 @@ func TestServicesTellEachChangeWithItsCause(t *testing.T) {
 	}
 }
 
-// guardFunc is a Guard of two functions.
-type guardFunc struct {
-	admit, admitEmpty func(events.ListChanged, []*balancer.Server) error
-}
+// guardFunc is a Guard of one function.
+type guardFunc func(events.ListChanged, []*balancer.Server) error
 
 func (g guardFunc) Admit(lc events.ListChanged, listed []*balancer.Server) error {
-	return g.admit(lc, listed)
-}
-
-func (g guardFunc) AdmitEmpty(lc events.ListChanged, listed []*balancer.Server) error {
-	return g.admitEmpty(lc, listed)
+	return g(lc, listed)
 }
 
 // The guard sees every list with what the balancer lists, and has the last
 // word on a list that would empty it because none of its IDs is
-// registered; what it refuses leaves the list as it was.
+// registered any more: it sees that list again as its lookups left it,
+// empty, each ID removed by the registry. What it refuses leaves the list
+// as it was.
 func TestVisitorGuard(t *testing.T) {
 	b := newBalancer(t)
 	res := &fixedResolver{}
 	res.set(false, inst(1), inst(2))
 	refuse := errors.New("held")
-	var admitted, empties []int // listed sizes
-	admitErr, emptyErr := error(nil), error(nil)
-	v := NewVisitor(b, res, VisitorConfig{Guard: guardFunc{
-		admit: func(_ events.ListChanged, listed []*balancer.Server) error {
-			admitted = append(admitted, len(listed))
-			return admitErr
-		},
-		admitEmpty: func(_ events.ListChanged, listed []*balancer.Server) error {
-			empties = append(empties, len(listed))
-			return emptyErr
-		},
-	}})
+	var admitted []int // listed sizes
+	var seen []events.ListChanged
+	refuseEmpty := false
+	v := NewVisitor(b, res, VisitorConfig{Guard: guardFunc(func(lc events.ListChanged, listed []*balancer.Server) error {
+		admitted, seen = append(admitted, len(listed)), append(seen, lc)
+		if refuseEmpty && len(lc.InstanceIDs) == 0 {
+			return refuse
+		}
+		if len(lc.InstanceIDs) == 1 && lc.InstanceIDs[0] == inst(1).InstanceID {
+			return refuse
+		}
+		return nil
+	})})
 	ctx := t.Context()
 	if err := v.Apply(ctx, lc(1, 1, 2)); err != nil {
 		t.Fatal(err)
 	}
-	admitErr = refuse
 	if err := v.Apply(ctx, lc(2, 1)); !errors.Is(err, refuse) || len(ids(b)) != 2 {
 		t.Fatalf("a refused list was applied: %v, %v", ids(b), err)
 	}
-	admitErr = nil
 	res.set(false, inst(3)) // the records of 1 and 2 are gone
-	emptyErr = refuse
+	refuseEmpty = true
 	if err := v.Apply(ctx, lc(3, 1, 2)); !errors.Is(err, refuse) || len(ids(b)) != 2 {
-		t.Fatalf("AdmitEmpty's refusal did not keep the list: %v, %v", ids(b), err)
+		t.Fatalf("the refusal of the list the lookups emptied did not keep the list: %v, %v", ids(b), err)
 	}
-	emptyErr = nil
+	emptied := seen[len(seen)-1]
+	if len(emptied.InstanceIDs) != 0 || len(emptied.Changes) != 2 ||
+		emptied.Changes[inst(1).InstanceID].Cause != events.CauseRegistry || emptied.Changes[inst(2).InstanceID].Cause != events.CauseRegistry {
+		t.Fatalf("the list as the lookups left it: IDs %v, changes %v; want none, 1 and 2 removed by the registry", emptied.InstanceIDs, emptied.Changes)
+	}
+	refuseEmpty = false
 	if err := v.Apply(ctx, lc(4, 1, 2)); err != nil || len(ids(b)) != 0 {
 		t.Fatalf("an admitted empty list was not applied: %v, %v", ids(b), err)
 	}
-	if err := v.Apply(ctx, lc(5, 9)); err != nil { // empty already: AdmitEmpty not asked
+	if err := v.Apply(ctx, lc(5, 9)); err != nil { // empty already: asked once
 		t.Fatal(err)
 	}
-	if !slices.Equal(admitted, []int{0, 2, 2, 2, 0}) || !slices.Equal(empties, []int{2, 2}) {
-		t.Fatalf("Admit saw %v, AdmitEmpty %v", admitted, empties)
+	if !slices.Equal(admitted, []int{0, 2, 2, 2, 2, 2, 0}) {
+		t.Fatalf("Admit saw lists of %v servers", admitted)
 	}
 }
 
@@ -367,13 +367,10 @@ func TestVisitorGuardSeesALossAtLookup(t *testing.T) {
 	res.set(false, inst(1), inst(2))
 	var seen []events.ListChanged
 	var sizes []int
-	v := NewVisitor(b, res, VisitorConfig{Guard: guardFunc{
-		admit: func(lc events.ListChanged, listed []*balancer.Server) error {
-			seen, sizes = append(seen, lc), append(sizes, len(listed))
-			return nil
-		},
-		admitEmpty: func(events.ListChanged, []*balancer.Server) error { return nil },
-	}})
+	v := NewVisitor(b, res, VisitorConfig{Guard: guardFunc(func(lc events.ListChanged, listed []*balancer.Server) error {
+		seen, sizes = append(seen, lc), append(sizes, len(listed))
+		return nil
+	})})
 	if err := v.Apply(t.Context(), lc(1, 1, 2)); err != nil {
 		t.Fatal(err)
 	}

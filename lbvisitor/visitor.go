@@ -39,16 +39,11 @@ type Resolver interface {
 type Guard interface {
 	// Admit is called with every list before its lookups, with the servers
 	// the balancer lists now. When the lookups then find fewer than listed
-	// because records went meanwhile, it is called again with the IDs
-	// found, the missing ones as registry removals (their records went
-	// between the list and its lookups), so that it sees the loss. An
-	// error keeps the last list; Apply returns it.
+	// because records went meanwhile, it is called again with the list as
+	// the lookups left it: the IDs found (none when every record went),
+	// the missing ones as registry removals. So it sees the loss. An error
+	// keeps the last list; Apply returns it.
 	Admit(lc events.ListChanged, listed []*balancer.Server) error
-	// AdmitEmpty is called when the lookups found none of lc's IDs
-	// registered, so that applying lc would empty the balancer's list
-	// (listed, not empty): the records went between Admit and the lookups.
-	// An error keeps the last list; Apply returns it.
-	AdmitEmpty(lc events.ListChanged, listed []*balancer.Server) error
 }
 
 // VisitorConfig is what a Visitor is built with; the zero value is a
@@ -162,14 +157,10 @@ func (v *Visitor) Apply(ctx context.Context, lc events.ListChanged) error {
 		// the balancer's list rather than emptying it.
 		return fmt.Errorf("%w: %s: %d of %d lookups failed, list unchanged", ErrKeptLastGood, v.service, outage, len(lc.InstanceIDs))
 	}
-	if len(missing) > 0 && len(list) > 0 && len(list) < len(listed) && v.guard != nil {
-		if err := v.guard.Admit(lostMeanwhile(lc, list, missing), listed); err != nil {
-			return err
-		}
-	}
-	if len(list) == 0 && len(listed) > 0 && len(lc.InstanceIDs) > 0 && v.guard != nil {
-		// Every ID is unregistered (an outage returned above).
-		if err := v.guard.AdmitEmpty(lc, listed); err != nil {
+	if len(missing) > 0 && len(list) < len(listed) && v.guard != nil {
+		// Records went between the list and its lookups (all of them when
+		// list is empty: an outage returned above).
+		if err := v.guard.Admit(lostMeanwhile(lc, listed, list, missing), listed); err != nil {
 			return err
 		}
 	}
@@ -195,18 +186,29 @@ func (v *Visitor) Apply(ctx context.Context, lc events.ListChanged) error {
 	return nil
 }
 
-// lostMeanwhile is lc as its lookups left it: the IDs of list, and the
-// missing ones removed by the registry.
-func lostMeanwhile(lc events.ListChanged, list []balancer.Server, missing []string) events.ListChanged {
-	lc.InstanceIDs = make([]string, len(list))
+// lostMeanwhile is lc as its lookups left it: the IDs of list, the
+// servers of listed it no longer names removed, the missing ones by the
+// registry and the others for the cause lc gave them.
+func lostMeanwhile(lc events.ListChanged, listed []*balancer.Server, list []balancer.Server, missing []string) events.ListChanged {
+	out := lc
+	out.InstanceIDs = make([]string, len(list))
+	kept := make(map[string]bool, len(list))
 	for i, s := range list {
-		lc.InstanceIDs[i] = s.ID
+		out.InstanceIDs[i] = s.ID
+		kept[s.ID] = true
 	}
-	lc.Changes = make(map[string]events.Change, len(missing))
+	out.Changes = make(map[string]events.Change, len(listed))
+	for _, s := range listed {
+		if c, ok := lc.Changes[s.ID]; ok && !kept[s.ID] {
+			out.Changes[s.ID] = c
+		} else if !kept[s.ID] {
+			out.Changes[s.ID] = events.Change{Cause: lc.Cause}
+		}
+	}
 	for _, id := range missing {
-		lc.Changes[id] = events.Change{Cause: events.CauseRegistry}
+		out.Changes[id] = events.Change{Cause: events.CauseRegistry}
 	}
-	return lc
+	return out
 }
 
 // server converts the registry's record of an instance into a balancer

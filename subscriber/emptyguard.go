@@ -18,10 +18,9 @@ import (
 // EmptyGuard keeps a service's last list when the registry loses it all at
 // once (pushlb's Config.EmptyListHold): the bucket deleted, recreated
 // empty, or purged. It is the balancers' guard (lbvisitor.Guard): it looks
-// at each list before it is applied (Admit), and again when the lookups
-// that build its servers find none of its IDs (AdmitEmpty). A list is held
-// back
-// when it is empty, every instance the run of removals that empties it
+// at each list before it is applied (Admit), and again as the lookups that
+// build its servers left it when records went meanwhile. A list is held
+// back when it is empty, every instance the run of removals that empties it
 // removed left because the registry no longer holds it (cause registry or
 // resync: no offline announcement, no gossip death, no disconnect
 // advisory, none of which a lost registry causes), and one of these says
@@ -50,7 +49,7 @@ import (
 // ended together without gossip or advisories to tell: the hold time
 // bounds that case.
 //
-// Threading: Admit and AdmitEmpty run on the subscriber's delivery
+// Threading: Admit runs on the subscriber's delivery
 // goroutines (one per service at a time, services concurrently), the
 // GossipHandler on the gossip node's handler goroutine, Held on any
 // goroutine; every method takes mu. Nothing is called back while mu is held: the mirror and the
@@ -140,22 +139,9 @@ func (g *EmptyGuard) Use(rs records, m memberLister) {
 // an error wrapping ErrDeferred to keep the last list. A list
 // whose every ID the mirror lacks would be emptied all the same, by the
 // lookups that build the servers (the rest of a purge, already applied to
-// the mirror).
+// the mirror). A list whose records went between Admit and its lookups
+// comes again as the lookups left it (lbvisitor.Guard).
 func (g *EmptyGuard) Admit(lc events.ListChanged, listed []*balancer.Server) error {
-	return g.decide(lc, listed, false)
-}
-
-// AdmitEmpty is Admit for a list whose every ID the lookups that build
-// its servers found missing: the records went between Admit and the
-// lookups (a purge key by key, whose next key reached the mirror in
-// between), and the list would empty the service all the same.
-func (g *EmptyGuard) AdmitEmpty(lc events.ListChanged, listed []*balancer.Server) error {
-	return g.decide(lc, listed, true)
-}
-
-// decide is Admit; resolvedNone says that the lookups found none of lc's
-// IDs.
-func (g *EmptyGuard) decide(lc events.ListChanged, listed []*balancer.Server, resolvedNone bool) error {
 	if g.hold <= 0 {
 		return nil
 	}
@@ -164,7 +150,7 @@ func (g *EmptyGuard) decide(lc events.ListChanged, listed []*balancer.Server, re
 	svc := lc.Service
 	g.remember(lc)
 	lost := len(lc.InstanceIDs) < len(listed) && registryLost(lc)
-	empty := lost && (resolvedNone || !slices.ContainsFunc(lc.InstanceIDs, func(id string) bool { return g.registered(svc, id) }))
+	empty := lost && !slices.ContainsFunc(lc.InstanceIDs, func(id string) bool { return g.registered(svc, id) })
 	now := g.now()
 	if h, holding := g.held[svc]; holding {
 		return g.whileHeld(lc, listed, h, lost && empty, now)
@@ -367,8 +353,6 @@ func (g *EmptyGuard) heldNode(m gossip.Member) bool {
 	return ok && n.name == m.Name && n.addr == m.Addr
 }
 
-// registryLost reports whether every instance lc removes left because the
-// registry stopped holding it.
 // sameIDs reports whether ids are the IDs of listed, in any order.
 func sameIDs(ids []string, listed []*balancer.Server) bool {
 	if len(ids) != len(listed) {
@@ -386,6 +370,8 @@ func sameIDs(ids []string, listed []*balancer.Server) bool {
 	return true
 }
 
+// registryLost reports whether every instance lc removes left because the
+// registry stopped holding it.
 func registryLost(lc events.ListChanged) bool {
 	if len(lc.Changes) == 0 {
 		return lc.Cause == events.CauseRegistry || lc.Cause == events.CauseResync

@@ -1,7 +1,9 @@
 package subscriber_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/gossip"
+	"github.com/pushlb/pushlb/lbvisitor"
 	"github.com/pushlb/pushlb/serverlist"
 	"github.com/pushlb/pushlb/subscriber"
 )
@@ -89,5 +92,49 @@ func TestEmptyGuardRunOutlivesAListOfferedAgain(t *testing.T) {
 	delete(recs, b)
 	if err := g.Admit(registry(nil, b), one); !errors.Is(err, subscriber.ErrDeferred) {
 		t.Fatalf("the second loss of the run: Admit = %v, want ErrDeferred (a service of two before the run)", err)
+	}
+}
+
+// recordsResolver resolves IDs from fixedRecords, as the lookups read
+// the mirror: an ID it lacks is not found.
+type recordsResolver fixedRecords
+
+func (r recordsResolver) ResolveEach(_ context.Context, service string, ids []string) ([]serverlist.Instance, []error) {
+	found, errs := make([]serverlist.Instance, len(ids)), make([]error, len(ids))
+	for i, id := range ids {
+		in, ok := r[id]
+		if !ok {
+			errs[i] = fmt.Errorf("%w: %s/%s", serverlist.ErrNotFound, service, id)
+		}
+		found[i] = in
+	}
+	return found, errs
+}
+
+// TestEmptyGuardHoldsAListWhoseLookupsFindNone: the one instance of a
+// service, whose gossip node lives, is offered again in a list that still
+// names it (a list without causes, as a follow's resync sends), but its
+// record went between the list and its lookups: the guard, which sees the
+// list again as the lookups left it, holds it rather than let the Visitor
+// empty the service.
+func TestEmptyGuardHoldsAListWhoseLookupsFindNone(t *testing.T) {
+	const id = "10.0.0.1:orders:8080"
+	node := gossip.Member{Name: "orders/a/7", Addr: "10.0.0.1:7946", Meta: gossip.Meta{Role: gossip.RoleInstance, Service: "orders", InstanceID: id}}
+	recs := fixedRecords{id: {Service: "orders", InstanceID: id, Host: "10.0.0.1", Port: 8080, Incarnation: 7, GossipNode: node.Name, GossipAddr: node.Addr}}
+	g := subscriber.NewEmptyGuard(time.Minute, true, zerolog.Nop())
+	g.Use(recs, aliveMembers{node})
+	b, err := balancer.New("orders", balancer.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	v := lbvisitor.NewVisitor(b, recordsResolver(recs), lbvisitor.VisitorConfig{Guard: g})
+	if err := v.Apply(t.Context(), events.ListChanged{Service: "orders", InstanceIDs: []string{id}, Revision: 1, Cause: events.CauseResync}); err != nil {
+		t.Fatal(err)
+	}
+	delete(recs, id)
+	err = v.Apply(t.Context(), events.ListChanged{Service: "orders", InstanceIDs: []string{id}, Revision: 2})
+	if !errors.Is(err, subscriber.ErrDeferred) || len(b.AllServers()) != 1 || !g.Held("orders") {
+		t.Fatalf("Apply = %v with %d servers listed, held %v; want ErrDeferred, 1 and true", err, len(b.AllServers()), g.Held("orders"))
 	}
 }
