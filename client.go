@@ -207,6 +207,7 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 			p.close()
 			return nil, fmt.Errorf("pushlb: reaper: %w", err)
 		}
+		p.sub.UseReleaser(p.reaper) // a crashed instance's ID is freed for its restart
 	}
 	if o.Report.ID != "" {
 		p.reporter, err = convergence.NewReporter(c.nc, convergence.ReporterConfig{

@@ -183,6 +183,13 @@ type AdvisoryStats struct {
 	Probes map[string]uint64 `json:"probes"`
 	// Removals counts the instances removed after a probe found them dead.
 	Removals uint64 `json:"removals"`
+	// Releases counts, while this client's reaper leads, the IDs of
+	// instances found dead that it freed for their restart, by outcome:
+	// "released" (lease ended, record removed), "renamed" (the record
+	// names another connection now, or is gone), "renewed" (the lease was
+	// renewed after the close: the holder lives), "failed". Every outcome
+	// is present.
+	Releases map[string]uint64 `json:"releases"`
 }
 
 // ReaperStats describe the client's part in the reaper election.
@@ -335,8 +342,12 @@ func advisoryStats(a subscriber.AdvisoryStats) AdvisoryStats {
 	if state == "" {
 		state = string(subscriber.AdvisoriesOff)
 	}
+	releases := make(map[string]uint64, len(subscriber.AllReleaseOutcomes()))
+	for _, o := range subscriber.AllReleaseOutcomes() {
+		releases[o.String()] = a.Releases[o.String()]
+	}
 	return AdvisoryStats{
 		State: state, Received: a.Received, Malformed: a.Malformed, Matched: a.Matched,
-		Skipped: a.Skipped, Probes: probes, Removals: a.Removals,
+		Skipped: a.Skipped, Probes: probes, Removals: a.Removals, Releases: releases,
 	}
 }

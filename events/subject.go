@@ -72,3 +72,25 @@ func ParseSubject(prefix, subject string) (service string, k Kind, err error) {
 func DisconnectAdvisorySubject(prefix string) string {
 	return prefix + ".advisory.disconnect"
 }
+
+// AnnouncerName is the NATS connection name of a process that announces
+// the instance service/id (announce's): "announce <service> <id>". A
+// client-disconnect advisory carries it, which lets the gateways' reaper
+// find the record of a crashed instance whose service it does not follow
+// (docs/protocol.md, "Crash detection"). Other publishers may use it too.
+func AnnouncerName(service, id string) string { return "announce " + service + " " + id }
+
+// ParseAnnouncerName returns the service and instance ID that name, an
+// AnnouncerName, names; ok false for any other name or an invalid service
+// or ID.
+func ParseAnnouncerName(name string) (service, id string, ok bool) {
+	rest, ok := strings.CutPrefix(name, "announce ")
+	if !ok {
+		return "", "", false
+	}
+	service, id, ok = strings.Cut(rest, " ")
+	if !ok || ValidateService(service) != nil || ValidateInstanceID(id) != nil {
+		return "", "", false
+	}
+	return service, id, true
+}

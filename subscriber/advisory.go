@@ -71,7 +71,8 @@ const disconnectAdvisoryType = "io.nats.server.advisory.v1.client_disconnect"
 // disconnectAdvisory is what the subscriber reads of the server's
 // advisory (nats-server's DisconnectEventMsg).
 type disconnectAdvisory struct {
-	Type   string `json:"type"`
+	Type   string    `json:"type"`
+	Time   time.Time `json:"timestamp"` // when the connection closed, by the server's clock
 	Server struct {
 		ID string `json:"id"`
 	} `json:"server"`
@@ -146,6 +147,10 @@ type AdvisoryStats struct {
 	// Removals counts the instances taken offline after a probe found them
 	// dead.
 	Removals uint64 `json:"removals"`
+	// Releases counts, while this process's reaper leads, the IDs of
+	// instances found dead that it asked the reaper to release, by
+	// outcome (serverlist.Release's labels, but not_leader).
+	Releases map[string]uint64 `json:"releases"`
 }
 
 // advisories is the subscriber's part for advisories.
@@ -160,6 +165,7 @@ type advisories struct {
 
 	received, malformed, matched, skipped, removals atomic.Uint64
 	probes                                          [numProbeOutcomes]atomic.Uint64
+	releases                                        [serverlist.ReleaseFailed + 1]atomic.Uint64
 	inFlight                                        map[string]bool // guarded by Subscriber.dmu
 
 	// unmatched holds, for unmatchedMemory, the advisories that named no
@@ -240,6 +246,10 @@ func (a *advisories) stats() AdvisoryStats {
 	for o := range numProbeOutcomes {
 		st.Probes[o.String()] = a.probes[o].Load()
 	}
+	st.Releases = make(map[string]uint64, len(a.releases))
+	for _, o := range AllReleaseOutcomes() {
+		st.Releases[o.String()] = a.releases[o].Load()
+	}
 	return st
 }
 
@@ -275,6 +285,7 @@ func (s *Subscriber) onAdvisory(msg *nats.Msg) {
 	s.advisoryArrived(conn)
 	if !s.probeConnection(conn, a) {
 		s.adv.keepUnmatched(conn, a, time.Now())
+		s.probeUnfollowed(conn, a)
 	}
 }
 
@@ -404,6 +415,7 @@ func (s *Subscriber) probeAfterAdvisory(e serverlist.Entry, a disconnectAdvisory
 		s.adv.removals.Add(1)
 		log(s.log.Info()).AnErr("probe_error", err).Msg("advisory: the instance's NATS connection closed and a probe found it dead: removed")
 	}
+	s.release(e.Instance, serverlist.Connection{ServerID: a.Server.ID, ClientID: a.Client.ID}, a)
 }
 
 // probe connects to addr, then again after each of probeConfirm's delays

@@ -65,7 +65,8 @@ func (r *advisoryRig) announce(t *testing.T, i int) *served {
 
 // announceOf announces instance i of service; mirrored says whether the
 // gateway follows the service (then it waits for its mirror to hold it).
-func (r *advisoryRig) announceOf(t *testing.T, service string, i int, mirrored bool) *served {
+// opts are added to the publisher's connection's.
+func (r *advisoryRig) announceOf(t *testing.T, service string, i int, mirrored bool, opts ...nats.Option) *served {
 	t.Helper()
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 	t.Cleanup(hs.Close)
@@ -73,7 +74,7 @@ func (r *advisoryRig) announceOf(t *testing.T, service string, i int, mirrored b
 	in := instance(service, i, time.Now().UnixNano())
 	in.Host = host
 	in.Port, _ = strconv.Atoi(port)
-	nc := r.srv.Connect(t, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	nc := r.srv.Connect(t, append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(20 * time.Millisecond)}, opts...)...)
 	p, err := publisher.New(nc, openRegistry(t, nc), publisher.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -38,7 +38,9 @@ type Subscriber struct {
 	stats   counters
 	guard   gossipGuard // checks gossip reports (GossipHandler)
 	adv     advisories  // crash detection by client-disconnect advisories (advisory.go)
-	form2   sync.Map    // services whose records carry their own lease, logged once
+	// releaser frees the IDs of holders found gone (release.go); nil: none.
+	releaser atomic.Pointer[Releaser]
+	form2    sync.Map // services whose records carry their own lease, logged once
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc

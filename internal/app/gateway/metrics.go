@@ -186,6 +186,7 @@ var (
 	descAdvMatched      = prometheus.NewDesc("pushlb_advisories_matched_total", "Advisories that named the NATS connection of an instance's record (one per record).", nil, nil)
 	descAdvSkipped      = prometheus.NewDesc("pushlb_advisory_probes_skipped_total", "Matched advisories not probed: a probe of the instance ran already, or too many ran.", nil, nil)
 	descAdvProbes       = prometheus.NewDesc("pushlb_advisory_probes_total", "Probes of instances whose NATS connection ended, by outcome: alive (kept), refused or unreachable (removed).", []string{"outcome"}, nil)
+	descIDReleases      = prometheus.NewDesc("pushlb_id_releases_total", "While this gateway's reaper leads: the IDs of crashed instances (connection closed, probe failed) it freed for their restart, by result: released (lease ended, record removed), renamed (the record names another connection or is gone), renewed (the holder renewed its lease: alive), failed.", []string{"result"}, nil)
 	descReaperEnded     = prometheus.NewDesc("pushlb_reaper_leases_ended_total", "Lease removals and expiries this gateway's reaper saw while leading.", nil, nil)
 )
 
@@ -196,7 +197,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReceived, descApplied, descDropped, descDelivered, descHandlerErr,
 		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descUnconfirmed, descMalformed, descResyncs, descLookupHit, descServers, descReachable, descEjected, descEjections, descPanic, descHeld, descHeldTotal, descTrips, descUpdates, descUnregistered, descServicesRemoved, descFollowed, descFollows, descFollowing, descUnfollows, descRevision, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored,
 		descReaperLeader, descReaperReaped, descReaperEnded, descReaperUnled,
-		descRemovalsBy, descAdvState, descAdvReceived, descAdvMalformed, descAdvMatched, descAdvSkipped, descAdvProbes} {
+		descRemovalsBy, descAdvState, descAdvReceived, descAdvMalformed, descAdvMatched, descAdvSkipped, descAdvProbes, descIDReleases} {
 		ch <- d
 	}
 }
@@ -252,6 +253,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descAdvSkipped, adv.Skipped)
 	for _, o := range subscriber.AllProbeOutcomes() {
 		counter(descAdvProbes, adv.Probes[o.String()], o.String())
+	}
+	for _, o := range subscriber.AllReleaseOutcomes() {
+		counter(descIDReleases, adv.Releases[o.String()], o.String())
 	}
 	counter(descGossipGone, ev.GossipRemovals)
 	counter(descGossipBack, ev.GossipRevivals)
