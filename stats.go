@@ -131,6 +131,10 @@ type RegistryStats struct {
 	// BucketsRecreated counts the times the bucket was gone and was made
 	// again.
 	BucketsRecreated uint64 `json:"bucketsRecreated"`
+	// WentBack counts the times the bucket came back with an older state
+	// than the mirror had applied (a server or cluster that lost
+	// acknowledged writes; docs/reliability.md).
+	WentBack uint64 `json:"wentBack"`
 	// Revision is the registry revision the mirror reflects.
 	Revision uint64 `json:"revision"`
 }

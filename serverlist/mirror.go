@@ -106,6 +106,9 @@ type MirrorStats struct {
 	// BucketsRecreated counts the times the mirror found the bucket gone and
 	// recreated it.
 	BucketsRecreated uint64 `json:"bucketsRecreated"`
+	// WentBack counts the times the bucket came back with an older state
+	// than the mirror had applied (lost acknowledged writes).
+	WentBack uint64 `json:"wentBack"`
 	// Revision is the bucket revision of the last entry applied. Once it
 	// reaches r, the read methods reflect every entry up to revision r and
 	// OnChange has returned for them (in a scoped mirror, whose services
@@ -115,7 +118,8 @@ type MirrorStats struct {
 	// guessing. It never goes down: a resync reflects the bucket at least as
 	// of every revision applied before it. When the bucket is replaced by a
 	// new one (recreated after a loss), whose revisions start again at 1,
-	// the mirror adds the last revision it applied to the new bucket's, so
+	// or goes back in time (lost writes), the mirror maps the bucket's
+	// revisions above the last it applied (mirror_revisions.go), so
 	// revisions it reports ([Entry], Revision) keep their order.
 	Revision uint64 `json:"revision"`
 }
@@ -157,7 +161,7 @@ type Mirror struct {
 
 	puts, removals, malformedKeys, malformedValues atomic.Uint64
 	syncs, watchErrors, revision                   atomic.Uint64
-	refreshes, recreated                           atomic.Uint64
+	refreshes, recreated, wentBack                 atomic.Uint64
 	instances                                      atomic.Int64
 
 	seeds [2]maphash.Seed // of valueSum
@@ -191,8 +195,7 @@ type Mirror struct {
 	scopeSignal chan struct{}
 
 	// Only the mirror's goroutine touches these.
-	bucketCreated time.Time // creation time of the bucket's stream, to tell a new bucket
-	revBase       uint64    // added to the bucket's revisions (see MirrorStats.Revision)
+	revs bucketRevisions // the bucket's revisions as the mirror's (mirror_revisions.go)
 }
 
 // NewMirror returns a mirror of reg's bucket. It starts no goroutine and
@@ -317,6 +320,7 @@ func (m *Mirror) Stats() MirrorStats {
 		WatchErrors:      m.watchErrors.Load(),
 		Refreshes:        m.refreshes.Load(),
 		BucketsRecreated: m.recreated.Load(),
+		WentBack:         m.wentBack.Load(),
 		Revision:         m.revision.Load(),
 	}
 }
@@ -363,11 +367,10 @@ func (m *Mirror) bucketGone(ctx context.Context) bool {
 	return errors.Is(err, jetstream.ErrBucketNotFound)
 }
 
-// noteBucket reads the creation time of the bucket's stream before a watch.
-// A bucket other than the one watched before (recreated by this process or
-// another) restarts its revisions at 1: the mirror then adds the last
-// revision it applied to the new bucket's, so its revisions keep their
-// order.
+// noteBucket reads the creation time and the last sequence of the
+// bucket's stream before a watch, so that the revisions the mirror reports
+// keep their order across a new bucket or one that went back in time
+// (bucketRevisions).
 func (m *Mirror) noteBucket(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, bucketCheckTimeout)
 	defer cancel()
@@ -379,13 +382,17 @@ func (m *Mirror) noteBucket(ctx context.Context) {
 	if !ok || bs.StreamInfo() == nil {
 		return
 	}
-	created := bs.StreamInfo().Created
-	if !m.bucketCreated.IsZero() && !created.Equal(m.bucketCreated) {
-		m.revBase = m.revision.Load()
-		m.log.Info().Str("bucket", m.reg.cfg.Bucket).Uint64("revision_base", m.revBase).
+	info := bs.StreamInfo()
+	applied := m.revision.Load()
+	switch m.revs.note(info.Created, info.State.LastSeq, applied) {
+	case newBucket:
+		m.log.Info().Str("bucket", m.reg.cfg.Bucket).Uint64("revision_base", applied).
 			Msg("serverlist: the registry bucket is a new one; its revisions continue from the last applied")
+	case wentBack:
+		m.wentBack.Add(1)
+		m.log.Warn().Str("bucket", m.reg.cfg.Bucket).Uint64("last_sequence", info.State.LastSeq).Uint64("revision", applied).
+			Msg("serverlist: the registry bucket went back in time (its stream lost writes this mirror applied: a server or cluster that lost acknowledged writes); its writes from now on are ordered after the last applied, and publishers write their records back")
 	}
-	m.bucketCreated = created
 }
 
 // run owns the watch: it (re)starts it until ctx ends, backing off after
@@ -554,14 +561,14 @@ func (m *Mirror) handle(ss *session, sw *scopeWatch, e jetstream.KeyValueEntry) 
 			m.install(ss, sw)
 		}
 	case !sw.synced:
-		rev := m.revBase + e.Revision()
+		rev := m.revs.of(e.Revision())
 		m.applyFresh(sw.fresh, sw.freshSkipped, e, rev)
 		sw.freshRev = max(sw.freshRev, rev)
 		if sw.service == "" {
 			sw.freshServiceRev(e.Key(), rev)
 		}
 	default:
-		rev := m.revBase + e.Revision()
+		rev := m.revs.of(e.Revision())
 		m.apply(e, rev, sw)
 		// Again for the entries apply calls no OnChange for (refreshes,
 		// skipped ones).

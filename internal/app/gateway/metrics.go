@@ -152,6 +152,7 @@ var (
 	descRevivals        = prometheus.NewDesc("pushlb_registry_revivals_total", "Instances a registry write brought back after an offline recorded before it (a forged offline undone, an instance that re-asserted itself).", nil, nil)
 	descRefreshes       = prometheus.NewDesc("pushlb_registry_refreshes_total", "Lease refreshes seen (unchanged registry values): they cost no rebuild.", nil, nil)
 	descRecreated       = prometheus.NewDesc("pushlb_registry_buckets_recreated_total", "Times the registry bucket was found lost and recreated.", nil, nil)
+	descWentBack        = prometheus.NewDesc("pushlb_registry_went_back_total", "Times the registry bucket was found back in time: an older state than this gateway applied (lost acknowledged writes); later writes are ordered after what it knew.", nil, nil)
 	descUnconfirmed     = prometheus.NewDesc("pushlb_unconfirmed_forgotten_total", "Instances known only from events that the registry never showed, forgotten after limits.confirmWithin.", nil, nil)
 	descMalformed       = prometheus.NewDesc("pushlb_registry_malformed_total", "Registry entries skipped, by what was wrong (key, value: invalid or beyond the record limits).", []string{"part"}, nil)
 	descResyncs         = prometheus.NewDesc("pushlb_registry_resyncs_total", "Full resynchronisations of the registry mirror (start, reconnects).", nil, nil)
@@ -195,7 +196,7 @@ type stateCollector struct{ g *Gateway }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReceived, descApplied, descDropped, descDelivered, descHandlerErr,
-		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descUnconfirmed, descMalformed, descResyncs, descLookupHit, descServers, descReachable, descEjected, descEjections, descPanic, descHeld, descHeldTotal, descTrips, descUpdates, descUnregistered, descServicesRemoved, descFollowed, descFollows, descFollowing, descUnfollows, descRevision, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored,
+		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descWentBack, descUnconfirmed, descMalformed, descResyncs, descLookupHit, descServers, descReachable, descEjected, descEjections, descPanic, descHeld, descHeldTotal, descTrips, descUpdates, descUnregistered, descServicesRemoved, descFollowed, descFollows, descFollowing, descUnfollows, descRevision, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored,
 		descReaperLeader, descReaperReaped, descReaperEnded, descReaperUnled,
 		descRemovalsBy, descAdvState, descAdvReceived, descAdvMalformed, descAdvMatched, descAdvSkipped, descAdvProbes, descIDReleases} {
 		ch <- d
@@ -233,6 +234,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRevivals, ev.RegistryRevivals)
 	counter(descRefreshes, st.Registry.Refreshes)
 	counter(descRecreated, st.Registry.BucketsRecreated)
+	counter(descWentBack, st.Registry.WentBack)
 	counter(descMalformed, st.Registry.MalformedKeys, "key")
 	counter(descMalformed, st.Registry.MalformedValues, "value")
 	counter(descUnconfirmed, ev.Unconfirmed)

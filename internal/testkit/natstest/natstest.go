@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -248,6 +249,42 @@ func (s *Server) RestartWithoutStore(tb testing.TB) {
 	dir := tb.TempDir()
 	s.mu.Lock()
 	s.storeDir = dir
+	s.mu.Unlock()
+	s.Restart(tb)
+}
+
+// CopyStore stops the server, copies its JetStream store to a directory
+// of the test's, and starts it again on it (clients see a disconnect and
+// reconnect): the copy is the store as of now, which RestartWithStore
+// brings back later, as a server that lost its latest writes (a power
+// loss before they reached the disk) comes back.
+func (s *Server) CopyStore(tb testing.TB) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	s.mu.Lock()
+	s.shutdownLocked()
+	err := os.CopyFS(dir, os.DirFS(s.storeDir))
+	s.mu.Unlock()
+	if err != nil {
+		tb.Fatalf("natstest: copy the store: %v", err)
+	}
+	s.Restart(tb)
+	return dir
+}
+
+// RestartWithStore is Restart over a copy of dir, a store CopyStore
+// returned: every stream comes back as it was then, with the same
+// identity (its creation time) and its later writes lost, so that its
+// sequences, and the registry's revisions, go back.
+func (s *Server) RestartWithStore(tb testing.TB, dir string) {
+	tb.Helper()
+	fresh := tb.TempDir()
+	if err := os.CopyFS(fresh, os.DirFS(dir)); err != nil {
+		tb.Fatalf("natstest: copy the store: %v", err)
+	}
+	s.mu.Lock()
+	s.shutdownLocked()
+	s.storeDir = fresh
 	s.mu.Unlock()
 	s.Restart(tb)
 }
