@@ -1,0 +1,165 @@
+package main
+
+// Registry faults on a real three-node JetStream cluster (in-process
+// nats-servers) with the real gateway and announce binaries: every node
+// losing its store, and the registry stream losing its quorum for a while.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pushlb/pushlb/internal/testkit/natstest"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+// faultRig is a three-node cluster, a gateway given every node's URL with
+// the cluster tests' lease, three announcers of orders (hold mode, each
+// given every URL) and a steady load through the gateway.
+type faultRig struct {
+	c        *natstest.Cluster
+	g        *gw
+	backends []*tracked
+	anns     []*testutil.Proc
+	live     []string
+	l        *load
+}
+
+func startFaultRig(t *testing.T) *faultRig {
+	t.Helper()
+	r := &faultRig{c: natstest.StartCluster(t, 3)}
+	r.g = &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t)}
+	r.g.Proc = start(t, bin.gateway, "-listen", r.g.proxy, "-admin", r.g.admin, "-nats", r.c.URL(), "-follow", "all",
+		"-lease", clusterLease.String())
+	// The gateway makes the bucket, with its lease, before any announcer
+	// would make it with the default one.
+	testutil.Eventually(t, "the gateway to be healthy", func() bool {
+		code, _, err := testutil.Fetch(client, "http://"+r.g.admin+"/healthz")
+		return err == nil && code == 200
+	})
+	for i := range 3 {
+		b := newTracked(t, fmt.Sprintf("i%d", i+1))
+		r.backends, r.anns = append(r.backends, b), append(r.anns, announceOn(t, r.c.URL(), b))
+		r.live = append(r.live, b.name)
+	}
+	testutil.Eventually(t, "three instances listed", func() bool { return slices.Equal(r.g.ids(t), r.live) })
+	r.l = startLoad(r.g, loadWorkers)
+	t.Cleanup(r.l.stop)
+	r.l.waitMore(t, 100)
+	return r
+}
+
+// registry returns the registry bucket, once the cluster serves it.
+func (r *faultRig) registry(t *testing.T) jetstream.KeyValue {
+	t.Helper()
+	js, err := jetstream.New(r.c.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kv jetstream.KeyValue
+	testutil.Eventually(t, "the registry bucket", func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		kv, err = js.KeyValue(ctx, "pushlb_lb")
+		return err == nil
+	})
+	return kv
+}
+
+// healed waits until the registry and the gateway hold exactly the live
+// instances, and the load went on past it; it returns how long that took
+// from since, and fails the test on any failed request.
+func (r *faultRig) healed(t *testing.T, since time.Time) time.Duration {
+	t.Helper()
+	kv := r.registry(t)
+	testutil.Eventually(t, "the registry to hold every live instance", func() bool {
+		return slices.Equal(registryIDsOrNil(kv), r.live)
+	})
+	testutil.Eventually(t, "the gateway to list every live instance", func() bool { return slices.Equal(r.g.ids(t), r.live) })
+	took := time.Since(since)
+	r.l.waitMore(t, 100)
+	sent, failed := r.l.counts()
+	t.Logf("load: %d requests, %d failed, slowest %v", sent, failed, time.Duration(r.l.slowest.Load()))
+	if failed != 0 {
+		t.Fatalf("%d of %d requests failed; first: %s", failed, sent, r.l.first())
+	}
+	return took
+}
+
+// registryIDsOrNil is registryIDs that answers nil while the registry
+// cannot be listed.
+func registryIDsOrNil(kv jetstream.KeyValue) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	lister, err := kv.ListKeysFiltered(ctx, "orders.*")
+	if err != nil {
+		return nil
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	var out []string
+	for _, k := range keys {
+		if _, id, err := serverlist.DecodeKey(k); err == nil {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestClusterLosesEveryStore: every node of the cluster is killed and
+// comes back without its store (the registry bucket gone on all three).
+// The gateway keeps routing on its last lists (no request fails), the
+// bucket is recreated, the announcers write their records back, and the
+// registry and the gateway's lists are right again.
+func TestClusterLosesEveryStore(t *testing.T) {
+	r := startFaultRig(t)
+	updates := r.g.metric(`pushlb_list_updates_total{service="orders"}`)
+	for _, n := range r.c.Nodes {
+		n.Shutdown()
+	}
+	for _, n := range r.c.Nodes {
+		n.RestartWithoutStore(t)
+	}
+	back := time.Now()
+	r.c.WaitJetStream(t)
+	ready := time.Now()
+	took := r.healed(t, ready)
+	t.Logf("every store lost: JetStream back %v after the nodes restarted, registry and lists right %v after that; the list changed %v times",
+		ready.Sub(back).Round(time.Millisecond), took.Round(time.Millisecond), r.g.metric(`pushlb_list_updates_total{service="orders"}`)-updates)
+}
+
+// TestClusterRegistryLosesQuorum: two of the three nodes stop, so the
+// registry stream (three replicas) has no quorum: no write, no lease
+// renewal succeeds. Every announcer notices (a failed renewal), and the
+// outage lasts until then and two leases more; the nodes come back. The
+// gateway keeps routing on its last lists throughout (no request fails),
+// and the registry and its lists are right again once the quorum is back.
+func TestClusterRegistryLosesQuorum(t *testing.T) {
+	r := startFaultRig(t)
+	updates := r.g.metric(`pushlb_list_updates_total{service="orders"}`)
+	down := time.Now()
+	r.c.Nodes[1].Shutdown()
+	r.c.Nodes[2].Shutdown()
+	for _, a := range r.anns {
+		a.WaitFor(t, "lease refresh failed", 4*clusterLease)
+	}
+	// The outage goes on for two leases: leases that end during it must
+	// not cost a live instance its place.
+	testutil.EventuallyWithin(t, 4*clusterLease, "two leases of outage", func() bool { return time.Since(down) > 2*clusterLease })
+	r.c.Nodes[1].Restart(t)
+	r.c.Nodes[2].Restart(t)
+	back := time.Now()
+	r.c.WaitJetStream(t)
+	ready := time.Now()
+	took := r.healed(t, ready)
+	t.Logf("quorum lost for %v: JetStream back %v after the nodes restarted, registry and lists right %v after that; the list changed %v times",
+		back.Sub(down).Round(time.Millisecond), ready.Sub(back).Round(time.Millisecond), took.Round(time.Millisecond), r.g.metric(`pushlb_list_updates_total{service="orders"}`)-updates)
+}
