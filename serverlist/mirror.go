@@ -370,17 +370,22 @@ func (m *Mirror) bucketGone(ctx context.Context) bool {
 // noteBucket reads the creation time and the last sequence of the
 // bucket's stream before a watch, so that the revisions the mirror reports
 // keep their order across a new bucket or one that went back in time
-// (bucketRevisions).
-func (m *Mirror) noteBucket(ctx context.Context) {
+// (bucketRevisions). A watch without them could take new writes for old
+// ones: the error it returns makes the run loop try again (a cluster
+// whose stream has no leader yet), or recreate a bucket that is gone.
+func (m *Mirror) noteBucket(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, bucketCheckTimeout)
 	defer cancel()
 	st, err := m.reg.kv.Status(cctx)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return errBucketGone
+	}
 	if err != nil {
-		return // the watch will fail or tell
+		return fmt.Errorf("serverlist: read the registry bucket's state: %w", err)
 	}
 	bs, ok := st.(*jetstream.KeyValueBucketStatus)
 	if !ok || bs.StreamInfo() == nil {
-		return
+		return nil
 	}
 	info := bs.StreamInfo()
 	applied := m.revision.Load()
@@ -393,6 +398,7 @@ func (m *Mirror) noteBucket(ctx context.Context) {
 		m.log.Warn().Str("bucket", m.reg.cfg.Bucket).Uint64("last_sequence", info.State.LastSeq).Uint64("revision", applied).
 			Msg("serverlist: the registry bucket went back in time (its stream lost writes this mirror applied: a server or cluster that lost acknowledged writes); its writes from now on are ordered after the last applied, and publishers write their records back")
 	}
+	return nil
 }
 
 // run owns the watch: it (re)starts it until ctx ends, backing off after
@@ -467,7 +473,9 @@ func drainStatus(ch chan nats.Status) {
 // one at its catch-up marker; later entries apply in place. It reports
 // whether any watch reached its catch-up marker.
 func (m *Mirror) watch(ctx context.Context, status <-chan nats.Status) (synced bool, err error) {
-	m.noteBucket(ctx)
+	if err := m.noteBucket(ctx); err != nil {
+		return false, err
+	}
 	ss := &session{in: make(chan scopedUpdate, scopedBuffer), scopes: make(map[string]*scopeWatch)}
 	defer ss.stop()
 	// The all scope's entries are read from its watcher directly: no hop

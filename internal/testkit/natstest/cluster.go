@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -157,4 +158,50 @@ func (c *Cluster) StreamLeader(stream string) *Server {
 		}
 	}
 	return nil
+}
+
+// CopyStores stops every node, copies each one's store, and starts them
+// again: the copies are the cluster's state as of now, which
+// RestartWithStores brings back (a coordinated power loss before the
+// latest writes reached any node's disk).
+func (c *Cluster) CopyStores(tb testing.TB) []string {
+	tb.Helper()
+	dirs := make([]string, len(c.Nodes))
+	for _, s := range c.Nodes {
+		s.Shutdown()
+	}
+	for i, s := range c.Nodes {
+		dirs[i] = tb.TempDir()
+		if err := os.CopyFS(dirs[i], os.DirFS(s.StoreDir())); err != nil {
+			tb.Fatalf("natstest: copy the store of node %d: %v", i+1, err)
+		}
+	}
+	for _, s := range c.Nodes {
+		s.Restart(tb)
+	}
+	c.WaitJetStream(tb)
+	return dirs
+}
+
+// RestartWithStores stops every node and starts each one over a copy of
+// its store in dirs (CopyStores'): every stream comes back as it was then,
+// its later writes lost on every node.
+func (c *Cluster) RestartWithStores(tb testing.TB, dirs []string) {
+	tb.Helper()
+	for _, s := range c.Nodes {
+		s.Shutdown()
+	}
+	for i, s := range c.Nodes {
+		fresh := tb.TempDir()
+		if err := os.CopyFS(fresh, os.DirFS(dirs[i])); err != nil {
+			tb.Fatalf("natstest: copy the store of node %d: %v", i+1, err)
+		}
+		s.mu.Lock()
+		s.storeDir = fresh
+		s.mu.Unlock()
+	}
+	for _, s := range c.Nodes {
+		s.Restart(tb)
+	}
+	c.WaitJetStream(tb)
 }
