@@ -163,3 +163,87 @@ func TestClusterRegistryLosesQuorum(t *testing.T) {
 	t.Logf("quorum lost for %v: JetStream back %v after the nodes restarted, registry and lists right %v after that; the list changed %v times",
 		back.Sub(down).Round(time.Millisecond), ready.Sub(back).Round(time.Millisecond), took.Round(time.Millisecond), r.g.metric(`pushlb_list_updates_total{service="orders"}`)-updates)
 }
+
+// churn replaces instances of the rig one at a time: it announces a new
+// one, then stops (SIGTERM: offline, deregistration) the oldest live one,
+// n times; between steps it calls between(step) (nil: nothing).
+func (r *faultRig) churn(t *testing.T, n int, between func(step int)) {
+	t.Helper()
+	for step := range n {
+		if between != nil {
+			between(step)
+		}
+		b := newTracked(t, fmt.Sprintf("c%02d", step))
+		a := announceOn(t, r.c.URL(), b)
+		a.WaitFor(t, "announced online", lineTimeout)
+		r.backends, r.anns = append(r.backends, b), append(r.anns, a)
+		r.live = append(r.live, b.name)
+		old := r.anns[0]
+		if code := old.Stop(t, exitTimeout); code != 0 {
+			t.Fatalf("announce %s exited %d", r.backends[0].name, code)
+		}
+		r.live = slices.DeleteFunc(r.live, func(id string) bool { return id == r.backends[0].name })
+		r.backends, r.anns = r.backends[1:], r.anns[1:]
+	}
+	slices.Sort(r.live)
+}
+
+// TestClusterLeaderKilledDuringChurn: instances are replaced one after the
+// other while the node leading the registry stream is killed (and comes
+// back later): announcers and the gateway fail over to the other nodes,
+// whose replicas elect a new leader. No request fails, and the registry
+// and the gateway's lists hold exactly the live instances once the churn
+// is over.
+func TestClusterLeaderKilledDuringChurn(t *testing.T) {
+	r := startFaultRig(t)
+	var leader *natstest.Server
+	testutil.Eventually(t, "a registry stream leader", func() bool {
+		leader = r.c.StreamLeader("KV_pushlb_lb")
+		return leader != nil
+	})
+	var killed time.Time
+	r.churn(t, 6, func(step int) {
+		switch step {
+		case 2:
+			leader.Shutdown()
+			killed = time.Now()
+		case 5:
+			leader.Restart(t)
+		}
+	})
+	r.c.WaitJetStream(t)
+	took := r.healed(t, killed)
+	t.Logf("leader killed during churn: registry and lists right %v after the kill (6 replacements, the node back after 3)", took.Round(time.Millisecond))
+}
+
+// TestGatewayRestartedDuringChurn: two gateways; instances are replaced
+// one after the other while the first gateway restarts, and the load goes
+// through the second. No request fails; the restarted gateway lists
+// exactly the live instances once the churn is over.
+func TestGatewayRestartedDuringChurn(t *testing.T) {
+	r := startFaultRig(t)
+	first := r.g
+	second := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t)}
+	second.Proc = start(t, bin.gateway, "-listen", second.proxy, "-admin", second.admin, "-nats", r.c.URL(), "-follow", "all")
+	testutil.Eventually(t, "the second gateway to list every instance", func() bool { return slices.Equal(second.ids(t), r.live) })
+	r.l.stop()
+	r.l = startLoad(second, loadWorkers)
+	t.Cleanup(r.l.stop)
+	r.l.waitMore(t, 100)
+	var restarted time.Time
+	r.churn(t, 4, func(step int) {
+		switch step {
+		case 1:
+			if code := first.Stop(t, exitTimeout); code != 0 {
+				t.Fatalf("the first gateway exited %d", code)
+			}
+		case 2:
+			first.Proc = start(t, bin.gateway, "-listen", first.proxy, "-admin", first.admin, "-nats", r.c.URL(), "-follow", "all")
+			restarted = time.Now()
+		}
+	})
+	r.g = second
+	took := r.healed(t, restarted)
+	testutil.Eventually(t, "the restarted gateway to list every live instance", func() bool { return slices.Equal(first.ids(t), r.live) })
+	t.Logf("gateway restarted during churn: both gateways right %v after its restart", took.Round(time.Millisecond))
+}
