@@ -34,7 +34,10 @@
 //
 // One live process holds an instance ID. Announce claims it
 // (serverlist.Registry.Claim): a record of another live process is refused
-// with an error wrapping serverlist.ErrInUse, unless Config.Replace. The
+// with an error wrapping serverlist.ErrInUse, unless Config.Replace; a
+// holder that answers at its gossip node or service address (unless that
+// address is the announced instance's own) is refused at once, others
+// after a watch of the record for a refresh (Publisher.ClaimWait). The
 // lease loop renews the lease with a compare-and-set and reads the record
 // back every third renewal; a lease or record found removed
 // (deregistered, expired, purged, the bucket lost: the bucket is recreated

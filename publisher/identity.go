@@ -45,11 +45,13 @@ func (p *Publisher) ReplacedBy() (serverlist.Instance, bool) {
 	return in.Clone(), true
 }
 
-// claim claims the instance's ID (serverlist.Registry.Claim). A bucket that
-// is gone is recreated first, when this process may create it; otherwise the
-// claim fails until a gateway recreates it.
+// claim claims the instance's ID (serverlist.Registry.Claim). A record of
+// another owner is refused at once when its holder answers a probe (see
+// holderAnswers), else watched. A bucket that is gone is recreated first,
+// when this process may create it; otherwise the claim fails until a
+// gateway recreates it.
 func (p *Publisher) claim(ctx context.Context, in serverlist.Instance, replace bool) (serverlist.Claimed, error) {
-	opts := serverlist.ClaimOptions{Replace: replace, Probe: p.cfg.ClaimProbe, OnProbe: p.cfg.OnClaimWait}
+	opts := serverlist.ClaimOptions{Replace: replace, Probe: p.cfg.ClaimProbe, OnProbe: p.cfg.OnClaimWait, HolderAnswers: p.holderAnswers(in)}
 	c, err := p.reg.Claim(ctx, in, opts)
 	if err == nil || c.Record != 0 || errors.Is(err, serverlist.ErrInUse) || errors.Is(err, serverlist.ErrInvalidInstance) {
 		return c, err
@@ -58,6 +60,16 @@ func (p *Publisher) claim(ctx context.Context, in serverlist.Instance, replace b
 		return p.reg.Claim(ctx, in, opts)
 	}
 	return c, err
+}
+
+// ClaimWait is the longest Announce watches a record of another owner for
+// a renewal before it presumes its holder dead and takes the ID over
+// (Config.ClaimProbe, or half the registry's TTL; see
+// serverlist.Registry.ClaimWait). A caller that bounds Announce with a
+// timeout gives it this on top of the time of its network operations, or
+// the restart of a crashed instance fails instead of taking its ID over.
+func (p *Publisher) ClaimWait() time.Duration {
+	return p.reg.ClaimWait(serverlist.ClaimOptions{Probe: p.cfg.ClaimProbe})
 }
 
 // supersededError reports that a newer process holds the instance's ID.

@@ -39,7 +39,11 @@ type Config struct {
 	// a third of the registry's TTL, so two renewals may fail before the
 	// lease runs out.
 	LeaseInterval time.Duration
-	// Logger receives lease and re-announce failures. Zero: no logs.
+	// Logger receives lease and re-announce failures. Zero: no logs. Every
+	// line about the instance names it (fields service and id), as the
+	// registry's do: a program that announces one instance gives a logger
+	// without those fields, or its lines name them twice. (The gossip
+	// node's lines, which do not name them, go to Gossip.Logger.)
 	Logger zerolog.Logger
 	// Gossip, when set, makes the instance a gossip (memberlist) member
 	// from its announcement to its withdrawal, so gateways that are members
@@ -55,12 +59,17 @@ type Config struct {
 	// Replace makes Announce take the instance ID over even when another
 	// live process holds it; that process yields (see Publisher.Replaced).
 	// Without it, Announce refuses a live holder's ID with an error
-	// wrapping serverlist.ErrInUse and writes nothing.
+	// wrapping serverlist.ErrInUse and writes nothing: a holder that
+	// answers a probe (a TCP connect to the gossip node its record names,
+	// else to its service address, confirmed over 200 ms) is refused at
+	// once, one that refreshes its record within ClaimProbe when it does
+	// not. An address that is the announced instance's own (its service
+	// address, its gossip node's) is not probed.
 	Replace bool
 	// ClaimProbe is how long Announce watches a record of another owner for
 	// a refresh before it presumes its holder dead (a crash whose lease has
 	// not run out). Zero means half the registry's TTL. See
-	// serverlist.Registry.Claim.
+	// serverlist.Registry.Claim, and ClaimWait for the timeout of Announce.
 	ClaimProbe time.Duration
 	// OnClaimWait, when set, is called when Announce finds the ID held by
 	// another process's record and starts watching it, with that record and
@@ -142,9 +151,12 @@ func (p *Publisher) Instance() serverlist.Instance {
 // again with the new values; gateways apply the record update as any other.
 //
 // The ID must be free, or held by this publisher: a record of another live
-// process is refused with an error wrapping serverlist.ErrInUse, after
-// watching it for Config.ClaimProbe, unless Config.Replace is set (see
-// serverlist.Registry.Claim). in.Owner is set to this publisher's token.
+// process is refused with an error wrapping serverlist.ErrInUse, at once
+// when its holder answers at its address, else after watching it for up to
+// Config.ClaimProbe, unless Config.Replace is set (see
+// serverlist.Registry.Claim). A ctx that ends before ClaimWait plus the
+// time of the network operations may cut the wait of a restart after a
+// crash short. in.Owner is set to this publisher's token.
 // A successful Announce ends a MarkDown.
 func (p *Publisher) Announce(ctx context.Context, in serverlist.Instance) error {
 	if in.Incarnation == 0 {
@@ -216,7 +228,7 @@ func (p *Publisher) joinGossipLocked(ctx context.Context, in serverlist.Instance
 		return in
 	}
 	p.node, p.nodeMeta = n, meta
-	p.log.Info().Str("gossip", n.LocalAddr()).Str("gossip_node", n.Name()).Strs("join", cfg.Join).Str("profile", string(cfg.Profile)).Msg("gossip member")
+	p.log.Info().Str("service", in.Service).Str("id", in.InstanceID).Str("gossip", n.LocalAddr()).Str("gossip_node", n.Name()).Strs("join", cfg.Join).Str("profile", string(cfg.Profile)).Msg("gossip member")
 	in.GossipNode, in.GossipAddr = n.Name(), n.LocalAddr()
 	return in
 }
@@ -232,10 +244,10 @@ func (p *Publisher) leaveGossipLocked() {
 		return
 	}
 	if err := p.node.Leave(gossipLeaveTimeout); err != nil {
-		p.log.Warn().Err(err).Msg("gossip leave")
+		p.log.Warn().Err(err).Str("service", p.nodeMeta.Service).Str("id", p.nodeMeta.InstanceID).Msg("gossip leave")
 	}
 	if err := p.node.Close(); err != nil {
-		p.log.Warn().Err(err).Msg("gossip close")
+		p.log.Warn().Err(err).Str("service", p.nodeMeta.Service).Str("id", p.nodeMeta.InstanceID).Msg("gossip close")
 	}
 	p.node = nil
 }

@@ -26,8 +26,34 @@ type ClaimOptions struct {
 	// OnProbe, when set, is called (on the caller's goroutine) as Claim
 	// starts watching another owner's record, with that record and how long
 	// it may watch: the wait of a restart after a crash, told instead of
-	// silent. ctx still bounds the wait.
+	// silent. ctx still bounds the wait. It is not called when HolderAnswers
+	// refused the claim first.
 	OnProbe func(held Instance, probe time.Duration)
+	// HolderAnswers, when set, is asked once, on the caller's goroutine, as
+	// Claim starts watching a record held by another owner: does the
+	// record's holder answer? true means a live process holds the ID, and
+	// Claim fails at once with an error wrapping ErrInUse, writing nothing,
+	// instead of waiting for a renewal that may be up to a third of the TTL
+	// away. false proves nothing (nothing answered, or the caller cannot
+	// tell, such as when the address to ask is its own): Claim watches the
+	// record as it would without the hook. The watch runs meanwhile, so a
+	// renewal during the call is not missed; ctx, which the call must
+	// respect, ends with the watch (Probe). Claim does no network probing
+	// of its own: what to ask and how is the caller's (publisher.Publisher
+	// connects to the holder's gossip node or service address).
+	HolderAnswers func(ctx context.Context, held Instance) bool
+}
+
+// ClaimWait is how long [Registry.Claim] with opts watches a record held
+// by another owner at most before it presumes the holder dead: opts.Probe,
+// or half the bucket's TTL. A caller that bounds Claim with a timeout
+// allows this on top of the time of its network operations, or it cuts
+// the wait of a restart after a crash short.
+func (r *Registry) ClaimWait(opts ClaimOptions) time.Duration {
+	if opts.Probe > 0 {
+		return opts.Probe
+	}
+	return r.cfg.TTL / 2
 }
 
 // Claim registers in as the one live process of its instance ID: the
@@ -38,11 +64,12 @@ type ClaimOptions struct {
 //     created with a create-only write.
 //   - A record of the same owner (a re-announcement) is updated in place.
 //   - A record of another owner is taken over at once with opts.Replace.
-//     Otherwise Claim watches it for opts.Probe: if its holder refreshes it
-//     meanwhile, the holder is alive and Claim fails with an error wrapping
-//     ErrInUse, writing nothing; if the record goes away, Claim creates it;
-//     if nothing happens, the holder is presumed dead (a crash whose lease has
-//     not run out yet) and Claim takes the record over.
+//     Otherwise Claim watches it for opts.Probe: if opts.HolderAnswers says
+//     its holder answers, or the holder refreshes it meanwhile, the holder
+//     is alive and Claim fails with an error wrapping ErrInUse, writing
+//     nothing; if the record goes away, Claim creates it; if nothing
+//     happens, or the lease ends, the holder is presumed dead (a crash whose
+//     lease has not run out yet) and Claim takes the record over.
 //
 // Every write is conditional on the revision Claim read, so two claimants
 // never both win. The record is written to never age out, and Claim then
@@ -73,10 +100,7 @@ type Claimed struct {
 
 // claimRecord is Claim's record part.
 func (r *Registry) claimRecord(ctx context.Context, in Instance, opts ClaimOptions) (uint64, error) {
-	probe := opts.Probe
-	if probe <= 0 {
-		probe = r.cfg.TTL / 2
-	}
+	probe := r.ClaimWait(opts)
 	for range casAttempts {
 		rev, err := r.createRecord(ctx, in)
 		if errors.Is(err, ErrRevisionMismatch) {
@@ -99,20 +123,16 @@ func (r *Registry) claimRecord(ctx context.Context, in Instance, opts ClaimOptio
 			return 0, err
 		}
 		if held.Owner != in.Owner && !opts.Replace {
-			r.log.Info().Str("service", in.Service).Str("id", in.InstanceID).Str("owner", held.Owner).
-				Int64("incarnation", held.Incarnation).Dur("probe", probe).
-				Msg("serverlist: the instance ID is held by another process's record; watching it for a refresh before taking it over (a restart after a crash waits here)")
-			if opts.OnProbe != nil {
-				opts.OnProbe(held.Clone(), probe)
-			}
-			alive, gone, err := r.watchForLife(ctx, in.Service, in.InstanceID, held.Revision, probe)
-			if err != nil {
+			life, err := r.watchForLife(ctx, held, probe, opts)
+			switch {
+			case err != nil:
 				return 0, err
-			}
-			if gone {
+			case life == lifeGone:
 				continue
-			}
-			if alive {
+			case life == lifeAnswers:
+				return 0, fmt.Errorf("%w: %s/%s is held by a process at %s that answers (owner %q, incarnation %d); stop it, or replace it",
+					ErrInUse, in.Service, in.InstanceID, held.Addr(), held.Owner, held.Incarnation)
+			case life == lifeRenewed:
 				return 0, fmt.Errorf("%w: %s/%s is held by owner %q at %s (incarnation %d), which refreshed its record within %v; stop it, or replace it",
 					ErrInUse, in.Service, in.InstanceID, held.Owner, held.Addr(), held.Incarnation, probe)
 			}
@@ -145,44 +165,76 @@ func (r *Registry) updateAfterRead(ctx context.Context, in Instance) (uint64, er
 	return r.updateRecord(ctx, in, e.Revision())
 }
 
-// watchForLife watches the record of service/id and its lease for up to d.
-// alive: the record was written after revision rev, or the lease was
-// renewed, meanwhile; gone: the record was removed. Neither: nothing
-// happened, or the lease ran out (its holder is dead either way).
-func (r *Registry) watchForLife(ctx context.Context, service, id string, rev uint64, d time.Duration) (alive, gone bool, err error) {
+// life is what watchForLife saw of a record's holder.
+type life int
+
+const (
+	// lifeNone: nothing happened for the whole watch, or the lease ran out
+	// or was ended. The holder is presumed dead.
+	lifeNone life = iota
+	// lifeAnswers: ClaimOptions.HolderAnswers said the holder answers.
+	lifeAnswers
+	// lifeRenewed: the record was written again, or its lease renewed.
+	lifeRenewed
+	// lifeGone: the record was removed.
+	lifeGone
+)
+
+// watchForLife watches the record held and its lease for up to d, for a
+// sign of its holder's life: opts.HolderAnswers (asked once the watch
+// runs, so that nothing written meanwhile is missed), a write of the record
+// after held's revision, a renewal of the lease. It logs the wait and tells
+// opts.OnProbe once it watches for a renewal.
+func (r *Registry) watchForLife(ctx context.Context, held Entry, d time.Duration, opts ClaimOptions) (life, error) {
+	service, id := held.Service, held.InstanceID
 	key, err := EncodeKey(service, id)
 	if err != nil {
-		return false, false, err
+		return lifeNone, err
 	}
 	lease := key + leaseSuffix
 	wctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	w, err := r.kv.WatchFiltered(wctx, []string{key, lease}, jetstream.UpdatesOnly())
 	if err != nil {
-		return false, false, fmt.Errorf("serverlist: watch %s/%s: %w", service, id, err)
+		return lifeNone, fmt.Errorf("serverlist: watch %s/%s: %w", service, id, err)
 	}
 	defer stopWatcher(w)
+	if opts.HolderAnswers != nil {
+		answers := opts.HolderAnswers(wctx, held.Instance.Clone())
+		if ctx.Err() != nil {
+			return lifeNone, fmt.Errorf("serverlist: claim %s/%s: %w", service, id, ctx.Err())
+		}
+		if answers {
+			return lifeAnswers, nil
+		}
+	}
+	r.log.Info().Str("service", service).Str("id", id).Str("owner", held.Owner).
+		Int64("incarnation", held.Incarnation).Dur("probe", d).
+		Msg("serverlist: the instance ID is held by another process's record; watching it for a refresh before taking it over (a restart after a crash waits here)")
+	if opts.OnProbe != nil {
+		opts.OnProbe(held.Instance.Clone(), d)
+	}
 	for {
 		select {
 		case <-wctx.Done():
 			if ctx.Err() != nil {
-				return false, false, fmt.Errorf("serverlist: claim %s/%s: %w", service, id, ctx.Err())
+				return lifeNone, fmt.Errorf("serverlist: claim %s/%s: %w", service, id, ctx.Err())
 			}
-			return false, false, nil
+			return lifeNone, nil
 		case e, ok := <-w.Updates():
 			if !ok {
-				return false, false, fmt.Errorf("serverlist: watch %s/%s: watcher closed", service, id)
+				return lifeNone, fmt.Errorf("serverlist: watch %s/%s: watcher closed", service, id)
 			}
 			switch {
 			case e == nil:
 			case e.Key() == lease && e.Operation() == jetstream.KeyValuePut:
-				return true, false, nil
+				return lifeRenewed, nil
 			case e.Key() == lease:
-				return false, false, nil // the lease ran out or was ended
+				return lifeNone, nil // the lease ran out or was ended
 			case e.Operation() != jetstream.KeyValuePut:
-				return false, true, nil
-			case e.Revision() > rev:
-				return true, false, nil
+				return lifeGone, nil
+			case e.Revision() > held.Revision:
+				return lifeRenewed, nil
 			}
 		}
 	}

@@ -3,9 +3,11 @@ package serverlist_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 	"github.com/pushlb/pushlb/serverlist"
 )
 
@@ -87,5 +89,83 @@ func TestClaim(t *testing.T) {
 	}
 	if _, err := e.reg.Claim(ctx, serverlist.Instance{Service: "orders", InstanceID: "x", Host: "h", Port: 1}, serverlist.ClaimOptions{}); !errors.Is(err, serverlist.ErrInvalidInstance) {
 		t.Fatalf("Claim without an owner = %v", err)
+	}
+}
+
+// TestClaimAsksTheHolder: ClaimOptions.HolderAnswers. A holder that
+// answers refuses the claim at once, though its lease (an hour long) is
+// never renewed and the watch would last half an hour; one that does not
+// leaves the watch as it was, which presumes it dead at its end; a renewal
+// while the hook runs is not missed; Replace asks nothing.
+func TestClaimAsksTheHolder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, serverlist.RegistryConfig{TTL: time.Hour})
+	ctx := testCtx(t, 10*time.Second)
+	orig := inst("orders", "i-1", 8080)
+	orig.Owner, orig.Incarnation = "original", 100
+	claimed, err := e.reg.Claim(ctx, orig, serverlist.ClaimOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup := inst("orders", "i-1", 9090)
+	dup.Owner, dup.Incarnation = "duplicate", 200
+	noWatch := func(serverlist.Instance, time.Duration) { t.Error("the claim watched a holder that answers") }
+
+	var asked []serverlist.Instance
+	answers := func(hctx context.Context, held serverlist.Instance) bool {
+		if _, ok := hctx.Deadline(); !ok {
+			t.Error("HolderAnswers's context has no deadline")
+		}
+		asked = append(asked, held)
+		return true
+	}
+	_, err = e.reg.Claim(ctx, dup, serverlist.ClaimOptions{HolderAnswers: answers, OnProbe: noWatch})
+	if !errors.Is(err, serverlist.ErrInUse) || !strings.Contains(err.Error(), "answers") || !strings.Contains(err.Error(), "127.0.0.1:8080") {
+		t.Fatalf("claiming the ID of a holder that answers = %v, want ErrInUse saying so", err)
+	}
+	if len(asked) != 1 || asked[0].Owner != "original" || asked[0].Addr() != orig.Addr() {
+		t.Fatalf("HolderAnswers asked about %+v, want the original's record once", asked)
+	}
+	if got, err := e.reg.GetEntry(ctx, "orders", "i-1"); err != nil || got.Owner != "original" {
+		t.Fatalf("a refused claim changed the record: %+v, %v", got, err)
+	}
+	if rev, err := e.reg.LeaseRevision(ctx, "orders", "i-1"); err != nil || rev != claimed.Lease {
+		t.Fatalf("the lease: revision %d, %v; want %d, never renewed", rev, err, claimed.Lease)
+	}
+
+	// The holder renews its lease while the hook runs, and the hook says
+	// nothing: the watch, started before it, sees the renewal.
+	renewed := func(hctx context.Context, held serverlist.Instance) bool {
+		if _, err := e.reg.RefreshLease(hctx, held.Service, held.InstanceID, held.Owner, claimed.Lease); err != nil {
+			t.Errorf("renewing the holder's lease: %v", err)
+		}
+		return false
+	}
+	if _, err := e.reg.Claim(ctx, dup, serverlist.ClaimOptions{HolderAnswers: renewed}); !errors.Is(err, serverlist.ErrInUse) {
+		t.Fatalf("claiming the ID of a holder that renewed during the hook = %v, want ErrInUse", err)
+	}
+
+	// Nothing answers: the watch decides as without the hook.
+	watched := make(chan time.Duration, 1)
+	silent := func(context.Context, serverlist.Instance) bool { return false }
+	if _, err := e.reg.Claim(ctx, dup, serverlist.ClaimOptions{Probe: 300 * time.Millisecond, HolderAnswers: silent,
+		OnProbe: func(_ serverlist.Instance, d time.Duration) { watched <- d }}); err != nil {
+		t.Fatalf("claiming the ID of a holder that does not answer nor renew: %v", err)
+	}
+	if d := testutil.Receive(t, watched, time.Second, "the watch"); d != 300*time.Millisecond {
+		t.Fatalf("watched for %v, want the probe's 300ms", d)
+	}
+	if got, err := e.reg.GetEntry(ctx, "orders", "i-1"); err != nil || got.Owner != "duplicate" {
+		t.Fatalf("record %+v, %v; want the new owner's", got, err)
+	}
+
+	repl := inst("orders", "i-1", 7070)
+	repl.Owner, repl.Incarnation = "replacement", 300
+	never := func(context.Context, serverlist.Instance) bool { t.Error("Replace asked the holder"); return true }
+	if _, err := e.reg.Claim(ctx, repl, serverlist.ClaimOptions{Replace: true, HolderAnswers: never}); err != nil {
+		t.Fatal(err)
+	}
+	if w := e.reg.ClaimWait(serverlist.ClaimOptions{}); w != 30*time.Minute {
+		t.Fatalf("ClaimWait = %v, want half the TTL", w)
 	}
 }

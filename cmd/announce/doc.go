@@ -62,11 +62,15 @@
 // # One live process per instance ID
 //
 // announce claims the instance ID in the registry (docs/protocol.md,
-// "Identity"). If another live process holds it (its record is refreshed
-// while announce watches it, up to half the bucket's TTL), announce refuses:
-// it logs why, publishes and removes nothing, stops COMMAND in supervise
-// mode, and exits 1. A record whose holder stopped refreshing (a crash whose
-// lease has not run out) is taken over after that wait. -replace takes the
+// "Identity"). If another live process holds it (it answers at the
+// record's gossip or service address, or refreshes its record while
+// announce watches it, up to half the bucket's TTL), announce refuses: it
+// logs why in one line, publishes and removes nothing, stops COMMAND in
+// supervise mode, and exits 1. The address is not probed when it is
+// announce's own (a restart on the same -addr, whose command is up): the
+// watch alone decides. A record whose holder stopped refreshing (a crash
+// whose lease has not run out) is taken over after that wait, which no
+// timeout of announce cuts short. -replace takes the
 // ID over at once: the replaced announce notices at its next refresh, logs
 // an error, exits 1 without withdrawing (stopping its COMMAND in supervise
 // mode), and never fights back. While it runs, announce re-asserts its

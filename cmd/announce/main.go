@@ -33,7 +33,8 @@ const (
 
 const (
 	// opTimeout bounds one network operation: opening the registry, one
-	// announce attempt, a withdrawal.
+	// announce attempt (on top of the claim's wait, see announce), a
+	// withdrawal.
 	opTimeout = 5 * time.Second
 	// withdrawTimeout bounds the withdrawal at shutdown, which delays the
 	// command's signal in supervise mode.
@@ -60,9 +61,9 @@ func run(args []string, stdout, stderr io.Writer, started time.Time) int {
 		fmt.Fprintf(stderr, "announce: %v\n", err)
 		return exitFailure
 	}
-	log := newLogger(stderr, cfg.logLevel).With().
-		Str("service", cfg.instance.Service).Str("id", cfg.instance.InstanceID).Logger()
-	a := &app{cfg: cfg, log: log}
+	base := newLogger(stderr, cfg.logLevel)
+	log := base.With().Str("service", cfg.instance.Service).Str("id", cfg.instance.InstanceID).Logger()
+	a := &app{cfg: cfg, log: log, libLog: base}
 	cfg.gossip.WarnIgnored(log)
 	a.cfg.instance.Incarnation = started.UnixNano()
 	a.cfg.nats.Name = "announce " + cfg.instance.Service + " " + cfg.instance.InstanceID
@@ -96,9 +97,14 @@ func newLogger(w io.Writer, level zerolog.Level) zerolog.Logger {
 
 // app is one run of announce.
 type app struct {
-	cfg  config
-	log  zerolog.Logger
-	sigs chan os.Signal
+	cfg config
+	// log names the instance on every line (fields service and id).
+	log zerolog.Logger
+	// libLog is log without the instance's fields, for the registry and
+	// the publisher: they name the instance on their lines about it
+	// themselves, and a field given twice is written twice.
+	libLog zerolog.Logger
+	sigs   chan os.Signal
 
 	// Set in supervise mode once the command runs, for forwarding.
 	child *child
@@ -181,11 +187,11 @@ func (a *app) openRegistry(ctx context.Context, nc *nats.Conn) (*session, error)
 	}
 	octx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	reg, err := serverlist.Open(octx, js, serverlist.RegistryConfig{Prefix: a.cfg.prefix, TTL: a.cfg.lease, Replicas: a.cfg.replicas, Logger: a.log})
+	reg, err := serverlist.Open(octx, js, serverlist.RegistryConfig{Prefix: a.cfg.prefix, TTL: a.cfg.lease, Replicas: a.cfg.replicas, Logger: a.libLog})
 	if err != nil {
 		return nil, fmt.Errorf("open the registry (is JetStream enabled, nats-server 2.11+?): %w", err)
 	}
-	pcfg := publisher.Config{Prefix: a.cfg.prefix, Logger: a.log, Replace: a.cfg.replace}
+	pcfg := publisher.Config{Prefix: a.cfg.prefix, Logger: a.libLog, Replace: a.cfg.replace}
 	if a.cfg.gossip.Enabled() {
 		g, err := a.cfg.gossip.Config(gossipCheckMeta, a.log)
 		if err != nil {
@@ -210,10 +216,17 @@ func (s *session) close() {
 // succeeds or ctx ends: once the instance is ready, an outage of NATS only
 // delays its announcement. An ID that another live process holds is not
 // retried: it returns the error wrapping serverlist.ErrInUse.
+//
+// An attempt may watch a record another process holds for the claim's
+// wait (half the bucket's TTL) before it takes the ID over: its timeout
+// is that wait plus opTimeout for its network operations, so that a
+// restart after a crash takes its ID over after the wait the protocol
+// documents instead of failing and starting over.
 func (a *app) announce(ctx context.Context, s *session) error {
 	backoff := 100 * time.Millisecond
+	attempt := s.pub.ClaimWait() + opTimeout
 	for {
-		actx, cancel := context.WithTimeout(ctx, opTimeout)
+		actx, cancel := context.WithTimeout(ctx, attempt)
 		err := s.pub.Announce(actx, a.cfg.instance)
 		cancel()
 		if err == nil {

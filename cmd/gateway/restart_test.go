@@ -13,7 +13,8 @@ import (
 // TestCrashRestartClaimsTheIDAtOnce: an instance run by announce
 // (supervise mode) is SIGKILLed with its command and started again at
 // once with the same command line, as systemd's Restart=always or a
-// container restart does; three cycles. The lease is an hour (the claim's
+// container restart does; crashRuns cycles (PUSHLB_CRASH_RUNS=20 gives the
+// figures of docs/perf.md). The lease is an hour (the claim's
 // watch of a crashed holder's record: half an hour), so only the release
 // of the crashed holder's ID lets the restart claim it within the test's
 // waits: the gateway's reaper ends the lease and removes the record once
@@ -38,7 +39,7 @@ func TestCrashRestartClaimsTheIDAtOnce(t *testing.T) {
 			}
 			a := run(0)
 			a.WaitFor(t, "announced online", lineTimeout)
-			const cycles = 3
+			cycles := crashRuns(t)
 			var claimed, routed []time.Duration
 			for c := 1; c <= cycles; c++ {
 				child := childOf(t, a.Pid())
