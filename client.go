@@ -150,6 +150,7 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("pushlb: registry: %w", err)
 	}
+	warnSlowPings(c.nc, reg.Config().TTL, o.log)
 	// A service the configuration names is served from the start, from its
 	// static list if it has one, until the push path takes it over.
 	for _, name := range o.configured() {

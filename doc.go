@@ -3,15 +3,20 @@
 // announcements instead of polling, behind an http.RoundTripper and a
 // reverse-proxy http.Handler.
 //
-//	nc, _ := nats.Connect(url)                // the caller owns the connection
-//	c, err := pushlb.New(nc, pushlb.Config{}) // the defaults; validates, starts nothing
-//	err = c.Start(ctx)                        // registry state loaded, events followed
+//	nc, _ := nats.Connect(url, pushlb.PingOptions()...) // the caller owns the connection
+//	c, err := pushlb.New(nc, pushlb.Config{})           // the defaults; validates, starts nothing
+//	err = c.Start(ctx)                                  // registry state loaded, events followed
 //	defer c.Close()
 //	client := &http.Client{Transport: c.Transport()}
 //	resp, err := client.Get("http://orders/api/x") // one live instance of "orders"
 //
 // A gateway serves c.Handler(): "/orders/api/x" goes to "/api/x" on an
 // instance of orders (routes may be added with WithProxyOptions).
+//
+// PingOptions makes the connection ping its server every 5 s (nats.go's
+// default is 2 min), so that a paused NATS server or a dead link is noticed
+// and the client reconnects and resyncs within the registry's lease; Start
+// logs a warning when the connection's pings are too slow for the lease.
 //
 // # What it wires
 //

@@ -13,6 +13,14 @@
 // again (register, then online), so a gateway that missed events or saw the
 // lease run out during the outage learns of it again.
 //
+// The reconnect needs the connection to notice that it is gone. A paused
+// NATS server or a dead link leaves it open while nothing gets through,
+// and only the client's pings reveal it: connect with PingOptions (a ping
+// every 5 s, 2 unanswered at most, where nats.go's default pings every 2
+// min) so that it is noticed within half the lease. New logs a warning to
+// Config.Logger when the connection's PingInterval x MaxPingsOut is not
+// below half the registry's lease.
+//
 // With Config.Gossip set, the instance is also a gossip (memberlist) member
 // from its announcement to its withdrawal, its node metadata naming its
 // service, instance ID and incarnation: gateways in the same cluster notice

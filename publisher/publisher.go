@@ -134,6 +134,7 @@ func New(nc *nats.Conn, reg *serverlist.Registry, cfg Config) (*Publisher, error
 	if cfg.LeaseInterval <= 0 || cfg.LeaseInterval >= ttl {
 		return nil, fmt.Errorf("%w: lease interval %v must be positive and below the registry TTL %v", ErrInvalidConfig, cfg.LeaseInterval, ttl)
 	}
+	warnSlowPings(nc, ttl, cfg.Logger)
 	return &Publisher{nc: nc, reg: reg, cfg: cfg, log: cfg.Logger, owner: newOwner(), replaced: make(chan struct{})}, nil
 }
 

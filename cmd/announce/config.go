@@ -125,7 +125,7 @@ type flagValues struct {
 var (
 	instanceFlags = []string{"service", "addr", "id", "zone", "weight", "meta", "secure", "health", "health-interval", "health-failures", "ready-timeout", "drain", "lease", "registry-replicas", "replace", "gossip", "gossip-bind", "gossip-profile", "gossip-key", "gossip-key-file", "gossip-label"}
 	offlineFlags  = []string{"service", "id", "reason", "incarnation"}
-	commonFlags   = []string{"nats", "nats-timeout", "creds", "nkey", "user", "password", "password-file", "token", "token-file", "tls-ca", "tls-cert", "tls-key", "prefix", "log-level"}
+	commonFlags   = []string{"nats", "nats-timeout", "nats-ping-interval", "creds", "nkey", "user", "password", "password-file", "token", "token-file", "tls-ca", "tls-cert", "tls-key", "prefix", "log-level"}
 )
 
 // newFlagSet returns the flag set of mode m (offline, or the other two),
@@ -300,6 +300,12 @@ func (v *flagValues) checkInstance(cfg *config) error {
 	if v.lease != 0 && v.lease < serverlist.MinTTL {
 		return usagef("-lease %v: at least %v", v.lease, serverlist.MinTTL)
 	}
+	// Against the lease asked for; without -lease the bucket's is unknown
+	// here, and publisher.New warns when the pings are too slow for it.
+	if err := cfg.nats.ValidateLease(v.lease); err != nil {
+		return usagef("%v", err)
+	}
+	cfg.nats = cfg.nats.ForLease(v.lease)
 	if v.replicas < 0 || v.replicas > serverlist.MaxReplicas {
 		return usagef("-registry-replicas %d: 1 to %d, or 0 for min(3, JetStream servers)", v.replicas, serverlist.MaxReplicas)
 	}

@@ -65,7 +65,7 @@ var tiers = []tier{
 	{name: "events", packages: []string{"events"},
 		job: "the wire protocol and the events every layer shares: the bottom of the public packages"},
 	{name: "base", packages: []string{"internal/base/..."}, peers: true,
-		job: "small helpers any package may use: strict YAML, a ctx-bounded sleep, comma lists, an expiring set"},
+		job: "small helpers any package may use: strict YAML, a ctx-bounded sleep, comma lists, an expiring set, the NATS pings"},
 	{name: "testkit", packages: []string{"internal/testkit/...", "internal/layout"}, peers: true, testOnly: true,
 		job: "what tests share, and these tests"},
 }

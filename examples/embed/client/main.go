@@ -26,7 +26,7 @@ func main() {
 	flag.Parse()
 	url := flag.Arg(0) // http://<service>/<path>
 
-	nc, err := nats.Connect(*natsURL)
+	nc, err := nats.Connect(*natsURL, pushlb.PingOptions()...) // pings that notice a paused server within the lease
 	if err != nil {
 		log.Fatal(err)
 	}

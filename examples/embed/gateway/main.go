@@ -26,7 +26,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	nc, err := nats.Connect(*natsURL)
+	nc, err := nats.Connect(*natsURL, pushlb.PingOptions()...) // pings that notice a paused server within the lease
 	if err != nil {
 		log.Fatal(err)
 	}

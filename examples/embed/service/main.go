@@ -54,7 +54,7 @@ func main() {
 	}), ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 
-	nc, err := nats.Connect(*natsURL)
+	nc, err := nats.Connect(*natsURL, publisher.PingOptions()...) // pings that notice a paused server within the lease
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -339,10 +339,19 @@ func (c *Config) problems() problems {
 	if err := events.ValidatePrefix(c.Prefix); err != nil {
 		from("prefix", err, events.ErrInvalidPrefix)
 	}
-	var nps natsconn.Problems
-	if errors.As(c.NATS.Validate(), &nps) {
-		for _, p := range nps {
-			ps = append(ps, problem{key: "nats." + p.Key, msg: p.Msg, flagMsg: p.FlagMsg, err: natsconn.ErrInvalidConfig})
+	// The ping interval is checked against the lease when a valid one is
+	// given; with the bucket's, pushlb's Client.Start warns when it is too
+	// long for it.
+	lease := c.Lease
+	if lease < serverlist.MinTTL {
+		lease = 0 // the bucket's, or a lease reported below
+	}
+	for _, err := range []error{c.NATS.Validate(), c.NATS.ValidateLease(lease)} {
+		var nps natsconn.Problems
+		if errors.As(err, &nps) {
+			for _, p := range nps {
+				ps = append(ps, problem{key: "nats." + p.Key, msg: p.Msg, flagMsg: p.FlagMsg, err: natsconn.ErrInvalidConfig})
+			}
 		}
 	}
 	if c.NATS.URL == "" {

@@ -73,7 +73,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		g.log.Warn().Str("key", k).Msg("Ribbon key ignored: pushlb does not use it (see docs/config.md)")
 	}
 	g.cfg.Gossip.WarnIgnored(g.log)
-	nccfg := g.cfg.NATS
+	nccfg := g.cfg.NATS.ForLease(g.cfg.Lease) // a short lease, short pings
 	// Every address is checked before anything starts, so that a second
 	// gateway on the same ports says so at once.
 	checks := []listenCheck{{g.cfg.Listen, "-listen"}}

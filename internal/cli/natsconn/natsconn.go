@@ -2,6 +2,7 @@ package natsconn
 
 import (
 	"github.com/pushlb/pushlb/internal/base/commalist"
+	"github.com/pushlb/pushlb/internal/base/natsping"
 
 	"bufio"
 	"context"
@@ -31,6 +32,16 @@ const (
 	// DefaultReconnectWait is the pause between reconnect attempts once a
 	// connection was established.
 	DefaultReconnectWait = 250 * time.Millisecond
+	// DefaultPingInterval is how often a connection pings its server when
+	// -nats-ping-interval is not given: 5 s, so that with MaxPingsOut a
+	// paused server or a dead link is noticed within 10 to 15 s, below
+	// half the default lease (30 s). It costs one PING and one PONG per
+	// interval per connection.
+	DefaultPingInterval = natsping.DefaultInterval
+	// MaxPingsOut is how many pings may go unanswered: the ping timer that
+	// finds one more declares the connection stale, and the client
+	// reconnects. Fixed: the interval is the one setting.
+	MaxPingsOut = natsping.DefaultMaxOut
 
 	// The first connection is retried after firstBackoff, doubling up to
 	// maxBackoff. One attempt's dial waits for what is left of the
@@ -105,6 +116,15 @@ type Config struct {
 	// connection was lost. Zero means DefaultReconnectWait (250 ms). No
 	// flag.
 	ReconnectWait time.Duration `yaml:"reconnectWait"`
+	// PingInterval is how often the connection pings its server; after
+	// MaxPingsOut (2) pings unanswered, the next one declares the
+	// connection stale and the client reconnects, so that a paused server
+	// or a dead link is noticed. Zero means DefaultPingInterval (5 s), or
+	// a fifth of the registry lease when that is shorter (ForLease);
+	// negative is invalid. A value given must stay below a quarter of the
+	// lease (MaxPingsOut pings below half of it): see ValidateLease. Flag
+	// -nats-ping-interval, which refuses 0.
+	PingInterval time.Duration `yaml:"pingInterval"`
 }
 
 // RegisterFlags registers the connection flags on fs, bound to c's fields,
@@ -129,6 +149,32 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM `file` of the client certificate, with -tls-key")
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM `file` of the client key, with -tls-cert")
 	fs.DurationVar(&c.ConnectTimeout, "nats-timeout", c.ConnectTimeout, "how long to retry the first connection to NATS")
+	fs.Var(positiveDuration{&c.PingInterval}, "nats-ping-interval", fmt.Sprintf("ping the NATS server every `D` (default %v, or a fifth of -lease when shorter); %d pings unanswered and "+
+		"the connection is given up and made again, so that a paused server or a dead link is noticed; below a quarter of -lease", DefaultPingInterval, MaxPingsOut))
+}
+
+// positiveDuration is a duration flag that refuses zero and negative
+// values: -nats-ping-interval 0 would turn the pings off, not take the
+// default.
+type positiveDuration struct{ p *time.Duration }
+
+func (v positiveDuration) String() string {
+	if v.p == nil || *v.p == 0 {
+		return "" // the default depends on the lease: the usage says it
+	}
+	return v.p.String()
+}
+
+func (v positiveDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("parse error")
+	}
+	if d <= 0 {
+		return fmt.Errorf("%v is not positive", d)
+	}
+	*v.p = d
+	return nil
 }
 
 // Validate reports conflicting or invalid options: nil, or the Problems
@@ -188,6 +234,9 @@ func (c Config) Validate() error {
 	if c.ReconnectWait < 0 {
 		bad("reconnectWait", fmt.Sprintf("%v is negative", c.ReconnectWait), fmt.Sprintf("reconnect wait %v is negative", c.ReconnectWait))
 	}
+	if c.PingInterval < 0 {
+		bad("pingInterval", fmt.Sprintf("%v is negative", c.PingInterval), fmt.Sprintf("-nats-ping-interval %v is negative", c.PingInterval))
+	}
 	if strings.TrimSpace(strings.ReplaceAll(c.URL, ",", "")) == "" && c.URL != "" {
 		bad("url", fmt.Sprintf("%q names no server", c.URL), fmt.Sprintf("-nats %q names no server", c.URL))
 	}
@@ -200,6 +249,44 @@ func (c Config) Validate() error {
 		return ps
 	}
 	return nil
+}
+
+// ValidateLease reports a PingInterval too long for lease, the registry
+// lease the program was given (announce's -lease, the gateway's lease):
+// MaxPingsOut intervals must be below half the lease, so that a paused
+// server or a dead link is noticed, and the connection made again, before
+// the lease ends (10 s of 30 s by default). It returns nil or Problems that
+// wrap ErrInvalidConfig. A PingInterval left zero is not checked: ForLease
+// fits its default to the lease. Nor is a lease of zero (the bucket's,
+// unknown before the registry is opened): publisher.New and pushlb's
+// Client.Start warn then, with the bucket's lease.
+func (c Config) ValidateLease(lease time.Duration) error {
+	interval := c.PingInterval
+	if lease <= 0 || interval <= 0 || !natsping.Slow(interval, MaxPingsOut, lease) {
+		return nil
+	}
+	limit := lease / (2 * MaxPingsOut)
+	detail := func(name string) string {
+		return fmt.Sprintf("%d unanswered pings (%v) are not below half of %s %v (%v): a paused server or a dead link would be noticed too late; give less than %v",
+			MaxPingsOut, time.Duration(MaxPingsOut)*interval, name, lease, lease/2, limit)
+	}
+	return Problems{{
+		Key:     "pingInterval",
+		Msg:     fmt.Sprintf("%v: %s", interval, detail("lease")),
+		FlagMsg: fmt.Sprintf("-nats-ping-interval %v: %s", interval, detail("-lease")),
+	}}
+}
+
+// ForLease returns c with a PingInterval left zero fitted to lease, the
+// registry lease the program was given: DefaultPingInterval, or a fifth
+// of the lease when that is shorter (a lease under 25 s), so that
+// MaxPingsOut pings stay below half of it. A PingInterval given, or a
+// lease of zero, leaves c as it is.
+func (c Config) ForLease(lease time.Duration) Config {
+	if c.PingInterval == 0 && lease > 0 {
+		c.PingInterval = min(DefaultPingInterval, lease/(2*MaxPingsOut+1))
+	}
+	return c
 }
 
 // Schemes are the URL schemes nats.go connects with: plain, TLS, and
@@ -236,6 +323,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReconnectWait == 0 {
 		c.ReconnectWait = DefaultReconnectWait
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = DefaultPingInterval
 	}
 	return c
 }
@@ -318,6 +408,8 @@ func (c Config) options(shown string, log zerolog.Logger) (nats.Options, error) 
 	list = append(list,
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(c.ReconnectWait),
+		nats.PingInterval(c.PingInterval),
+		nats.MaxPingsOutstanding(MaxPingsOut),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			if nc.IsClosed() { // Close also reports a disconnect
 				return

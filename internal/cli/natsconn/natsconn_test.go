@@ -30,23 +30,24 @@ func TestRegisterFlags(t *testing.T) {
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	c.RegisterFlags(fs)
 	// An empty URL stays empty: each binary says what it means.
-	if c.URL != "" || c.ConnectTimeout != natsconn.DefaultConnectTimeout {
+	// A zero ping interval stays zero: its default depends on the lease.
+	if c.URL != "" || c.ConnectTimeout != natsconn.DefaultConnectTimeout || c.PingInterval != 0 {
 		t.Fatalf("defaults: %+v", c)
 	}
-	for _, name := range []string{"nats", "creds", "user", "password", "password-file", "token", "token-file", "nkey", "tls-ca", "tls-cert", "tls-key", "nats-timeout"} {
+	for _, name := range []string{"nats", "creds", "user", "password", "password-file", "token", "token-file", "nkey", "tls-ca", "tls-cert", "tls-key", "nats-timeout", "nats-ping-interval"} {
 		if fs.Lookup(name) == nil {
 			t.Errorf("flag -%s not registered", name)
 		}
 	}
 	err := fs.Parse([]string{"-nats", "nats://n1:4222,nats://n2:4222", "-user", "u", "-password", "p",
 		"-tls-ca", "ca.pem", "-tls-cert", "c.pem", "-tls-key", "k.pem", "-nats-timeout", "3s", "-creds", "x.creds", "-token", "t",
-		"-password-file", "pw", "-token-file", "tok", "-nkey", "seed.nk"})
+		"-password-file", "pw", "-token-file", "tok", "-nkey", "seed.nk", "-nats-ping-interval", "2s"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := natsconn.Config{URL: "nats://n1:4222,nats://n2:4222", User: "u", Password: "p", TLSCA: "ca.pem",
 		TLSCert: "c.pem", TLSKey: "k.pem", ConnectTimeout: 3 * time.Second, CredsFile: "x.creds", Token: "t",
-		PasswordFile: "pw", TokenFile: "tok", NkeyFile: "seed.nk"}
+		PasswordFile: "pw", TokenFile: "tok", NkeyFile: "seed.nk", PingInterval: 2 * time.Second}
 	if c != want {
 		t.Fatalf("parsed %+v, want %+v", c, want)
 	}
@@ -100,6 +101,7 @@ func TestValidate(t *testing.T) {
 		{"cert without key", natsconn.Config{TLSCert: "c"}, "-tls-cert and -tls-key"},
 		{"key without cert", natsconn.Config{TLSKey: "k"}, "-tls-cert and -tls-key"},
 		{"negative timeout", natsconn.Config{ConnectTimeout: -time.Second}, "-nats-timeout"},
+		{"negative ping interval", natsconn.Config{PingInterval: -time.Second}, "-nats-ping-interval -1s is negative"},
 		{"blank URLs", natsconn.Config{URL: " , "}, "names no server"},
 		{"schemes nats.go knows", natsconn.Config{URL: "nats://a:4222,tls://b:4222,NATS://c,d:4222,e"}, ""},
 		{"websocket", natsconn.Config{URL: "ws://a:8080,wss://b"}, ""},

@@ -5,7 +5,10 @@
 // in a temporary directory owned by the test. [Server.Restart] brings the
 // server back on the same port with the same store directory, which lets
 // tests exercise client reconnects and check that registry data survives a
-// restart. Everything started here is stopped by the test's cleanup.
+// restart. A [Link] is a TCP proxy in front of a server whose connections
+// can be frozen: a dead link or a paused server as a client sees it, a
+// connection that stays open while nothing gets through. Everything
+// started here is stopped by the test's cleanup.
 //
 //	srv := natstest.Start(t)
 //	nc := srv.Connect(t)
