@@ -31,9 +31,12 @@
 //
 // One live process holds an instance ID. [Registry.Claim] registers with a
 // create-only write; a record of another owner ([Instance].Owner) is
-// watched, with its lease, for a renewal (its holder lives: [ErrInUse]) or
+// watched, with its lease, for a renewal (its holder lives: [ErrInUse]),
+// after asking the caller whether the holder answers
+// (ClaimOptions.HolderAnswers: a live duplicate is refused at once), or
 // taken over once it proves dead (no renewal for half the TTL, or the lease
-// ended), or at once with ClaimOptions.Replace. Conditional writes
+// ended: a gateway's reaper ends it at once for a holder whose crash it
+// saw, [Reaper.Release]), or at once with ClaimOptions.Replace. Conditional writes
 // ([Registry.Create], [Registry.Update], [Registry.DeregisterRevision],
 // [Registry.DeregisterOwned]) let a publisher refresh, re-assert and remove
 // only its own record; [Superseded] tells a legitimate replacement (a newer

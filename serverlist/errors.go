@@ -22,8 +22,9 @@ var (
 	ErrInvalidConfig = errors.New("serverlist: invalid config")
 
 	// ErrInUse is returned by [Registry.Claim] when another live process
-	// holds the instance ID: its record is under another owner and was
-	// refreshed while Claim watched it.
+	// holds the instance ID: its record is under another owner, and the
+	// holder answers (ClaimOptions.HolderAnswers) or refreshed its record
+	// or lease while Claim watched it.
 	ErrInUse = errors.New("serverlist: instance ID in use by another live process")
 
 	// ErrRevisionMismatch is returned by the conditional writes

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/internal/base/ctxutil"
 	"github.com/pushlb/pushlb/internal/cli/logx"
 	"github.com/pushlb/pushlb/internal/cli/natsconn"
@@ -66,7 +67,7 @@ func run(args []string, stdout, stderr io.Writer, started time.Time) int {
 	a := &app{cfg: cfg, log: log, libLog: base}
 	cfg.gossip.WarnIgnored(log)
 	a.cfg.instance.Incarnation = started.UnixNano()
-	a.cfg.nats.Name = "announce " + cfg.instance.Service + " " + cfg.instance.InstanceID
+	a.cfg.nats.Name = events.AnnouncerName(cfg.instance.Service, cfg.instance.InstanceID) // the reaper's leader reads it (docs/protocol.md, section 7)
 
 	// Signals are handled before the first log line, so that a stop is
 	// never lost to the default action once announce said anything; the
