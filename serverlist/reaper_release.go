@@ -48,7 +48,7 @@ func (o Release) String() string {
 }
 
 // releaseTimeout bounds each read and write of a release.
-const releaseTimeout = 2 * time.Second
+const releaseTimeout = 5 * time.Second
 
 // Release frees the instance ID service/id of a holder that is provably
 // gone, so that a restart of the instance claims it at once instead of
