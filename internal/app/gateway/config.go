@@ -66,6 +66,12 @@ type Config struct {
 	// DataDir holds the embedded server's JetStream data. Default: a
 	// temporary directory removed at exit.
 	DataDir string `yaml:"dataDir"`
+	// DataSync is the embedded server's JetStream sync policy: "always"
+	// (every write forced to disk before it is acknowledged) or a duration
+	// (at most that long after a write, at least 1s). Empty: 2m
+	// (DefaultDataSync). Only with the embedded server: a NATS server of
+	// one's own sets its own (docs/reliability.md).
+	DataSync string `yaml:"dataSync"`
 
 	// Subscriber tunes the push path.
 	Subscriber SubscriberConfig `yaml:"subscriber"`
@@ -360,6 +366,11 @@ func (c *Config) problems() problems {
 		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 			bad("embeddedNats", "%q: bad port %q", c.EmbeddedNATS, port)
 		}
+		if _, err := parseDataSync(c.DataSync); err != nil {
+			bad("dataSync", "%v", err)
+		}
+	} else if c.DataSync != "" {
+		bad("dataSync", "%q: the embedded server's sync policy, but nats.url (-nats) is set and no server is embedded (a server of one's own takes sync_interval in its jetstream block)", c.DataSync)
 	}
 	if c.DemoPort < 0 || c.DemoPort > 65535-(demoBackends-1) {
 		bad("demoPort", "%d: want 0 (ports the system picks) or a first port of %d free ones, at most %d", c.DemoPort, demoBackends, 65535-(demoBackends-1))

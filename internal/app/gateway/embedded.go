@@ -24,7 +24,8 @@ const embeddedStartTimeout = 10 * time.Second
 // when no URL is configured, so one command works on a fresh machine.
 type embeddedNATS struct {
 	srv     *server.Server
-	tempDir string // removed on shutdown; empty when the user chose the directory
+	tempDir string   // removed on shutdown; empty when the user chose the directory
+	policy  dataSync // when its JetStream writes are forced to disk
 }
 
 // startEmbeddedNATS checks that the data directory is writable, then
@@ -32,12 +33,20 @@ type embeddedNATS struct {
 // it cannot (its own fatal error, such as JetStream's). The caller checked
 // the address with checkListeners.
 //
+// dataSync is the dataSync setting (-data-sync): when JetStream forces its
+// writes to disk, always or at most an interval after them (parseDataSync;
+// "" for DefaultDataSync), set explicitly on the server.
+//
 // The server runs the accounts of natsaccounts.Config: every client
 // (without credentials) lands in one application account with JetStream,
 // and a system account publishes the account's client-disconnect
 // advisories, imported to the prefix's advisory subject, so that crash
 // detection in milliseconds needs no set-up.
-func startEmbeddedNATS(addr, dataDir, prefix string, log zerolog.Logger) (*embeddedNATS, error) {
+func startEmbeddedNATS(addr, dataDir, dataSync, prefix string, log zerolog.Logger) (*embeddedNATS, error) {
+	policy, err := parseDataSync(dataSync)
+	if err != nil {
+		return nil, fmt.Errorf("%w: dataSync: %w", ErrConfig, err)
+	}
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: embedded NATS address %q: %w", ErrConfig, addr, err)
@@ -49,8 +58,12 @@ func startEmbeddedNATS(addr, dataDir, prefix string, log zerolog.Logger) (*embed
 	if port == 0 {
 		port = server.RANDOM_PORT // nats-server reads 0 as its default, 4222
 	}
-	e := &embeddedNATS{}
+	e := &embeddedNATS{policy: policy}
 	if dataDir == "" {
+		if dataSync != "" {
+			log.Warn().Str("dataSync", policy.String()).
+				Msg("dataSync without dataDir: the embedded server's store is a temporary directory removed at exit, so no sync policy keeps the registry across a restart")
+		}
 		if dataDir, err = os.MkdirTemp("", "pushlb-nats-"); err != nil {
 			return nil, fmt.Errorf("gateway: embedded NATS data dir: %w", err)
 		}
@@ -66,6 +79,7 @@ func startEmbeddedNATS(addr, dataDir, prefix string, log zerolog.Logger) (*embed
 	opts.ServerName = "pushlb-embedded"
 	opts.Host, opts.Port = host, port
 	opts.JetStream, opts.StoreDir = true, dataDir
+	policy.apply(opts)
 	opts.NoSigs, opts.NoLog = true, true
 	srv, err := server.NewServer(opts)
 	if err != nil {

@@ -87,11 +87,11 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		return err
 	}
 	if nccfg.URL == "" {
-		if g.embedded, err = startEmbeddedNATS(g.cfg.EmbeddedNATS, g.cfg.DataDir, g.cfg.Prefix, g.log); err != nil {
+		if g.embedded, err = startEmbeddedNATS(g.cfg.EmbeddedNATS, g.cfg.DataDir, g.cfg.DataSync, g.cfg.Prefix, g.log); err != nil {
 			return err
 		}
 		nccfg.URL = g.embedded.URL()
-		g.log.Info().Str("url", nccfg.URL).Msg("embedded NATS server with JetStream started")
+		g.log.Info().Str("url", nccfg.URL).Str("dataSync", g.embedded.policy.String()).Msg("embedded NATS server with JetStream started")
 	}
 	nccfg.Name = "pushlb-gateway"
 	if g.nc, err = natsconn.Connect(ctx, nccfg, g.log); err != nil {
