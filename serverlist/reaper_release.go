@@ -14,8 +14,9 @@ type Release uint8
 
 // The outcomes of a release.
 const (
-	// Released: the lease was ended and the record removed; a new claim
-	// of the ID succeeds at once.
+	// Released: the lease was ended and the record removed (unless a new
+	// claim, which watched for the lease's end, rewrote it first); a new
+	// claim of the ID succeeds at once.
 	Released Release = iota
 	// ReleaseNotLeader: this reaper does not lead; the leader's own
 	// gateway does it.
@@ -99,7 +100,12 @@ func (r *Reaper) Release(ctx context.Context, service, id string, conn Connectio
 	})
 	switch {
 	case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
-		return ReleaseRenamed, nil
+		// Rewritten since the lease ended: a restart took the ID over
+		// (it watched for the lease's end), or the holder re-asserted.
+		// Released all the same; the record is not ours to remove.
+		r.log.Info().Str("key", key).Uint64("revision", held.Revision).Str("owner", held.Owner).
+			Msg("serverlist: reaper released the instance ID: lease ended; the record was rewritten meanwhile")
+		return Released, nil
 	case err != nil:
 		return ReleaseFailed, fmt.Errorf("serverlist: release %s/%s: remove the record: %w", service, id, err)
 	}
