@@ -158,19 +158,41 @@ type session struct {
 	pub *publisher.Publisher
 }
 
-// connect opens the session of hold and supervise modes.
+// connect opens the session of hold and supervise modes. A connection
+// whose default pings are too slow for the bucket's lease (-lease 0 takes
+// the bucket's, known only once connected) is made again with pings
+// fitted to it, before anything is announced over it.
 func (a *app) connect(ctx context.Context) (*session, error) {
-	nc, err := a.dial(ctx)
-	if err != nil {
-		return nil, err
+	for {
+		nc, err := a.dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s, err := a.openRegistry(ctx, nc)
+		var refit *refitPings
+		if errors.As(err, &refit) {
+			nc.Close()
+			a.cfg.nats = refit.cfg
+			a.log.Info().Dur("lease", refit.lease).Dur("ping_interval", refit.cfg.PingInterval).
+				Msg("the registry's lease is short for the default pings: connecting again with pings fitted to it")
+			continue
+		}
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+		return s, nil
 	}
-	s, err := a.openRegistry(ctx, nc)
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
-	return s, nil
 }
+
+// refitPings is openRegistry's answer when the connection's pings are too
+// slow for the bucket's lease: connect makes it again with cfg.
+type refitPings struct {
+	cfg   natsconn.Config
+	lease time.Duration
+}
+
+func (e *refitPings) Error() string { return "pings too slow for the registry's lease" }
 
 // dial connects to NATS; when nothing answers, the error says what to do.
 func (a *app) dial(ctx context.Context) (*nats.Conn, error) {
@@ -191,6 +213,9 @@ func (a *app) openRegistry(ctx context.Context, nc *nats.Conn) (*session, error)
 	reg, err := serverlist.Open(octx, js, serverlist.RegistryConfig{Prefix: a.cfg.prefix, TTL: a.cfg.lease, Replicas: a.cfg.replicas, Logger: a.libLog})
 	if err != nil {
 		return nil, fmt.Errorf("open the registry (is JetStream enabled, nats-server 2.11+?): %w", err)
+	}
+	if fitted, ok := a.cfg.nats.Refit(reg.Config().TTL); ok {
+		return nil, &refitPings{cfg: fitted, lease: reg.Config().TTL}
 	}
 	pcfg := publisher.Config{Prefix: a.cfg.prefix, Logger: a.libLog, Replace: a.cfg.replace}
 	if a.cfg.gossip.Enabled() {

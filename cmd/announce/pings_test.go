@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/internal/cli/natsconn"
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
+	"github.com/pushlb/pushlb/serverlist"
 )
 
 // The connection announce makes pings as its command line says: every
@@ -105,5 +107,33 @@ func TestPingsNoticeADeadLink(t *testing.T) {
 	expectKind(t, w.next(t), events.Offline, id)
 	if code := a.Wait(t, exitTimeout); code != exitOK {
 		t.Fatalf("exit status %d, stderr:\n%s", code, a.Stderr())
+	}
+}
+
+// Without -lease announce takes the bucket's, known once connected: a
+// bucket whose lease is short for the default pings makes it connect
+// again with pings fitted to it, before it announces anything.
+func TestPingsFittedToTheBucketsLease(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := serverlist.Open(t.Context(), js, serverlist.RegistryConfig{TTL: 6 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parseArgs([]string{"-nats", srv.URL(), "-service", "orders", "-addr", "127.0.0.1:9001"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &app{cfg: cfg, log: zerolog.Nop(), libLog: zerolog.Nop()}
+	s, err := a.connect(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	if got := s.nc.Opts.PingInterval; got != 1200*time.Millisecond {
+		t.Fatalf("the connection pings every %v under a 6 s lease, want 1.2s", got)
 	}
 }

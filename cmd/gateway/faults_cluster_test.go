@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -246,4 +247,51 @@ func TestGatewayRestartedDuringChurn(t *testing.T) {
 	took := r.healed(t, restarted)
 	testutil.Eventually(t, "the restarted gateway to list every live instance", func() bool { return slices.Equal(first.ids(t), r.live) })
 	t.Logf("gateway restarted during churn: both gateways right %v after its restart", took.Round(time.Millisecond))
+}
+
+// TestClusterNodePaused: the node that the gateway and one announcer are
+// connected to stops answering (as a SIGSTOPped server, or a dead link:
+// its connections stay open, nothing gets through, new connections hang),
+// for as long as their pings take to notice; then it resumes. Both fail
+// over to the other nodes: the gateway resyncs, the announcer announces
+// again before its lease ends. No request fails, no live instance leaves
+// the list, and the registry and the list are right afterwards.
+func TestClusterNodePaused(t *testing.T) {
+	c := natstest.StartCluster(t, 3)
+	paused := natstest.NewLink(t, strings.TrimPrefix(c.Nodes[0].URL(), "nats://"))
+	const lease = 6 * time.Second // pings every lease/5: noticed in 2.4-3.6 s
+	r := &faultRig{c: c}
+	r.g = &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t)}
+	// Given only the paused node's address, each learns the others from
+	// the cluster, as TestClusterNodeLoss's announcers do.
+	r.g.Proc = start(t, bin.gateway, "-listen", r.g.proxy, "-admin", r.g.admin, "-nats", paused.URL(), "-follow", "all", "-lease", lease.String())
+	testutil.Eventually(t, "the gateway to be healthy", func() bool {
+		code, _, err := testutil.Fetch(client, "http://"+r.g.admin+"/healthz")
+		return err == nil && code == 200
+	})
+	for i, url := range []string{paused.URL(), c.Nodes[1].URL(), c.Nodes[2].URL()} {
+		b := newTracked(t, fmt.Sprintf("i%d", i+1))
+		r.backends, r.anns = append(r.backends, b), append(r.anns, announceOn(t, url, b))
+		r.live = append(r.live, b.name)
+	}
+	testutil.Eventually(t, "three instances listed", func() bool { return slices.Equal(r.g.ids(t), r.live) })
+	r.l = startLoad(r.g, loadWorkers)
+	t.Cleanup(r.l.stop)
+	r.l.waitMore(t, 100)
+	updates := r.g.metric(`pushlb_list_updates_total{service="orders"}`)
+
+	froze := time.Now()
+	if n := paused.Pause(); n < 2 {
+		t.Fatalf("%d connections frozen, want the gateway's and the announcer's", n)
+	}
+	r.g.WaitFor(t, "reconnected to NATS", 4*lease)
+	r.anns[0].WaitFor(t, "re-announced", 4*lease)
+	noticed := time.Since(froze)
+	paused.Resume()
+	took := r.healed(t, froze)
+	t.Logf("node paused: the gateway and the announcer failed over within %v; registry and list right %v after the pause began; the list changed %v times",
+		noticed.Round(time.Millisecond), took.Round(time.Millisecond), r.g.metric(`pushlb_list_updates_total{service="orders"}`)-updates)
+	if d := r.g.metric(`pushlb_list_updates_total{service="orders"}`) - updates; d != 0 {
+		t.Errorf("the list changed %v times during the pause, want 0: a live instance left it", d)
+	}
 }

@@ -7,8 +7,10 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/cli/natsconn"
 	"github.com/pushlb/pushlb/lbhttp"
+	"github.com/pushlb/pushlb/serverlist"
 )
 
 // Gateway is a running gateway: a pushlb.Client (the push path, its
@@ -96,6 +99,15 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	nccfg.Name = "pushlb-gateway"
 	if g.nc, err = natsconn.Connect(ctx, nccfg, g.log); err != nil {
 		return err
+	}
+	if fitted, ok := nccfg.Refit(bucketTTL(ctx, g.nc, g.cfg.Prefix)); ok && g.cfg.Lease == 0 {
+		// The bucket's lease (taken when none is configured) is short
+		// for the default pings: connect again with pings fitted to it.
+		g.nc.Close()
+		g.log.Info().Dur("ping_interval", fitted.PingInterval).Msg("the registry's lease is short for the default pings: connecting again with pings fitted to it")
+		if g.nc, err = natsconn.Connect(ctx, fitted, g.log); err != nil {
+			return err
+		}
 	}
 	g.natsWatch = watchNATS(g.nc)
 	g.dash.start()
@@ -315,4 +327,24 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		}
 	})
 	return err
+}
+
+// bucketTTL returns the lease of the registry bucket of prefix, 0 when it
+// cannot be read (not created yet: this gateway creates it with its own).
+func bucketTTL(ctx context.Context, nc *nats.Conn, prefix string) time.Duration {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, serverlist.BucketName(prefix))
+	if err != nil {
+		return 0
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return 0
+	}
+	return st.TTL()
 }

@@ -289,6 +289,19 @@ func (c Config) ForLease(lease time.Duration) Config {
 	return c
 }
 
+// Refit returns c fitted to ttl, the registry bucket's lease read once
+// connected, when c left PingInterval zero and was not fitted to a lease
+// (the program was told to take the bucket's, -lease 0) and the default
+// pings would notice a dead link only after half of ttl: ok says the
+// connection should be made again with it. A PingInterval given is the
+// user's (ValidateLease judged it, or a warning says it is slow).
+func (c Config) Refit(ttl time.Duration) (fitted Config, ok bool) {
+	if c.PingInterval != 0 || ttl <= 0 || !natsping.Slow(DefaultPingInterval, MaxPingsOut, ttl) {
+		return c, false
+	}
+	return c.ForLease(ttl), true
+}
+
 // Schemes are the URL schemes nats.go connects with: plain, TLS, and
 // WebSocket without and with TLS. A URL without "://" is taken as nats://.
 var schemes = []string{"nats", "tls", "ws", "wss"}

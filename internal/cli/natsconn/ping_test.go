@@ -99,6 +99,26 @@ func TestForLease(t *testing.T) {
 	}
 }
 
+// Refit fits the default pings to a bucket's lease read once connected
+// only when they are too slow for it and no interval was given.
+func TestRefit(t *testing.T) {
+	for _, tc := range []struct {
+		interval, ttl, want time.Duration
+		ok                  bool
+	}{
+		{0, 30 * time.Second, 0, false}, // 5 s x 2 fit
+		{0, 0, 0, false},                // unknown
+		{0, 6 * time.Second, 1200 * time.Millisecond, true},
+		{0, 20 * time.Second, 4 * time.Second, true},
+		{3 * time.Second, 6 * time.Second, 3 * time.Second, false}, // given: the user's
+	} {
+		c, ok := natsconn.Config{PingInterval: tc.interval}.Refit(tc.ttl)
+		if ok != tc.ok || c.PingInterval != tc.want {
+			t.Errorf("interval %v, bucket lease %v: %v, %v; want %v, %v", tc.interval, tc.ttl, c.PingInterval, ok, tc.want, tc.ok)
+		}
+	}
+}
+
 // ValidateLease refuses an interval given whose MaxPingsOut pings are not
 // below half the lease, by key and by flag, and checks nothing without a
 // lease.

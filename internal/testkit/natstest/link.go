@@ -23,6 +23,8 @@ type Link struct {
 
 	mu     sync.Mutex
 	closed bool
+	paused bool       // Pause: new connections are held, never answered
+	held   []net.Conn // the connections accepted while paused
 	pairs  []*linkPair
 }
 
@@ -68,6 +70,27 @@ func (l *Link) Freeze() int {
 	return n
 }
 
+// Pause freezes the link (Freeze) and holds the connections made from now
+// on without ever answering them, as a paused server does (SIGSTOP: its
+// kernel accepts connections, the server sends nothing): a client's
+// connect times out, and it goes to another server of its cluster. It
+// returns how many open connections it froze.
+func (l *Link) Pause() int {
+	l.mu.Lock()
+	l.paused = true
+	l.mu.Unlock()
+	return l.Freeze()
+}
+
+// Resume lets new connections through again, as the server resumed
+// (SIGCONT). The connections frozen or held meanwhile stay so: their
+// clients gave them up.
+func (l *Link) Resume() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.paused = false
+}
+
 // Close stops the link and closes every connection through it, frozen
 // ones included, and waits for its goroutines. It is idempotent.
 func (l *Link) Close() {
@@ -83,6 +106,9 @@ func (l *Link) Close() {
 		p.client.Close()
 		p.server.Close()
 	}
+	for _, c := range l.held {
+		c.Close()
+	}
 	l.mu.Unlock()
 	l.wg.Wait()
 }
@@ -94,6 +120,13 @@ func (l *Link) accept() {
 		if err != nil {
 			return // closed
 		}
+		l.mu.Lock()
+		if l.paused && !l.closed {
+			l.held = append(l.held, c)
+			l.mu.Unlock()
+			continue
+		}
+		l.mu.Unlock()
 		s, err := net.Dial("tcp", l.target)
 		if err != nil {
 			c.Close() // the server is down: the client sees a refusal
