@@ -166,7 +166,7 @@
 //
 //	-nats URL            NATS server URLs, comma-separated (default nats://127.0.0.1:4222)
 //	-nats-timeout D      how long to retry the first NATS connection (default 10s)
-//	-nats-ping-interval D  ping the NATS server every D (default 5s, or a fifth
+//	-nats-ping-interval D  ping the NATS server every D (default 5s, or a sixth
 //	                     of -lease when shorter); 2 pings unanswered and the
 //	                     connection is made again, so that a paused server or
 //	                     a dead link is noticed before the lease ends; below

@@ -63,7 +63,7 @@ the bucket's replicas (-registry-replicas; by default min(3, JetStream
 servers)): announce never changes an existing bucket, a gateway scales it up.
 -nats takes several URLs, comma-separated: announce fails over between them.
 announce pings its NATS server every -nats-ping-interval (default 5s, or a
-fifth of -lease when shorter) and reconnects after 2 pings unanswered, so
+sixth of -lease when shorter) and reconnects after 2 pings unanswered, so
 that a paused server or a dead link is noticed (10-15s by default) before
 the lease ends: an interval given must be below a quarter of -lease, and
 without -lease a warning says when it is not below a quarter of the bucket's.

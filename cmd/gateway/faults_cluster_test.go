@@ -295,3 +295,33 @@ func TestClusterNodePaused(t *testing.T) {
 		t.Errorf("the list changed %v times during the pause, want 0: a live instance left it", d)
 	}
 }
+
+// TestPublisherLinkCut: the link between one announcer and its node dies
+// (its connection stays open, nothing gets through) while its backend
+// keeps serving, then works again. The announcer's pings notice, it
+// connects again and announces again before its lease ends: no request
+// fails, the instance never leaves the list.
+func TestPublisherLinkCut(t *testing.T) {
+	r := startFaultRig(t)
+	cut := natstest.NewLink(t, strings.TrimPrefix(r.c.Nodes[0].URL(), "nats://"))
+	b := newTracked(t, "linked")
+	a := announceOn(t, cut.URL(), b)
+	a.WaitFor(t, "announced online", lineTimeout)
+	r.backends, r.anns = append(r.backends, b), append(r.anns, a)
+	r.live = append(r.live, b.name)
+	slices.Sort(r.live)
+	testutil.Eventually(t, "the linked instance listed", func() bool { return slices.Equal(r.g.ids(t), r.live) })
+	updates := r.g.metric(`pushlb_list_updates_total{service="orders"}`)
+
+	froze := time.Now()
+	if n := cut.Freeze(); n < 1 {
+		t.Fatalf("%d connections frozen, want the announcer's", n)
+	}
+	a.WaitFor(t, "re-announced", 4*clusterLease)
+	took := r.healed(t, froze)
+	t.Logf("a publisher's link cut: re-announced and right %v after the cut; the list changed %v times",
+		took.Round(time.Millisecond), r.g.metric(`pushlb_list_updates_total{service="orders"}`)-updates)
+	if d := r.g.metric(`pushlb_list_updates_total{service="orders"}`) - updates; d != 0 {
+		t.Errorf("the list changed %v times, want 0: the live instance left it", d)
+	}
+}

@@ -14,7 +14,7 @@ import (
 )
 
 // The gateway's connection pings as the flags (or the file) say: every
-// 5 s by default, a fifth of a shorter lease, or -nats-ping-interval; 2
+// 5 s by default, a sixth of a shorter lease, or -nats-ping-interval; 2
 // pings outstanding at most.
 func TestGatewayPings(t *testing.T) {
 	for _, tc := range []struct {
@@ -22,7 +22,7 @@ func TestGatewayPings(t *testing.T) {
 		want time.Duration
 	}{
 		{nil, natsconn.DefaultPingInterval},
-		{[]string{"-lease", "10s"}, 2 * time.Second},
+		{[]string{"-lease", "12s"}, 2 * time.Second},
 		{[]string{"-nats-ping-interval", "250ms"}, 250 * time.Millisecond},
 	} {
 		cfg := testConfig(t)

@@ -120,7 +120,7 @@ type Config struct {
 	// MaxPingsOut (2) pings unanswered, the next one declares the
 	// connection stale and the client reconnects, so that a paused server
 	// or a dead link is noticed. Zero means DefaultPingInterval (5 s), or
-	// a fifth of the registry lease when that is shorter (ForLease);
+	// a sixth of the registry lease when that is shorter (ForLease);
 	// negative is invalid. A value given must stay below a quarter of the
 	// lease (MaxPingsOut pings below half of it): see ValidateLease. Flag
 	// -nats-ping-interval, which refuses 0.
@@ -149,7 +149,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM `file` of the client certificate, with -tls-key")
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM `file` of the client key, with -tls-cert")
 	fs.DurationVar(&c.ConnectTimeout, "nats-timeout", c.ConnectTimeout, "how long to retry the first connection to NATS")
-	fs.Var(positiveDuration{&c.PingInterval}, "nats-ping-interval", fmt.Sprintf("ping the NATS server every `D` (default %v, or a fifth of -lease when shorter); %d pings unanswered and "+
+	fs.Var(positiveDuration{&c.PingInterval}, "nats-ping-interval", fmt.Sprintf("ping the NATS server every `D` (default %v, or a sixth of -lease when shorter); %d pings unanswered and "+
 		"the connection is given up and made again, so that a paused server or a dead link is noticed; below a quarter of -lease", DefaultPingInterval, MaxPingsOut))
 }
 
@@ -278,28 +278,37 @@ func (c Config) ValidateLease(lease time.Duration) error {
 }
 
 // ForLease returns c with a PingInterval left zero fitted to lease, the
-// registry lease the program was given: DefaultPingInterval, or a fifth
-// of the lease when that is shorter (a lease under 25 s), so that
-// MaxPingsOut pings stay below half of it. A PingInterval given, or a
-// lease of zero, leaves c as it is.
+// registry lease the program was given: DefaultPingInterval, or a sixth
+// of the lease when that is shorter (a lease under 30 s). A dead link is
+// noticed after MaxPingsOut to MaxPingsOut+1 intervals, half the lease at
+// most, while a publisher renews every third of it: after a link died
+// just before a renewal, the reconnect and the publisher's renewal still
+// have a sixth of the lease before it ends (5 s of the default 30 s). A
+// PingInterval given, or a lease of zero, leaves c as it is.
 func (c Config) ForLease(lease time.Duration) Config {
 	if c.PingInterval == 0 && lease > 0 {
-		c.PingInterval = min(DefaultPingInterval, lease/(2*MaxPingsOut+1))
+		c.PingInterval = min(DefaultPingInterval, lease/leaseIntervals)
 	}
 	return c
 }
 
+// leaseIntervals is how many ping intervals ForLease fits in a lease.
+const leaseIntervals = 6
+
 // Refit returns c fitted to ttl, the registry bucket's lease read once
 // connected, when c left PingInterval zero and was not fitted to a lease
-// (the program was told to take the bucket's, -lease 0) and the default
-// pings would notice a dead link only after half of ttl: ok says the
-// connection should be made again with it. A PingInterval given is the
+// (the program was told to take the bucket's, -lease 0) and ForLease
+// would ping more often than the default for it (a lease under 30 s): ok
+// says the connection should be made again with it. A PingInterval given is the
 // user's (ValidateLease judged it, or a warning says it is slow).
 func (c Config) Refit(ttl time.Duration) (fitted Config, ok bool) {
-	if c.PingInterval != 0 || ttl <= 0 || !natsping.Slow(DefaultPingInterval, MaxPingsOut, ttl) {
+	if c.PingInterval != 0 || ttl <= 0 {
 		return c, false
 	}
-	return c.ForLease(ttl), true
+	if fitted = c.ForLease(ttl); fitted.PingInterval >= DefaultPingInterval {
+		return c, false
+	}
+	return fitted, true
 }
 
 // Schemes are the URL schemes nats.go connects with: plain, TLS, and

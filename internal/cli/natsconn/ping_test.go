@@ -69,7 +69,7 @@ func TestPingIntervalFlag(t *testing.T) {
 	fs.SetOutput(&out)
 	c.RegisterFlags(fs)
 	fs.PrintDefaults()
-	if !strings.Contains(out.String(), "-nats-ping-interval D") || !strings.Contains(out.String(), "(default 5s, or a fifth of -lease when shorter)") {
+	if !strings.Contains(out.String(), "-nats-ping-interval D") || !strings.Contains(out.String(), "(default 5s, or a sixth of -lease when shorter)") {
 		t.Errorf("-h does not show the flag with its default:\n%s", out.String())
 	}
 }
@@ -84,8 +84,8 @@ func TestForLease(t *testing.T) {
 		{0, 0, 0}, // Connect's default, 5 s
 		{0, 30 * time.Second, 5 * time.Second},
 		{0, time.Hour, 5 * time.Second},
-		{0, 10 * time.Second, 2 * time.Second},
-		{0, time.Second, 200 * time.Millisecond},
+		{0, 12 * time.Second, 2 * time.Second},
+		{0, 1200 * time.Millisecond, 200 * time.Millisecond},
 		{7 * time.Second, 10 * time.Second, 7 * time.Second}, // ValidateLease's to refuse
 		{time.Second, 30 * time.Second, time.Second},
 	} {
@@ -108,8 +108,8 @@ func TestRefit(t *testing.T) {
 	}{
 		{0, 30 * time.Second, 0, false}, // 5 s x 2 fit
 		{0, 0, 0, false},                // unknown
-		{0, 6 * time.Second, 1200 * time.Millisecond, true},
-		{0, 20 * time.Second, 4 * time.Second, true},
+		{0, 6 * time.Second, time.Second, true},
+		{0, 24 * time.Second, 4 * time.Second, true},
 		{3 * time.Second, 6 * time.Second, 3 * time.Second, false}, // given: the user's
 	} {
 		c, ok := natsconn.Config{PingInterval: tc.interval}.Refit(tc.ttl)
