@@ -53,7 +53,11 @@
 // anything by itself, so a forged one costs a probe. Start checks that
 // advisories arrive (it opens a second connection, closes it and waits for
 // its advisory) and logs once when they do not: crashes are then left to
-// gossip and leases.
+// gossip and leases. With a Releaser (UseReleaser: the client's reaper),
+// a probe that found an instance dead also frees its instance ID while
+// that reaper leads, so that a restart claims it at once; the leader also
+// probes announcers it does not follow, found by their connection's name
+// (release.go).
 // Stats.Advisories counts it all.
 //
 // # Delivery
