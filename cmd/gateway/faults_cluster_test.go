@@ -29,6 +29,16 @@ type faultRig struct {
 	anns     []*testutil.Proc
 	live     []string
 	l        *load
+	lg       *gw // the gateway the load goes through
+	// gone are the instances the churn stopped, with the requests they
+	// had answered once the load's gateway had removed them.
+	gone []goneInstance
+}
+
+// goneInstance is a stopped instance and its answers at its removal.
+type goneInstance struct {
+	b    *tracked
+	hits int64
 }
 
 func startFaultRig(t *testing.T) *faultRig {
@@ -49,7 +59,7 @@ func startFaultRig(t *testing.T) *faultRig {
 		r.live = append(r.live, b.name)
 	}
 	testutil.Eventually(t, "three instances listed", func() bool { return slices.Equal(r.g.ids(t), r.live) })
-	r.l = startLoad(r.g, loadWorkers)
+	r.l, r.lg = startLoad(r.g, loadWorkers), r.g
 	t.Cleanup(r.l.stop)
 	r.l.waitMore(t, 100)
 	return r
@@ -84,6 +94,19 @@ func (r *faultRig) healed(t *testing.T, since time.Time) time.Duration {
 	testutil.Eventually(t, "the gateway to list every live instance", func() bool { return slices.Equal(r.g.ids(t), r.live) })
 	took := time.Since(since)
 	r.l.waitMore(t, 100)
+	// A stopped instance (its backend still answers here) gets at most
+	// the requests in flight at its removal, one per load worker.
+	late := int64(0)
+	for _, g := range r.gone {
+		extra := g.b.hits.Load() - g.hits
+		late += extra
+		if extra > loadWorkers {
+			t.Errorf("%s answered %d requests after its removal, want at most %d in flight", g.b.name, extra, loadWorkers)
+		}
+	}
+	if len(r.gone) > 0 {
+		t.Logf("%d stopped instances answered %d requests after their removal (in flight then)", len(r.gone), late)
+	}
 	sent, failed := r.l.counts()
 	t.Logf("load: %d requests, %d failed, slowest %v", sent, failed, time.Duration(r.l.slowest.Load()))
 	if failed != 0 {
@@ -183,7 +206,10 @@ func (r *faultRig) churn(t *testing.T, n int, between func(step int)) {
 		if code := old.Stop(t, exitTimeout); code != 0 {
 			t.Fatalf("announce %s exited %d", r.backends[0].name, code)
 		}
-		r.live = slices.DeleteFunc(r.live, func(id string) bool { return id == r.backends[0].name })
+		name := r.backends[0].name
+		r.live = slices.DeleteFunc(r.live, func(id string) bool { return id == name })
+		testutil.Eventually(t, name+" out of the load's gateway's list", func() bool { return !slices.Contains(r.lg.ids(t), name) })
+		r.gone = append(r.gone, goneInstance{b: r.backends[0], hits: r.backends[0].hits.Load()})
 		r.backends, r.anns = r.backends[1:], r.anns[1:]
 	}
 	slices.Sort(r.live)
@@ -228,7 +254,7 @@ func TestGatewayRestartedDuringChurn(t *testing.T) {
 	second.Proc = start(t, bin.gateway, "-listen", second.proxy, "-admin", second.admin, "-nats", r.c.URL(), "-follow", "all")
 	testutil.Eventually(t, "the second gateway to list every instance", func() bool { return slices.Equal(second.ids(t), r.live) })
 	r.l.stop()
-	r.l = startLoad(second, loadWorkers)
+	r.l, r.lg = startLoad(second, loadWorkers), second
 	t.Cleanup(r.l.stop)
 	r.l.waitMore(t, 100)
 	var restarted time.Time
@@ -275,7 +301,7 @@ func TestClusterNodePaused(t *testing.T) {
 		r.live = append(r.live, b.name)
 	}
 	testutil.Eventually(t, "three instances listed", func() bool { return slices.Equal(r.g.ids(t), r.live) })
-	r.l = startLoad(r.g, loadWorkers)
+	r.l, r.lg = startLoad(r.g, loadWorkers), r.g
 	t.Cleanup(r.l.stop)
 	r.l.waitMore(t, 100)
 	updates := r.g.metric(`pushlb_list_updates_total{service="orders"}`)
