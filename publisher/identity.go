@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/events"
@@ -239,7 +240,15 @@ func (p *Publisher) lease(ctx context.Context, in serverlist.Instance, st leaseS
 		case <-ctx.Done():
 			return
 		case <-refresh.C:
-			rctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseInterval)
+			// In a cluster, half an interval: a server that cannot write
+			// (a node cut from the quorum) is left in time (leaveServer).
+			// One server alone gets the whole interval, which a renewal
+			// that recreates a lost bucket may need.
+			timeout := p.cfg.LeaseInterval
+			if len(p.nc.Servers()) > 1 {
+				timeout /= 2
+			}
+			rctx, cancel := context.WithTimeout(ctx, timeout)
 			err := p.assert(rctx, in, &st)
 			cancel()
 			var sup *supersededError
@@ -252,6 +261,7 @@ func (p *Publisher) lease(ctx context.Context, in serverlist.Instance, st leaseS
 				if retry == nil {
 					retry = time.After(backoff)
 				}
+				p.leaveServer(err)
 			}
 			continue
 		case _, ok := <-connected:
@@ -303,4 +313,28 @@ func (p *Publisher) lease(ctx context.Context, in serverlist.Instance, st leaseS
 		retry, backoff = nil, 100*time.Millisecond
 		p.log.Info().Str("service", in.Service).Str("id", in.InstanceID).Msg("re-announced")
 	}
+}
+
+// leaveServer moves the connection to another server of its cluster when
+// err, a failed renewal, says the registry did not answer through this
+// one: a node cut from its cluster by a partition still answers its
+// clients' pings, so nothing else would move them before the lease ends.
+// The reconnect then re-announces the instance (lease). A connection that
+// knows one server stays: reconnecting to it would change nothing.
+func (p *Publisher) leaveServer(err error) {
+	if !registryUnanswered(err) || len(p.nc.Servers()) < 2 {
+		return
+	}
+	server := p.nc.ConnectedUrlRedacted()
+	if ferr := p.nc.ForceReconnect(); ferr == nil {
+		p.log.Warn().Err(err).Str("server", server).
+			Msg("the registry does not answer through this NATS server: moving to another server of the cluster")
+	}
+}
+
+// registryUnanswered reports whether err is a registry request that got
+// no answer (a timeout, no responders), not a refusal.
+func registryUnanswered(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }

@@ -351,3 +351,81 @@ func TestPublisherLinkCut(t *testing.T) {
 		t.Errorf("the list changed %v times, want 0: the live instance left it", d)
 	}
 }
+
+// TestClusterPartitionIsolatesTheLeader: a route partition cuts the node
+// that leads the registry stream from the other two, which elect a new
+// leader; its clients still reach it, but it can no longer write. An
+// announcer connected to it moves to the others before its lease ends.
+// The gateway, on the majority's nodes, keeps routing: no request fails,
+// no live instance leaves the list, and once the partition heals the
+// registry and the list are right.
+func TestClusterPartitionIsolatesTheLeader(t *testing.T) {
+	c, p := natstest.StartPartitionableCluster(t, 3)
+	// Long enough for a move and the majority's election of a new leader
+	// (a few seconds, during which the stream answers nobody).
+	const lease = 12 * time.Second
+	js, err := jetstream.New(c.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := serverlist.Open(t.Context(), js, serverlist.RegistryConfig{TTL: lease, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	var leader *natstest.Server
+	testutil.Eventually(t, "a registry stream leader", func() bool { leader = c.StreamLeader("KV_pushlb_lb"); return leader != nil })
+	isolated := slices.Index(c.Nodes, leader)
+	var majority []string
+	for i, n := range c.Nodes {
+		if i != isolated {
+			majority = append(majority, n.URL())
+		}
+	}
+	r := &faultRig{c: c}
+	r.g = &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t)}
+	r.g.Proc = start(t, bin.gateway, "-listen", r.g.proxy, "-admin", r.g.admin, "-nats", strings.Join(majority, ","), "-follow", "all")
+	testutil.Eventually(t, "the gateway to be healthy", func() bool {
+		code, _, err := testutil.Fetch(client, "http://"+r.g.admin+"/healthz")
+		return err == nil && code == 200
+	})
+	// i1 on the leader's node (the client picks a URL at random: started
+	// again until it lands there), i2 and i3 on the majority's.
+	all := leader.URL() + "," + strings.Join(majority, ",")
+	for i := range 3 {
+		b := newTracked(t, fmt.Sprintf("i%d", i+1))
+		var a *testutil.Proc
+		for try := 0; ; try++ {
+			// The lease given: no second connection fitted to the
+			// bucket's (which would pick its node anew).
+			a = start(t, bin.announce, "-nats", all, "-service", "orders", "-addr", b.addr(), "-id", b.name, "-drain", "0s", "-lease", lease.String())
+			l := a.WaitFor(t, "connected to NATS", lineTimeout)
+			if (i == 0) == strings.Contains(l.Text, leader.URL()) || try == 20 {
+				break
+			}
+			a.Stop(t, exitTimeout)
+		}
+		a.WaitFor(t, "announced online", lineTimeout)
+		r.backends, r.anns = append(r.backends, b), append(r.anns, a)
+		r.live = append(r.live, b.name)
+	}
+	testutil.Eventually(t, "three instances listed", func() bool { return slices.Equal(r.g.ids(t), r.live) })
+	r.l, r.lg = startLoad(r.g, loadWorkers), r.g
+	t.Cleanup(r.l.stop)
+	r.l.waitMore(t, 100)
+	updates := r.g.metric(`pushlb_list_updates_total{service="orders"}`)
+
+	cut := time.Now()
+	p.Isolate(isolated)
+	r.anns[0].WaitFor(t, "re-announced", 4*lease)
+	moved := time.Since(cut)
+	// A lease and a half of partition: a lease the move did not renew in
+	// time would have ended, and its record been reaped.
+	testutil.EventuallyWithin(t, 4*lease, "a lease and a half of partition", func() bool { return time.Since(cut) > lease+lease/2 })
+	p.Heal(isolated)
+	c.WaitJetStream(t)
+	took := r.healed(t, cut)
+	t.Logf("the stream's leader cut from the others: the announcer on it moved and announced again %v after the cut; right %v after it; the list changed %v times",
+		moved.Round(time.Millisecond), took.Round(time.Millisecond), r.g.metric(`pushlb_list_updates_total{service="orders"}`)-updates)
+	if d := r.g.metric(`pushlb_list_updates_total{service="orders"}`) - updates; d != 0 {
+		t.Errorf("the list changed %v times, want 0: a live instance left it", d)
+	}
+}

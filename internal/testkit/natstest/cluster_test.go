@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 // A replicated bucket survives the loss of its stream leader: writes go on
@@ -55,4 +56,21 @@ func TestClusterSurvivesLeaderLoss(t *testing.T) {
 	if err != nil || string(e.Value()) != "2" {
 		t.Fatalf("get after the restart: %v %v", e, err)
 	}
+}
+
+// A partitionable cluster forms through its links; a node cut from the
+// others loses its routes, and has them again once healed.
+func TestPartitionableCluster(t *testing.T) {
+	c, p := natstest.StartPartitionableCluster(t, 3)
+	routes := func() int {
+		if srv := c.Nodes[0].NATS(); srv != nil {
+			return srv.NumRoutes()
+		}
+		return -1
+	}
+	p.Isolate(0)
+	testutil.Eventually(t, "node 1 without routes", func() bool { return routes() == 0 })
+	p.Heal(0)
+	testutil.Eventually(t, "node 1 routed again", func() bool { return routes() > 0 })
+	c.WaitJetStream(t)
 }

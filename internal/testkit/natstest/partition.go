@@ -1,0 +1,87 @@
+package natstest
+
+import (
+	"fmt"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Partitions are the routes of a cluster started by
+// StartPartitionableCluster: every route between two nodes goes through
+// a Link of its own, so that a test cuts nodes from each other while
+// their clients still reach them.
+type Partitions struct {
+	links [][]*Link // links[i][j]: node i's route to node j
+}
+
+// StartPartitionableCluster is StartCluster whose routes go through
+// Links (Partitions): nodes route only through them (they advertise
+// neither their routes nor their clients' URLs: clients are given every
+// node's URL), and ping each other every 250 ms, so that a cut route is
+// noticed within a second.
+func StartPartitionableCluster(tb testing.TB, n int, opts ...Option) (*Cluster, *Partitions) {
+	tb.Helper()
+	all := freeTCPPorts(tb, 2*n)
+	routePorts, clientPorts := all[:n], all[n:]
+	p := &Partitions{links: make([][]*Link, n)}
+	for i := range n {
+		p.links[i] = make([]*Link, n)
+		for j := range n {
+			if i != j {
+				p.links[i][j] = NewLink(tb, fmt.Sprintf("127.0.0.1:%d", routePorts[j]))
+			}
+		}
+	}
+	c := &Cluster{}
+	for i := range n {
+		name := fmt.Sprintf("n%d", i+1)
+		var routes []*url.URL
+		for j := range n {
+			if i != j {
+				routes = append(routes, &url.URL{Scheme: "nats-route", Host: p.links[i][j].Addr()})
+			}
+		}
+		port := routePorts[i]
+		node := append([]Option{func(o *server.Options) {
+			o.ServerName = name
+			o.Cluster = server.ClusterOpts{Name: clusterName, Host: "127.0.0.1", Port: port, NoAdvertise: true, PoolSize: -1}
+			o.Routes = routes
+			o.PingInterval, o.MaxPingsOut = 250*time.Millisecond, 2
+		}}, opts...)
+		s := &Server{opts: node, storeDir: tb.TempDir(), port: clientPorts[i]}
+		srv, err := s.start()
+		if err != nil {
+			tb.Fatalf("natstest: cluster node %s: %v", name, err)
+		}
+		s.srv = srv
+		tb.Cleanup(s.Shutdown)
+		c.Nodes = append(c.Nodes, s)
+	}
+	c.WaitJetStream(tb)
+	return c, p
+}
+
+// Isolate cuts node i (0-based) from every other node, both ways: its
+// routes freeze and new ones hang, while its clients still reach it.
+func (p *Partitions) Isolate(i int) {
+	for j := range p.links {
+		if j != i {
+			p.links[i][j].Pause()
+			p.links[j][i].Pause()
+		}
+	}
+}
+
+// Heal lets node i's routes be made again (the frozen ones stay frozen
+// until the nodes' pings give them up).
+func (p *Partitions) Heal(i int) {
+	for j := range p.links {
+		if j != i {
+			p.links[i][j].Resume()
+			p.links[j][i].Resume()
+		}
+	}
+}
