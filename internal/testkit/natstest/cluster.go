@@ -35,24 +35,37 @@ func StartCluster(tb testing.TB, n int, opts ...Option) *Cluster {
 	if n < 1 {
 		tb.Fatalf("natstest: cluster of %d nodes", n)
 	}
-	// Route and client ports are chosen together, all held open at once,
-	// so that they differ: a node's client port left to the system could
-	// be the route port chosen for a node started after it (a node failed
-	// to start so in CI's benchmark pass).
-	all := freeTCPPorts(tb, 2*n)
-	ports, clientPorts := all[:n], all[n:]
+	routePorts, clientPorts := clusterPorts(tb, n)
 	routes := make([]*url.URL, n)
 	for i := range n {
-		routes[i] = &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", ports[i])}
+		routes[i] = &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", routePorts[i])}
 	}
+	return startNodes(tb, routePorts, clientPorts, func(int, *server.Options) []*url.URL { return routes }, opts)
+}
+
+// clusterPorts returns the route and the client ports of n nodes. They are
+// chosen together, all held open at once, so that they differ: a node's
+// client port left to the system could be the route port chosen for a
+// node started after it (a node failed to start so in CI's benchmark
+// pass).
+func clusterPorts(tb testing.TB, n int) (routePorts, clientPorts []int) {
+	all := freeTCPPorts(tb, 2*n)
+	return all[:n], all[n:]
+}
+
+// startNodes starts a node per route port, named n1, n2, ..., each
+// listening for clients on its client port and routed to routes(i, o),
+// which may also set more of node i's options; then opts. It waits until
+// JetStream has a meta leader.
+func startNodes(tb testing.TB, routePorts, clientPorts []int, routes func(i int, o *server.Options) []*url.URL, opts []Option) *Cluster {
+	tb.Helper()
 	c := &Cluster{}
-	for i := range n {
+	for i := range routePorts {
 		name := fmt.Sprintf("n%d", i+1)
-		clusterPort := ports[i]
 		node := append([]Option{func(o *server.Options) {
 			o.ServerName = name
-			o.Cluster = server.ClusterOpts{Name: clusterName, Host: "127.0.0.1", Port: clusterPort}
-			o.Routes = routes
+			o.Cluster = server.ClusterOpts{Name: clusterName, Host: "127.0.0.1", Port: routePorts[i]}
+			o.Routes = routes(i, o)
 		}}, opts...)
 		s := &Server{opts: node, storeDir: tb.TempDir(), port: clientPorts[i]}
 		// A node's readiness for clients does not wait for its routes, so

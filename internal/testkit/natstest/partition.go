@@ -24,8 +24,7 @@ type Partitions struct {
 // noticed within a second.
 func StartPartitionableCluster(tb testing.TB, n int, opts ...Option) (*Cluster, *Partitions) {
 	tb.Helper()
-	all := freeTCPPorts(tb, 2*n)
-	routePorts, clientPorts := all[:n], all[n:]
+	routePorts, clientPorts := clusterPorts(tb, n)
 	p := &Partitions{links: make([][]*Link, n)}
 	for i := range n {
 		p.links[i] = make([]*Link, n)
@@ -35,32 +34,17 @@ func StartPartitionableCluster(tb testing.TB, n int, opts ...Option) (*Cluster, 
 			}
 		}
 	}
-	c := &Cluster{}
-	for i := range n {
-		name := fmt.Sprintf("n%d", i+1)
+	c := startNodes(tb, routePorts, clientPorts, func(i int, o *server.Options) []*url.URL {
+		o.Cluster.NoAdvertise, o.Cluster.PoolSize = true, -1
+		o.PingInterval, o.MaxPingsOut = 250*time.Millisecond, 2
 		var routes []*url.URL
-		for j := range n {
-			if i != j {
-				routes = append(routes, &url.URL{Scheme: "nats-route", Host: p.links[i][j].Addr()})
+		for j, l := range p.links[i] {
+			if j != i {
+				routes = append(routes, &url.URL{Scheme: "nats-route", Host: l.Addr()})
 			}
 		}
-		port := routePorts[i]
-		node := append([]Option{func(o *server.Options) {
-			o.ServerName = name
-			o.Cluster = server.ClusterOpts{Name: clusterName, Host: "127.0.0.1", Port: port, NoAdvertise: true, PoolSize: -1}
-			o.Routes = routes
-			o.PingInterval, o.MaxPingsOut = 250*time.Millisecond, 2
-		}}, opts...)
-		s := &Server{opts: node, storeDir: tb.TempDir(), port: clientPorts[i]}
-		srv, err := s.start()
-		if err != nil {
-			tb.Fatalf("natstest: cluster node %s: %v", name, err)
-		}
-		s.srv = srv
-		tb.Cleanup(s.Shutdown)
-		c.Nodes = append(c.Nodes, s)
-	}
-	c.WaitJetStream(tb)
+		return routes
+	}, opts)
 	return c, p
 }
 
