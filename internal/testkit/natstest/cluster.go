@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -179,20 +178,14 @@ func (c *Cluster) StreamLeader(stream string) *Server {
 // latest writes reached any node's disk).
 func (c *Cluster) CopyStores(tb testing.TB) []string {
 	tb.Helper()
-	dirs := make([]string, len(c.Nodes))
 	for _, s := range c.Nodes {
 		s.Shutdown()
 	}
+	dirs := make([]string, len(c.Nodes))
 	for i, s := range c.Nodes {
-		dirs[i] = tb.TempDir()
-		if err := os.CopyFS(dirs[i], os.DirFS(s.StoreDir())); err != nil {
-			tb.Fatalf("natstest: copy the store of node %d: %v", i+1, err)
-		}
+		dirs[i] = s.copyStore(tb)
 	}
-	for _, s := range c.Nodes {
-		s.Restart(tb)
-	}
-	c.WaitJetStream(tb)
+	c.restartAll(tb)
 	return dirs
 }
 
@@ -205,14 +198,14 @@ func (c *Cluster) RestartWithStores(tb testing.TB, dirs []string) {
 		s.Shutdown()
 	}
 	for i, s := range c.Nodes {
-		fresh := tb.TempDir()
-		if err := os.CopyFS(fresh, os.DirFS(dirs[i])); err != nil {
-			tb.Fatalf("natstest: copy the store of node %d: %v", i+1, err)
-		}
-		s.mu.Lock()
-		s.storeDir = fresh
-		s.mu.Unlock()
+		s.useStoreCopy(tb, dirs[i])
 	}
+	c.restartAll(tb)
+}
+
+// restartAll starts every node again and waits for JetStream.
+func (c *Cluster) restartAll(tb testing.TB) {
+	tb.Helper()
 	for _, s := range c.Nodes {
 		s.Restart(tb)
 	}

@@ -260,14 +260,8 @@ func (s *Server) RestartWithoutStore(tb testing.TB) {
 // loss before they reached the disk) comes back.
 func (s *Server) CopyStore(tb testing.TB) string {
 	tb.Helper()
-	dir := tb.TempDir()
-	s.mu.Lock()
-	s.shutdownLocked()
-	err := os.CopyFS(dir, os.DirFS(s.storeDir))
-	s.mu.Unlock()
-	if err != nil {
-		tb.Fatalf("natstest: copy the store: %v", err)
-	}
+	s.Shutdown()
+	dir := s.copyStore(tb)
 	s.Restart(tb)
 	return dir
 }
@@ -278,15 +272,33 @@ func (s *Server) CopyStore(tb testing.TB) string {
 // sequences, and the registry's revisions, go back.
 func (s *Server) RestartWithStore(tb testing.TB, dir string) {
 	tb.Helper()
+	s.Shutdown()
+	s.useStoreCopy(tb, dir)
+	s.Restart(tb)
+}
+
+// copyStore copies the store of the server, shut down, to a directory of
+// the test's and returns it.
+func (s *Server) copyStore(tb testing.TB) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(s.StoreDir())); err != nil {
+		tb.Fatalf("natstest: copy the store: %v", err)
+	}
+	return dir
+}
+
+// useStoreCopy makes a copy of dir the store of the server, shut down, at
+// its next start.
+func (s *Server) useStoreCopy(tb testing.TB, dir string) {
+	tb.Helper()
 	fresh := tb.TempDir()
 	if err := os.CopyFS(fresh, os.DirFS(dir)); err != nil {
 		tb.Fatalf("natstest: copy the store: %v", err)
 	}
 	s.mu.Lock()
-	s.shutdownLocked()
 	s.storeDir = fresh
 	s.mu.Unlock()
-	s.Restart(tb)
 }
 
 // Connect connects a client to the server and closes it in tb.Cleanup. The
