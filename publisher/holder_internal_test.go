@@ -22,7 +22,7 @@ func TestHolderProbeTarget(t *testing.T) {
 		{serverlist.Instance{Host: "10.0.0.2", Port: 8080, GossipAddr: "10.0.0.1:7946"}, "10.0.0.1:7946", "own"},
 		{serverlist.Instance{Host: "HOST.example", Port: 8080}, "HOST.example:8080", ""},
 	} {
-		addr, _ := holderProbeTarget(tc.held)
+		addr, _ := tc.held.ProbeTarget()
 		if addr != tc.addr || ownAddress(addr, self) != (tc.own != "") {
 			t.Errorf("holder %+v: target %s (own %v), want %s (own %v)", tc.held, addr, ownAddress(addr, self), tc.addr, tc.own != "")
 		}

@@ -174,6 +174,17 @@ func (in Instance) Addr() string {
 	return net.JoinHostPort(in.Host, strconv.Itoa(in.Port))
 }
 
+// ProbeTarget is the address a probe of the instance connects to
+// (docs/protocol.md, section 7), and its kind: its gossip node when the
+// record names one (it runs in the process that holds the instance's ID
+// and NATS connection), "gossip", else its service address, "service".
+func (in Instance) ProbeTarget() (addr, kind string) {
+	if in.GossipAddr != "" {
+		return in.GossipAddr, "gossip"
+	}
+	return in.Addr(), "service"
+}
+
 // Clone returns a copy that shares no memory with in.
 func (in Instance) Clone() Instance {
 	in.Metadata = maps.Clone(in.Metadata)

@@ -3,7 +3,6 @@ package subscriber
 import (
 	"encoding/json"
 	"errors"
-	"net"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -13,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/internal/base/probe"
 	"github.com/pushlb/pushlb/serverlist"
 )
 
@@ -33,13 +33,13 @@ import (
 // the instance is taken offline at once (CauseAdvisory), for the record's
 // revision, so that any later write of the record (the instance
 // re-asserting itself after a reconnect) brings it back. Answered, and
-// answered again over probeConfirm: the instance is kept; its publisher
+// answered again over probe.Confirm: the instance is kept; its publisher
 // reconnects and rewrites its record with the new connection.
 
 // Advisory defaults.
 const (
 	// DefaultProbeTimeout bounds one connect of a probe.
-	DefaultProbeTimeout = 250 * time.Millisecond
+	DefaultProbeTimeout = probe.DefaultTimeout
 	// AdvisoryCheckName names the short-lived connection Start opens and
 	// closes to check that advisories arrive (tests that count a server's
 	// connections leave it out).
@@ -48,13 +48,6 @@ const (
 	// advisory of a connection it opens and closes.
 	DefaultAdvisoryCheck = 5 * time.Second
 )
-
-// probeConfirm are the delays, after a first connect that succeeded, of
-// the connects that confirm the instance alive. The address probed may
-// belong to another process than the one that held the connection (a
-// command that announce supervises, which the kernel signals when announce
-// dies): it may still accept for a few milliseconds.
-var probeConfirm = []time.Duration{20 * time.Millisecond, 80 * time.Millisecond, 200 * time.Millisecond}
 
 // maxAdvisoryProbes bounds the probes in flight: an advisory beyond it is
 // counted (AdvisoryStats.Skipped) and left to gossip and leases.
@@ -387,18 +380,8 @@ func (s *Subscriber) startProbe(e serverlist.Entry, a disconnectAdvisory) {
 	}
 }
 
-// probeTarget is the address a probe connects to: the instance's gossip
-// node when its record names one (it runs in the process that held the
-// NATS connection), else its service address.
-func probeTarget(in serverlist.Instance) (addr, kind string) {
-	if in.GossipAddr != "" {
-		return in.GossipAddr, "gossip"
-	}
-	return in.Addr(), "service"
-}
-
 func (s *Subscriber) probeAfterAdvisory(e serverlist.Entry, a disconnectAdvisory) {
-	addr, kind := probeTarget(e.Instance)
+	addr, kind := e.ProbeTarget()
 	began := time.Now()
 	outcome, err := s.probe(addr)
 	s.adv.probes[outcome].Add(1)
@@ -418,35 +401,19 @@ func (s *Subscriber) probeAfterAdvisory(e serverlist.Entry, a disconnectAdvisory
 	s.release(e.Instance, serverlist.Connection{ServerID: a.Server.ID, ClientID: a.Client.ID}, a)
 }
 
-// probe connects to addr, then again after each of probeConfirm's delays
-// while it answers. The first failed connect decides.
+// probe connects to addr, then again while it answers (probe.Answers).
+// The first failed connect decides; the subscriber's end gives no verdict.
 func (s *Subscriber) probe(addr string) (ProbeOutcome, error) {
-	d := net.Dialer{Timeout: s.cfg.ProbeTimeout}
-	var waited time.Duration
-	for i := 0; ; i++ {
-		c, err := d.DialContext(s.ctx, "tcp", addr)
-		if err != nil {
-			if s.ctx.Err() != nil {
-				return ProbeAlive, err // closing: no verdict, nothing removed
-			}
-			if errors.Is(err, syscall.ECONNREFUSED) {
-				return ProbeRefused, err
-			}
-			return ProbeUnreachable, err
-		}
-		c.Close()
-		if i == len(probeConfirm) {
-			return ProbeAlive, nil
-		}
-		t := time.NewTimer(probeConfirm[i] - waited)
-		select {
-		case <-s.ctx.Done():
-			t.Stop()
-			return ProbeAlive, s.ctx.Err()
-		case <-t.C:
-		}
-		waited = probeConfirm[i]
+	err := probe.Answers(s.ctx, addr, s.cfg.ProbeTimeout)
+	switch {
+	case err == nil:
+		return ProbeAlive, nil
+	case s.ctx.Err() != nil:
+		return ProbeAlive, err // closing: no verdict, nothing removed
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return ProbeRefused, err
 	}
+	return ProbeUnreachable, err
 }
 
 // advisoryGone takes the instance of e offline for e's incarnation and

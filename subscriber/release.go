@@ -89,7 +89,7 @@ func (s *Subscriber) probeUnfollowed(conn serverlist.Connection, a disconnectAdv
 		if err != nil || held.Connection() != conn {
 			return
 		}
-		addr, _ := probeTarget(held.Instance)
+		addr, _ := held.ProbeTarget()
 		outcome, _ := s.probe(addr)
 		s.adv.probes[outcome].Add(1)
 		if outcome != ProbeAlive {
