@@ -76,6 +76,11 @@ type disconnectAdvisory struct {
 	Reason string `json:"reason"`
 }
 
+// connection is the connection a names.
+func (a disconnectAdvisory) connection() serverlist.Connection {
+	return serverlist.Connection{ServerID: a.Server.ID, ClientID: a.Client.ID}
+}
+
 // ProbeOutcome is a probe's verdict. Its String is the metric label.
 type ProbeOutcome uint8
 
@@ -274,7 +279,7 @@ func (s *Subscriber) onAdvisory(msg *nats.Msg) {
 		s.dropLog.Warn().Str("subject", msg.Subject).Int("bytes", len(msg.Data)).Msg("dropped a message on the advisory subject that is not a client-disconnect advisory")
 		return
 	}
-	conn := serverlist.Connection{ServerID: a.Server.ID, ClientID: a.Client.ID}
+	conn := a.connection()
 	s.advisoryArrived(conn)
 	if !s.probeConnection(conn, a) {
 		s.adv.keepUnmatched(conn, a, time.Now())
@@ -398,7 +403,7 @@ func (s *Subscriber) probeAfterAdvisory(e serverlist.Entry, a disconnectAdvisory
 		s.adv.removals.Add(1)
 		log(s.log.Info()).AnErr("probe_error", err).Msg("advisory: the instance's NATS connection closed and a probe found it dead: removed")
 	}
-	s.release(e.Instance, serverlist.Connection{ServerID: a.Server.ID, ClientID: a.Client.ID}, a)
+	s.release(e.Instance, a)
 }
 
 // probe connects to addr, then again while it answers (probe.Answers).

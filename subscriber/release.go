@@ -53,15 +53,15 @@ func (s *Subscriber) UseReleaser(r Releaser) {
 	s.releaser.Store(&r)
 }
 
-// release hands the proof that in's holder is gone (conn closed at a's
-// time, a probe found it dead) to the releaser. Runs on a probe's
-// goroutine.
-func (s *Subscriber) release(in serverlist.Instance, conn serverlist.Connection, a disconnectAdvisory) {
+// release hands the proof that in's holder is gone (a's connection
+// closed at a's time, a probe found it dead) to the releaser. Runs on a
+// probe's goroutine.
+func (s *Subscriber) release(in serverlist.Instance, a disconnectAdvisory) {
 	p := s.releaser.Load()
 	if p == nil || !(*p).Leader() {
 		return
 	}
-	out, err := (*p).Release(s.ctx, in.Service, in.InstanceID, conn, a.Time)
+	out, err := (*p).Release(s.ctx, in.Service, in.InstanceID, a.connection(), a.Time)
 	s.adv.releases[out].Add(1)
 	if err != nil && s.ctx.Err() == nil {
 		s.dropLog.Warn().Err(err).Str("service", in.Service).Str("id", in.InstanceID).
@@ -93,7 +93,7 @@ func (s *Subscriber) probeUnfollowed(conn serverlist.Connection, a disconnectAdv
 		outcome, _ := s.probe(addr)
 		s.adv.probes[outcome].Add(1)
 		if outcome != ProbeAlive {
-			s.release(held.Instance, conn, a)
+			s.release(held.Instance, a)
 		}
 	}, nil)
 }
