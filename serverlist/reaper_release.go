@@ -92,8 +92,18 @@ func (r *Reaper) Release(ctx context.Context, service, id string, conn Connectio
 	case held.Connection() != conn:
 		return ReleaseRenamed, nil
 	}
-	if out, err := r.endLeaseOf(ctx, key, closedAt); out != Released {
-		return out, err
+	var renewed bool
+	err = within(ctx, func(ctx context.Context) (err error) {
+		renewed, err = r.endLease(ctx, key, func(lease jetstream.KeyValueEntry) bool {
+			return !closedAt.IsZero() && lease.Created().After(closedAt)
+		})
+		return err
+	})
+	switch {
+	case err != nil:
+		return ReleaseFailed, fmt.Errorf("serverlist: release %s: end the lease: %w", key, err)
+	case renewed:
+		return ReleaseRenewed, nil
 	}
 	err = within(ctx, func(ctx context.Context) error {
 		return r.reg.kv.Purge(ctx, key, jetstream.LastRevision(held.Revision))
@@ -112,41 +122,6 @@ func (r *Reaper) Release(ctx context.Context, service, id string, conn Connectio
 	r.log.Info().Str("key", key).Uint64("revision", held.Revision).Str("owner", held.Owner).
 		Str("why", "its NATS connection closed and a probe found it dead").
 		Msg("serverlist: reaper released the instance ID: lease ended, record removed")
-	return Released, nil
-}
-
-// endLeaseOf ends the lease of the record under key, unless it was written
-// after closedAt or is written meanwhile (ReleaseRenewed). Released: the
-// lease is ended, or was already, or this reaper may not end leases (the
-// record then goes alone, which a new claim finds gone all the same).
-func (r *Reaper) endLeaseOf(ctx context.Context, key string, closedAt time.Time) (Release, error) {
-	var lease jetstream.KeyValueEntry
-	err := within(ctx, func(ctx context.Context) (err error) {
-		lease, err = r.reg.kv.Get(ctx, key+leaseSuffix)
-		return err
-	})
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return Released, nil
-	case err != nil:
-		return ReleaseFailed, fmt.Errorf("serverlist: release %s: read the lease: %w", key, err)
-	case !closedAt.IsZero() && lease.Created().After(closedAt):
-		return ReleaseRenewed, nil
-	case r.leasePurgeRefused.Load():
-		return Released, nil
-	}
-	err = within(ctx, func(ctx context.Context) error {
-		return r.reg.kv.Purge(ctx, key+leaseSuffix, jetstream.LastRevision(lease.Revision()))
-	})
-	switch {
-	case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
-		return ReleaseRenewed, nil
-	case err != nil && r.refusedOn(err, key+leaseSuffix):
-		r.leasePurgeRefused.Store(true) // as expire finds it
-		return Released, nil
-	case err != nil:
-		return ReleaseFailed, fmt.Errorf("serverlist: release %s: end the lease: %w", key, err)
-	}
 	return Released, nil
 }
 

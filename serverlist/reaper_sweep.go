@@ -16,30 +16,13 @@ import (
 // its revision, so that a renewal racing the reaper wins), then removes the
 // record if it was written before the signal (not a new holder's).
 func (r *Reaper) expire(ctx context.Context, key string, sig uint64) {
-	lease, err := r.reg.kv.Get(ctx, key+leaseSuffix)
-	switch {
-	case err == nil && lease.Revision() > sig:
-		return // renewed after the signal
-	case err == nil && r.leasePurgeRefused.Load():
-		// May not end leases: the record goes alone (below). A holder
-		// that renews late finds its record gone and re-asserts it.
-	case err == nil:
-		err = r.reg.kv.Purge(ctx, key+leaseSuffix, jetstream.LastRevision(lease.Revision()))
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
-			return // renewed meanwhile
-		}
-		if err != nil && r.refusedOn(err, key+leaseSuffix) {
-			r.leasePurgeRefused.Store(true)
-			r.log.Warn().Err(err).Str("bucket", r.reg.cfg.Bucket).
-				Msg("serverlist: reaper: this process may not end leases (purge <service>.<id>.lease, docs/security.md): it removes the records of ended leases alone, and their expiry signals repeat every lease until the leases are ended")
-			err = nil
-		}
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		err = nil // ended by its holder, or aged out
-	}
+	renewed, err := r.endLease(ctx, key, func(lease jetstream.KeyValueEntry) bool { return lease.Revision() > sig })
 	if err != nil {
 		r.failed(ctx, err).Str("key", key).Msg("serverlist: reaper: end the lease")
 		return
+	}
+	if renewed {
+		return // after the signal, or while the reaper ended it
 	}
 	rec, err := r.reg.kv.Get(ctx, key)
 	switch {
@@ -50,6 +33,40 @@ func (r *Reaper) expire(ctx context.Context, key string, sig uint64) {
 	case rec.Revision() < sig:
 		r.remove(ctx, key, rec.Revision(), "lease ended")
 	}
+}
+
+// endLease ends the lease of the record under key, conditionally on its
+// revision, so that a renewal racing the reaper wins: renewed reports
+// that it was renewed meanwhile, or before, by renewedSince (a renewal
+// after the proof the caller has of its end). An absent lease (ended by
+// its holder, or aged out) counts as ended. A reaper whose account may
+// not end leases (it learns it at the first refusal, and says so once)
+// leaves them: the record goes alone, and a holder that renews late finds
+// it gone and re-asserts it.
+func (r *Reaper) endLease(ctx context.Context, key string, renewedSince func(jetstream.KeyValueEntry) bool) (renewed bool, err error) {
+	lease, err := r.reg.kv.Get(ctx, key+leaseSuffix)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	case renewedSince(lease):
+		return true, nil
+	case r.leasePurgeRefused.Load():
+		return false, nil
+	}
+	err = r.reg.kv.Purge(ctx, key+leaseSuffix, jetstream.LastRevision(lease.Revision()))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
+		return true, nil
+	case err != nil && r.refusedOn(err, key+leaseSuffix):
+		if !r.leasePurgeRefused.Swap(true) {
+			r.log.Warn().Err(err).Str("bucket", r.reg.cfg.Bucket).
+				Msg("serverlist: reaper: this process may not end leases (purge <service>.<id>.lease, docs/security.md): it removes the records of ended leases alone, and their expiry signals repeat every lease until the leases are ended")
+		}
+		return false, nil
+	}
+	return false, err
 }
 
 // reap removes the record under key unless its lease lives again (the
