@@ -49,10 +49,7 @@ func startFaultRig(t *testing.T) *faultRig {
 		"-lease", clusterLease.String())
 	// The gateway makes the bucket, with its lease, before any announcer
 	// would make it with the default one.
-	testutil.Eventually(t, "the gateway to be healthy", func() bool {
-		code, _, err := testutil.Fetch(client, "http://"+r.g.admin+"/healthz")
-		return err == nil && code == 200
-	})
+	r.g.waitHealthy(t)
 	for i := range 3 {
 		b := newTracked(t, fmt.Sprintf("i%d", i+1))
 		r.backends, r.anns = append(r.backends, b), append(r.anns, announceOn(t, r.c.URL(), b))
@@ -291,10 +288,7 @@ func TestClusterNodePaused(t *testing.T) {
 	// Given only the paused node's address, each learns the others from
 	// the cluster, as TestClusterNodeLoss's announcers do.
 	r.g.Proc = start(t, bin.gateway, "-listen", r.g.proxy, "-admin", r.g.admin, "-nats", paused.URL(), "-follow", "all", "-lease", lease.String())
-	testutil.Eventually(t, "the gateway to be healthy", func() bool {
-		code, _, err := testutil.Fetch(client, "http://"+r.g.admin+"/healthz")
-		return err == nil && code == 200
-	})
+	r.g.waitHealthy(t)
 	for i, url := range []string{paused.URL(), c.Nodes[1].URL(), c.Nodes[2].URL()} {
 		b := newTracked(t, fmt.Sprintf("i%d", i+1))
 		r.backends, r.anns = append(r.backends, b), append(r.anns, announceOn(t, url, b))
@@ -383,10 +377,7 @@ func TestClusterPartitionIsolatesTheLeader(t *testing.T) {
 	r := &faultRig{c: c}
 	r.g = &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t)}
 	r.g.Proc = start(t, bin.gateway, "-listen", r.g.proxy, "-admin", r.g.admin, "-nats", strings.Join(majority, ","), "-follow", "all")
-	testutil.Eventually(t, "the gateway to be healthy", func() bool {
-		code, _, err := testutil.Fetch(client, "http://"+r.g.admin+"/healthz")
-		return err == nil && code == 200
-	})
+	r.g.waitHealthy(t)
 	// i1 on the leader's node (the client picks a URL at random: started
 	// again until it lands there), i2 and i3 on the majority's.
 	all := leader.URL() + "," + strings.Join(majority, ",")

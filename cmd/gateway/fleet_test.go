@@ -79,10 +79,7 @@ func TestFleetViewShowsAPausedGateway(t *testing.T) {
 		if id == "gw-1" {
 			// The viewer first: the others' first reports reach it (a
 			// report missed is sent again only at the next heartbeat).
-			testutil.Eventually(t, "the viewer to be healthy", func() bool {
-				code, _, err := testutil.Fetch(client, "http://"+g.admin+"/healthz")
-				return err == nil && code == 200
-			})
+			g.waitHealthy(t)
 		}
 	}
 	viewer := gws["gw-1"]

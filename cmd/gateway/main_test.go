@@ -57,11 +57,17 @@ func startGateway(t testing.TB, dataDir, natsAddr string) *gw {
 	t.Helper()
 	g := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t), nats: natsAddr}
 	g.Proc = start(t, bin.gateway, "-listen", g.proxy, "-admin", g.admin, "-embedded-nats", natsAddr, "-data-dir", dataDir, "-log-level", "debug", "-follow", "all")
+	g.waitHealthy(t)
+	return g
+}
+
+// waitHealthy waits until the gateway's /healthz answers 200.
+func (g *gw) waitHealthy(t testing.TB) {
+	t.Helper()
 	testutil.Eventually(t, "the gateway to be healthy", func() bool {
 		code, _, err := testutil.Fetch(client, "http://"+g.admin+"/healthz")
 		return err == nil && code == 200
 	})
-	return g
 }
 
 // client bounds each request of the tests to the gateway at 5 s. Its
