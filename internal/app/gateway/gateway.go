@@ -100,12 +100,9 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	if g.nc, err = natsconn.Connect(ctx, nccfg, g.log); err != nil {
 		return err
 	}
-	if fitted, ok := nccfg.Refit(bucketTTL(ctx, g.nc, g.cfg.Prefix)); ok && g.cfg.Lease == 0 {
-		// The bucket's lease (taken when none is configured) is short
-		// for the default pings: connect again with pings fitted to it.
-		g.nc.Close()
-		g.log.Info().Dur("ping_interval", fitted.PingInterval).Msg("the registry's lease is short for the default pings: connecting again with pings fitted to it")
-		if g.nc, err = natsconn.Connect(ctx, fitted, g.log); err != nil {
+	if g.cfg.Lease == 0 && nccfg.PingInterval == 0 {
+		// The bucket's lease may be short for the default pings.
+		if err := g.refitPings(ctx, nccfg); err != nil {
 			return err
 		}
 	}
@@ -326,6 +323,21 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 			g.log.Info().Msg("gateway stopped")
 		}
 	})
+	return err
+}
+
+// refitPings connects again, with pings fitted to it, when the registry
+// bucket's lease (taken when none is configured) is short for the default
+// pings (natsconn.Config.Refit).
+func (g *Gateway) refitPings(ctx context.Context, nccfg natsconn.Config) error {
+	fitted, ok := nccfg.Refit(bucketTTL(ctx, g.nc, g.cfg.Prefix))
+	if !ok {
+		return nil
+	}
+	g.nc.Close()
+	g.log.Info().Dur("ping_interval", fitted.PingInterval).Msg("the registry's lease is short for the default pings: connecting again with pings fitted to it")
+	var err error
+	g.nc, err = natsconn.Connect(ctx, fitted, g.log)
 	return err
 }
 
