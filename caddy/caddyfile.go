@@ -22,6 +22,7 @@ import (
 //		tls_cert        <file>
 //		tls_key         <file>
 //		connect_timeout <duration>
+//		ping_interval   <duration>
 //		prefix          <prefix>
 //		lease           <duration>
 //		reaper
@@ -72,7 +73,7 @@ func (u *Upstreams) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			u.NATS = append(u.NATS, urls...)
-		case "connect_timeout", "lease":
+		case "connect_timeout", "ping_interval", "lease":
 			if !d.NextArg() {
 				return d.ArgErr()
 			}
@@ -83,9 +84,12 @@ func (u *Upstreams) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if d.NextArg() {
 				return d.Errf("%s takes one value", dir)
 			}
-			if dir == "lease" {
+			switch dir {
+			case "lease":
 				u.Lease = caddy.Duration(dur)
-			} else {
+			case "ping_interval":
+				u.PingInterval = caddy.Duration(dur)
+			default:
 				u.ConnectTimeout = caddy.Duration(dur)
 			}
 		case "reaper":

@@ -58,6 +58,12 @@ type ClientConfig struct {
 	// config loads; a config whose NATS cannot be reached in that time
 	// fails to load. Default 10s.
 	ConnectTimeout caddy.Duration `json:"connect_timeout,omitempty"`
+	// PingInterval is how often the connection pings its NATS server;
+	// after two pings unanswered it is given up and made again, so that a
+	// paused server or a dead link is noticed before the registry's leases
+	// end. Default 5s, or a sixth of Lease when that is shorter; a value
+	// given must keep two intervals below half of Lease.
+	PingInterval caddy.Duration `json:"ping_interval,omitempty"`
 
 	// Prefix is the deployment's subject prefix. Default "lb".
 	Prefix string `json:"prefix,omitempty"`
@@ -109,8 +115,8 @@ func (c ClientConfig) natsConfig() natsconn.Config {
 		CredsFile: c.CredsFile, User: c.User, Password: c.Password, PasswordFile: c.PasswordFile,
 		Token: c.Token, TokenFile: c.TokenFile, NkeyFile: c.NkeyFile,
 		TLSCA: c.TLSCA, TLSCert: c.TLSCert, TLSKey: c.TLSKey,
-		ConnectTimeout: time.Duration(c.ConnectTimeout),
-	}
+		ConnectTimeout: time.Duration(c.ConnectTimeout), PingInterval: time.Duration(c.PingInterval),
+	}.ForLease(time.Duration(c.Lease))
 }
 
 // settings is g in gossipflag's terms.
@@ -134,6 +140,9 @@ func (c ClientConfig) prepare() (*prepared, error) {
 	p := &prepared{nats: c.natsConfig()}
 	if err := p.nats.Validate(); err != nil {
 		return nil, fmt.Errorf("nats settings: %w", err)
+	}
+	if err := p.nats.ValidateLease(time.Duration(c.Lease)); err != nil {
+		return nil, fmt.Errorf("ping_interval: %w", err)
 	}
 	if c.ConnectTimeout < 0 {
 		return nil, fmt.Errorf("connect_timeout %v is negative", time.Duration(c.ConnectTimeout))

@@ -54,6 +54,7 @@ func TestCaddyfileSource(t *testing.T) {
 		creds /etc/creds
 		tls_ca /etc/ca.pem
 		connect_timeout 3s
+		ping_interval 1s
 		prefix lb2
 		lease 10s
 		reaper
@@ -70,7 +71,7 @@ func TestCaddyfileSource(t *testing.T) {
 	}
 	got, _ := json.Marshal(&u)
 	want := `{"service":"orders","zone":"us-east-1a","nats":["nats://a:4222","nats://b:4222","tls://c:4222"],"creds_file":"/etc/creds",` +
-		`"tls_ca":"/etc/ca.pem","connect_timeout":3000000000,"prefix":"lb2","lease":10000000000,"reaper":true,"balancers_file":"/etc/pushlb.yaml",` +
+		`"tls_ca":"/etc/ca.pem","connect_timeout":3000000000,"ping_interval":1000000000,"prefix":"lb2","lease":10000000000,"reaper":true,"balancers_file":"/etc/pushlb.yaml",` +
 		`"rule":"BestAvailable","gossip":{"bind":"127.0.0.1:7946","join":["10.0.0.1:7946","10.0.0.2:7946"],"profile":"fast","label":"prod"}}`
 	if string(got) != want {
 		t.Fatalf("JSON\n got %s\nwant %s", got, want)
@@ -130,6 +131,7 @@ func TestValidate(t *testing.T) {
 		{"unknown rule", &pushlbcaddy.Upstreams{Service: "orders", ClientConfig: pushlbcaddy.ClientConfig{Rule: "Fastest"}}, "Fastest"},
 		{"bad prefix", &pushlbcaddy.Upstreams{Service: "orders", ClientConfig: pushlbcaddy.ClientConfig{Prefix: "a b"}}, "Config.Prefix"},
 		{"short lease", &pushlbcaddy.Upstreams{Service: "orders", ClientConfig: pushlbcaddy.ClientConfig{Lease: caddy.Duration(time.Millisecond)}}, "Config.Lease"},
+		{"pings slower than the lease", &pushlbcaddy.Upstreams{Service: "orders", ClientConfig: pushlbcaddy.ClientConfig{Lease: caddy.Duration(10 * time.Second), PingInterval: caddy.Duration(5 * time.Second)}}, "ping_interval"},
 		{"missing balancers file", &pushlbcaddy.Upstreams{Service: "orders", ClientConfig: pushlbcaddy.ClientConfig{BalancersFile: "/nonexistent/pushlb.yaml"}}, "balancers_file"},
 		{"bad gossip profile", &pushlbcaddy.Upstreams{Service: "orders", ClientConfig: pushlbcaddy.ClientConfig{Gossip: &pushlbcaddy.Gossip{Bind: "127.0.0.1:0", Profile: "slow"}}}, "gossip"},
 	} {

@@ -43,7 +43,7 @@ func main() {
 	service := flag.Arg(0)
 	pushlbgrpc.RegisterBalancer()
 
-	nc, err := nats.Connect(*natsURL)
+	nc, err := nats.Connect(*natsURL, pushlb.PingOptions()...) // pings that notice a paused server within the lease
 	if err != nil {
 		log.Fatal(err)
 	}
