@@ -17,18 +17,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pushlb/pushlb/internal/testkit/natsproc"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
-var bin struct{ gateway, announce, backend, service string }
+var bin struct{ gateway, announce, backend, service, natsServer string }
 
 // TestMain builds the binaries; once the tests passed, the processes were
 // killed and reaped, and the test's own HTTP clients and servers must be
 // gone too (client shares http.DefaultClient's transport).
 func TestMain(m *testing.M) {
 	os.Exit(testutil.RunWithBinaries(m, func(paths []string) {
-		bin.gateway, bin.announce, bin.backend, bin.service = paths[0], paths[1], paths[2], paths[3]
-	}, ".", "../announce", "../../internal/testkit/testbackend", "../../examples/embed/service"))
+		bin.gateway, bin.announce, bin.backend, bin.service, bin.natsServer = paths[0], paths[1], paths[2], paths[3], paths[4]
+	}, ".", "../announce", "../../internal/testkit/testbackend", "../../examples/embed/service", natsproc.Module))
 }
 
 // Bounds of the waits for a process: one line of output, an exit.

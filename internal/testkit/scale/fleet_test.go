@@ -21,7 +21,7 @@ import (
 
 	"github.com/pushlb/pushlb/convergence"
 	"github.com/pushlb/pushlb/events"
-	"github.com/pushlb/pushlb/internal/app/natsaccounts"
+	"github.com/pushlb/pushlb/internal/testkit/natsproc"
 	"github.com/pushlb/pushlb/internal/testkit/scale"
 	"github.com/pushlb/pushlb/internal/testkit/testpub"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
@@ -239,11 +239,8 @@ func mapsKeys(m map[string]bool) func(func(string) bool) {
 }
 
 // natsProcs is a nats-server process, or a cluster of them, with
-// pushlb's accounts (natsaccounts: disconnect advisories imported).
-type natsProcs struct {
-	urls  []string
-	procs []*testutil.Proc
-}
+// pushlb's accounts (natsproc).
+type natsProcs struct{ *natsproc.Cluster }
 
 var (
 	natsBuildOnce sync.Once
@@ -257,7 +254,7 @@ func natsServer(tb testing.TB) string {
 	natsBuildOnce.Do(func() {
 		var bins []string
 		var remove func()
-		bins, remove, natsBuildErr = testutil.BuildBinaries("github.com/nats-io/nats-server/v2")
+		bins, remove, natsBuildErr = testutil.BuildBinaries(natsproc.Module)
 		if natsBuildErr == nil {
 			natsBin = bins[0]
 			prev := removeBins
@@ -273,64 +270,13 @@ func natsServer(tb testing.TB) string {
 // startNATSProcs starts n nats-server processes (a cluster when n > 1)
 // and waits until JetStream answers.
 func startNATSProcs(tb testing.TB, n int) *natsProcs {
-	bin := natsServer(tb)
-	accounts, err := natsaccounts.Config(events.DefaultPrefix)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	clients, routes := make([]string, n), make([]string, n)
-	for i := range n {
-		clients[i], routes[i] = testutil.FreeAddr(tb), testutil.FreeAddr(tb)
-	}
-	s := &natsProcs{}
-	for i := range n {
-		var conf strings.Builder
-		fmt.Fprintf(&conf, "server_name: n%d\nlisten: %s\njetstream { store_dir: %q }\n", i, clients[i], tb.TempDir())
-		if n > 1 {
-			var others []string
-			for j := range n {
-				if j != i {
-					others = append(others, "nats-route://"+routes[j])
-				}
-			}
-			fmt.Fprintf(&conf, "cluster { name: bench, listen: %s, routes: [%s] }\n", routes[i], strings.Join(others, ", "))
-		}
-		conf.WriteString(accounts)
-		path := filepath.Join(tb.TempDir(), "nats.conf")
-		if err := os.WriteFile(path, []byte(conf.String()), 0o600); err != nil {
-			tb.Fatal(err)
-		}
-		s.procs = append(s.procs, testutil.StartCmd(tb, exec.Command(bin, "-c", path)))
-		s.urls = append(s.urls, "nats://"+clients[i])
-	}
-	nc := s.connect(tb)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	testutil.EventuallyWithin(tb, time.Minute, "JetStream to answer", func() bool {
-		ctx, cancel := context.WithTimeout(tb.Context(), time.Second)
-		defer cancel()
-		_, err := js.AccountInfo(ctx)
-		return err == nil
-	})
-	return s
+	return &natsProcs{natsproc.Start(tb, natsServer(tb), n)}
 }
 
-func (s *natsProcs) url() string { return strings.Join(s.urls, ",") }
+func (s *natsProcs) url() string { return s.URL() }
 
 // connect returns a connection to the servers, closed at cleanup.
-func (s *natsProcs) connect(tb testing.TB) *nats.Conn {
-	tb.Helper()
-	var nc *nats.Conn
-	testutil.EventuallyWithin(tb, time.Minute, "a connection to NATS", func() bool {
-		var err error
-		nc, err = nats.Connect(s.url(), nats.MaxReconnects(-1))
-		return err == nil
-	})
-	tb.Cleanup(nc.Close)
-	return nc
-}
+func (s *natsProcs) connect(tb testing.TB) *nats.Conn { return s.Connect(tb) }
 
 // consumers counts the JetStream consumers of the application account.
 func (s *natsProcs) consumers(tb testing.TB) int {
@@ -352,7 +298,7 @@ func (s *natsProcs) consumers(tb testing.TB) int {
 // cpu returns the servers' CPU time so far.
 func (s *natsProcs) cpu(tb testing.TB) time.Duration {
 	var sum time.Duration
-	for _, p := range s.procs {
+	for _, p := range s.Procs {
 		c, _ := procStat(tb, p.Pid())
 		sum += c
 	}
@@ -372,7 +318,7 @@ func gatewaysCPU(tb testing.TB, gws []*fleetGateway) time.Duration {
 // rss returns the servers' resident memory, summed.
 func (s *natsProcs) rss(tb testing.TB) int64 {
 	var sum int64
-	for _, p := range s.procs {
+	for _, p := range s.Procs {
 		_, r := procStat(tb, p.Pid())
 		sum += r
 	}
