@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb"
+	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/internal/cli/logx"
+	"github.com/pushlb/pushlb/internal/cli/natsconn"
+)
+
+// Defaults of the flags.
+const (
+	defaultDrainTimeout = 10 * time.Second
+	defaultPoll         = 500 * time.Millisecond
+	defaultResync       = 30 * time.Second
+	defaultTimeout      = 5 * time.Second
+	defaultNamePrefix   = "pushlb-"
+	// startTimeout bounds the pushlb client's start (the registry loaded).
+	startTimeout = 30 * time.Second
+)
+
+// follow is one backend kept equal to one service's list.
+type follow struct {
+	Service, Backend string
+}
+
+// options is the parsed and checked command line.
+type options struct {
+	socket       string
+	master       bool
+	zone         string
+	check        bool
+	drainTimeout time.Duration
+	poll         time.Duration
+	resync       time.Duration
+	timeout      time.Duration
+	namePrefix   string
+	resolve      bool
+	metrics      string
+	prefix       string
+	logLevel     zerolog.Level
+	follow       []follow
+	nats         natsconn.Config
+}
+
+const synopsis = `usage: haproxy-sync -socket PATH|HOST:PORT [-master] [-zone Z] [-check] [flags] SERVICE[=BACKEND]...
+Run haproxy-sync -h for every flag.
+`
+
+// errHelp is -h: the usage was printed, the exit status is 0.
+var errHelp = flag.ErrHelp
+
+// parseArgs reads the command line. Errors are usage errors.
+func parseArgs(args []string, out io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("haproxy-sync", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprint(out, synopsis)
+		fs.PrintDefaults()
+	}
+	var logLevel string
+	fs.StringVar(&o.socket, "socket", "", "HAProxy's runtime API: a unix socket `path` (a stats socket \"level admin\", or the master CLI with -master), or host:port")
+	fs.BoolVar(&o.master, "master", false, "the socket is the master CLI of a master-worker HAProxy: commands go to the current worker (@1)")
+	fs.StringVar(&o.zone, "zone", "", "local `zone`: instances of another zone are added as backup servers (empty: every instance is active)")
+	fs.BoolVar(&o.check, "check", false, "add servers with \"check\" and enable their health checks (the backend's default-server settings apply)")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "how long a server leaving gracefully is drained before its sessions are shut down")
+	fs.DurationVar(&o.poll, "poll", defaultPoll, "how often HAProxy's process ID is read, to notice a restart or reload")
+	fs.DurationVar(&o.resync, "resync", defaultResync, "how often every backend is read and reconciled regardless (0: never)")
+	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "bound of one runtime API command")
+	fs.StringVar(&o.namePrefix, "name-prefix", defaultNamePrefix, "`prefix` of the server names the sync gives instances; servers without it are left alone")
+	fs.BoolVar(&o.resolve, "resolve", true, "resolve an instance's host name before adding it (HAProxy 2.6 does not); false: leave it out, with an error")
+	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics on `addr` (/metrics); empty: none")
+	fs.StringVar(&o.prefix, "prefix", events.DefaultPrefix, "pushlb's subject `prefix`")
+	fs.StringVar(&logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
+	o.nats.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	var problems []error
+	if o.socket == "" {
+		problems = append(problems, errors.New("-socket is required"))
+	} else if _, _, err := parseSocket(o.socket); err != nil {
+		problems = append(problems, fmt.Errorf("-socket: %w", err))
+	}
+	lvl, err := zerolog.ParseLevel(logLevel)
+	if err != nil || logLevel == "" {
+		problems = append(problems, fmt.Errorf("-log-level: unknown level %q", logLevel))
+	}
+	o.logLevel = lvl
+	if err := events.ValidatePrefix(o.prefix); err != nil {
+		problems = append(problems, fmt.Errorf("-prefix: %w", err))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+		zero bool
+	}{{"drain-timeout", o.drainTimeout, true}, {"poll", o.poll, false}, {"resync", o.resync, true}, {"timeout", o.timeout, false}} {
+		if d.v < 0 || d.v == 0 && !d.zero {
+			problems = append(problems, fmt.Errorf("-%s: %v is not a positive duration", d.name, d.v))
+		}
+	}
+	if o.namePrefix == "" || strings.ContainsFunc(o.namePrefix, func(r rune) bool { return o.serverName(string(r)) != o.namePrefix+string(r) }) {
+		problems = append(problems, fmt.Errorf("-name-prefix: %q must be letters, digits, '-', '_', '.' or ':'", o.namePrefix))
+	}
+	if fs.NArg() == 0 {
+		problems = append(problems, errors.New("no service to follow: give SERVICE[=BACKEND]..."))
+	}
+	backends := map[string]bool{}
+	for _, arg := range fs.Args() {
+		svc, be, _ := strings.Cut(arg, "=")
+		if be == "" {
+			be = svc
+		}
+		if err := events.ValidateService(svc); err != nil {
+			problems = append(problems, fmt.Errorf("%q: %w", arg, err))
+			continue
+		}
+		if strings.ContainsAny(be, " \t/;") {
+			problems = append(problems, fmt.Errorf("%q: backend name %q has a space, '/' or ';'", arg, be))
+			continue
+		}
+		if backends[be] {
+			problems = append(problems, fmt.Errorf("%q: backend %q given twice", arg, be))
+			continue
+		}
+		backends[be] = true
+		o.follow = append(o.follow, follow{Service: svc, Backend: be})
+	}
+	if err := errors.Join(problems...); err != nil {
+		return nil, &usageError{err}
+	}
+	return o, nil
+}
+
+// usageError is a command line that cannot run: exit status 2.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the whole program: it parses args, follows the services and syncs
+// the backends until ctx ends, and returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseArgs(args, stdout)
+	switch {
+	case errors.Is(err, errHelp):
+		return exitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "haproxy-sync: %v\n%s", err, synopsis)
+		return exitUsage
+	}
+	log := logx.New(stderr, o.logLevel).With().Str("cmd", "haproxy-sync").Logger()
+	if err := serve(ctx, o, log); err != nil {
+		log.Error().Err(err).Msg("stopped")
+		return exitFailure
+	}
+	return exitOK
+}
+
+// serve connects to NATS, starts a pushlb client that follows the services,
+// and keeps the backends equal to their lists until ctx ends.
+func serve(ctx context.Context, o *options, log zerolog.Logger) error {
+	network, addr, _ := parseSocket(o.socket)
+	api := &runtimeAPI{network: network, addr: addr, timeout: o.timeout}
+	if o.master {
+		api.target = "@1 "
+	}
+	m := newMetrics()
+	s := newSyncer(api, o, log, m)
+
+	// A socket that cannot be reached at all at start is a clear error
+	// (a wrong path); one that fails later is waited for.
+	info, err := api.processInfo(ctx)
+	if err != nil {
+		return fmt.Errorf("HAProxy's runtime API at %s: %w", api, err)
+	}
+	log.Info().Str("socket", api.String()).Int("pid", info.PID).Str("version", info.Version).Msg("HAProxy found")
+
+	if o.metrics != "" {
+		ln, err := net.Listen("tcp", o.metrics)
+		if err != nil {
+			return fmt.Errorf("-metrics: %w", err)
+		}
+		srv := &http.Server{Handler: metricsMux(m), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		log.Info().Str("addr", ln.Addr().String()).Msg("metrics served")
+	}
+
+	o.nats.Name = "haproxy-sync"
+	if o.nats.URL == "" {
+		o.nats.URL = natsconn.DefaultURL
+	}
+	nc, err := natsconn.Connect(ctx, o.nats, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	services := make([]string, 0, len(o.follow))
+	for _, f := range o.follow {
+		services = append(services, f.Service)
+	}
+	c, err := pushlb.New(nc, pushlb.Config{Prefix: o.prefix, Zone: o.zone, Follow: pushlb.FollowListed, Services: services},
+		pushlb.WithLogger(log), pushlb.WithListObserver(s.observe))
+	if err != nil {
+		return err
+	}
+	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
+	err = c.Start(startCtx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("starting the pushlb client: %w", err)
+	}
+	defer c.Close()
+	log.Info().Strs("services", services).Msg("following")
+	s.run(ctx, c)
+	log.Info().Msg("stopping")
+	return nil
+}
+
+func metricsMux(m *metrics) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	return mux
+}
