@@ -79,6 +79,13 @@ func DefaultConfig() Config {
 	}
 }
 
+// Validate reports every invalid field of c, in one error wrapping
+// ErrInvalidConfig; New reports the same.
+func (c Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
 // withDefaults checks c and fills its zero fields; its error wraps
 // ErrInvalidConfig and names every bad field.
 func (c Config) withDefaults() (Config, error) {

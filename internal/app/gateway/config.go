@@ -16,6 +16,7 @@ import (
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/balancer/lbconfig"
 	"github.com/pushlb/pushlb/convergence"
+	"github.com/pushlb/pushlb/dns"
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/base/yamlx"
@@ -98,6 +99,11 @@ type Config struct {
 	// applied of each service it follows on <prefix>.report.<id>, at most
 	// once per interval (pushlb.Config.Report), for a fleet view.
 	Report pushlb.ReportConfig `yaml:"report"`
+	// DNS serves the pushed lists over DNS: an authoritative responder on
+	// UDP and TCP at dns.listen (-dns), with the gateway's zone unless
+	// dns.zone names another (package dns, docs/dns.md). Default off (no
+	// listen address).
+	DNS dns.Config `yaml:"dns"`
 	// FleetView makes the gateway a viewer of every gateway's reports: its
 	// admin /-/fleet says, per service, which gateways are behind the
 	// newest revision and for how long. Default off.
@@ -400,6 +406,11 @@ func (c *Config) problems() problems {
 		}
 	default:
 		bad("follow", "%q: all, listed or requested", c.Follow)
+	}
+	if c.DNS.Addr != "" {
+		if err := c.DNS.Validate(); err != nil {
+			from("dns", err, dns.ErrInvalidConfig)
+		}
 	}
 	if c.Report.ID != "" {
 		if err := convergence.ValidateID(c.Report.ID); err != nil {

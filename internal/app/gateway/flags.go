@@ -25,6 +25,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Prefix, "prefix", c.Prefix, "NATS subject `prefix`")
 	fs.DurationVar(&c.Lease, "lease", c.Lease, "registry lease (the bucket's TTL): 0 takes the bucket's, or 30s when this gateway creates it; a lease given here must match an existing bucket's")
 	fs.StringVar(&c.Report.ID, "report-id", c.Report.ID, "publish what this gateway applied of each service on <prefix>.report.`ID`, for a fleet view (report.id)")
+	fs.StringVar(&c.DNS.Addr, "dns", c.DNS.Addr, "serve the pushed lists over DNS (UDP and TCP) at `address`, e.g. 127.0.0.1:8600: <service>.service.pushlb A/AAAA/SRV (dns.listen; docs/dns.md); empty: off")
 	fs.BoolVar(&c.FleetView, "fleet-view", c.FleetView, "view every gateway's reports: /-/fleet on the admin address says which gateways are behind (fleetView)")
 	fs.Func("follow", "what the gateway follows: all (every service), listed (subscriber.services and the balancer section's), requested (those and each service a request asks for); default all with -xds or -demo, listed with subscriber.services, requested otherwise", func(v string) error {
 		c.Follow = pushlb.FollowMode(v)

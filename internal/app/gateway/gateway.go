@@ -16,6 +16,7 @@ import (
 
 	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/convergence"
+	"github.com/pushlb/pushlb/dns"
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/cli/natsconn"
@@ -38,6 +39,7 @@ type Gateway struct {
 	natsWatch *natsWatch
 	client    *pushlb.Client
 	fleet     *convergence.Viewer // with FleetView
+	dns       *dns.Server         // with DNS.Addr
 	demo      *demo
 	dash      *dashboard
 	pending   []Extension // to start
@@ -82,6 +84,9 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	checks := []listenCheck{{g.cfg.Listen, "-listen"}}
 	if g.cfg.Admin != "off" {
 		checks = append(checks, listenCheck{g.cfg.Admin, "-admin"})
+	}
+	if g.cfg.DNS.Addr != "" {
+		checks = append(checks, listenCheck{g.cfg.DNS.Addr, "-dns"})
 	}
 	if nccfg.URL == "" {
 		checks = append([]listenCheck{{g.cfg.EmbeddedNATS, "-embedded-nats"}}, checks...)
@@ -136,6 +141,11 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 			}
 		}
 	}
+	if g.cfg.DNS.Addr != "" {
+		if err := g.startDNS(ctx); err != nil {
+			return err
+		}
+	}
 	if g.cfg.Demo {
 		if g.demo, err = startDemo(ctx, g.nc, g.cfg, g.log); err != nil {
 			return fmt.Errorf("gateway: demo: %w", err)
@@ -157,7 +167,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		g.adminSrv = g.cfg.HTTP.server(g.adminHandler())
 		g.serve(g.adminSrv, g.adminLn)
 	}
-	g.log.Info().Str("listen", g.proxyLn.Addr().String()).Str("admin", g.AdminAddr()).Str("nats", g.nc.ConnectedUrl()).Msg("gateway started")
+	g.log.Info().Str("listen", g.proxyLn.Addr().String()).Str("admin", g.AdminAddr()).Str("dns", g.DNSAddr()).Str("nats", g.nc.ConnectedUrl()).Msg("gateway started")
 	g.started = true
 	return nil
 }
@@ -300,6 +310,11 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		for i := len(g.exts) - 1; i >= 0; i-- {
 			if e := g.exts[i].Stop(ctx); e != nil {
 				err = errors.Join(err, fmt.Errorf("gateway: %s: stop: %w", g.exts[i].Name(), e))
+			}
+		}
+		if g.dns != nil {
+			if e := g.dns.Close(ctx); e != nil {
+				err = errors.Join(err, fmt.Errorf("gateway: %w", e))
 			}
 		}
 		if g.fleet != nil {
