@@ -61,6 +61,9 @@ func needHAProxy(t testing.TB) string {
 	t.Helper()
 	path, err := exec.LookPath("haproxy")
 	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/haproxy"); serr == nil { // a PATH without sbin
+			return "/usr/sbin/haproxy"
+		}
 		testutil.Missing(t, "haproxy is not installed (apt-get install haproxy): %v", err)
 	}
 	return path
@@ -264,6 +267,7 @@ type backend struct {
 	nc    *nats.Conn
 	pub   *publisher.Publisher
 	hits  atomic.Int64
+	last  atomic.Int64  // when it last received a request, UnixNano
 	block chan struct{} // when set, requests to /slow wait for its close
 }
 
@@ -273,6 +277,7 @@ func announce(t testing.TB, ns *natstest.Server, service, id, zone string, weigh
 	b := &backend{id: id, block: make(chan struct{})}
 	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b.hits.Add(1)
+		b.last.Store(time.Now().UnixNano())
 		if r.URL.Path == "/slow" {
 			select {
 			case <-b.block:

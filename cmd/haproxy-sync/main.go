@@ -30,6 +30,11 @@ const (
 	defaultResync       = 30 * time.Second
 	defaultTimeout      = 5 * time.Second
 	defaultNamePrefix   = "pushlb-"
+	// defaultCoalesce is shorter than pushlb's 10 ms: a change costs the
+	// sync a few socket commands (~0.1 ms each), and a withdrawal that
+	// follows another change of the service within the coalescing window
+	// would wait for its end.
+	defaultCoalesce = time.Millisecond
 	// startTimeout bounds the pushlb client's start (the registry loaded).
 	startTimeout = 30 * time.Second
 )
@@ -49,6 +54,7 @@ type options struct {
 	poll         time.Duration
 	resync       time.Duration
 	timeout      time.Duration
+	coalesce     time.Duration
 	namePrefix   string
 	resolve      bool
 	metrics      string
@@ -83,6 +89,7 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 	fs.DurationVar(&o.poll, "poll", defaultPoll, "how often HAProxy's process ID is read, to notice a restart or reload")
 	fs.DurationVar(&o.resync, "resync", defaultResync, "how often every backend is read and reconciled regardless (0: never)")
 	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "bound of one runtime API command")
+	fs.DurationVar(&o.coalesce, "coalesce", defaultCoalesce, "least time between two applications of one service's list (pushlb.Config.Coalesce)")
 	fs.StringVar(&o.namePrefix, "name-prefix", defaultNamePrefix, "`prefix` of the server names the sync gives instances; servers without it are left alone")
 	fs.BoolVar(&o.resolve, "resolve", true, "resolve an instance's host name before adding it (HAProxy 2.6 does not); false: leave it out, with an error")
 	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics on `addr` (/metrics); empty: none")
@@ -110,7 +117,7 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 		name string
 		v    time.Duration
 		zero bool
-	}{{"drain-timeout", o.drainTimeout, true}, {"poll", o.poll, false}, {"resync", o.resync, true}, {"timeout", o.timeout, false}} {
+	}{{"drain-timeout", o.drainTimeout, true}, {"poll", o.poll, false}, {"resync", o.resync, true}, {"timeout", o.timeout, false}, {"coalesce", o.coalesce, false}} {
 		if d.v < 0 || d.v == 0 && !d.zero {
 			problems = append(problems, fmt.Errorf("-%s: %v is not a positive duration", d.name, d.v))
 		}
@@ -229,7 +236,7 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 	for _, f := range o.follow {
 		services = append(services, f.Service)
 	}
-	c, err := pushlb.New(nc, pushlb.Config{Prefix: o.prefix, Zone: o.zone, Follow: pushlb.FollowListed, Services: services},
+	c, err := pushlb.New(nc, pushlb.Config{Coalesce: o.coalesce, Prefix: o.prefix, Zone: o.zone, Follow: pushlb.FollowListed, Services: services},
 		pushlb.WithLogger(log), pushlb.WithListObserver(s.observe))
 	if err != nil {
 		return err
