@@ -2,6 +2,7 @@ package natstest_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -59,18 +60,24 @@ func TestClusterSurvivesLeaderLoss(t *testing.T) {
 }
 
 // A partitionable cluster forms through its links; a node cut from the
-// others loses its routes, and has them again once healed.
+// others loses its routes, and has them again once healed, as many times
+// as it is cut: no route goes past the links (a route that route gossip
+// made to a node's own port, after a heal or at the start, left the node
+// "isolated" with a route to one of the others).
 func TestPartitionableCluster(t *testing.T) {
 	c, p := natstest.StartPartitionableCluster(t, 3)
-	routes := func() int {
-		if srv := c.Nodes[0].NATS(); srv != nil {
+	routes := func(i int) int {
+		if srv := c.Nodes[i].NATS(); srv != nil {
 			return srv.NumRoutes()
 		}
 		return -1
 	}
-	p.Isolate(0)
-	testutil.Eventually(t, "node 1 without routes", func() bool { return routes() == 0 })
-	p.Heal(0)
-	testutil.Eventually(t, "node 1 routed again", func() bool { return routes() > 0 })
+	for round := range 3 {
+		i := round % 2 // node 1, node 2, node 1 again
+		p.Isolate(i)
+		testutil.Eventually(t, fmt.Sprintf("round %d: node %d without routes", round+1, i+1), func() bool { return routes(i) == 0 })
+		p.Heal(i)
+		testutil.Eventually(t, fmt.Sprintf("round %d: node %d routed to both others again", round+1, i+1), func() bool { return routes(i) == 2 })
+	}
 	c.WaitJetStream(t)
 }

@@ -140,6 +140,9 @@ func (l *Link) accept() {
 			s.Close()
 			return
 		}
+		// Accepted before a Pause, dialled after its Freeze: frozen as if
+		// it had been open then, or it would pass through a paused link.
+		p.frozen.Store(l.paused)
 		l.pairs = append(l.pairs, p)
 		l.wg.Add(2)
 		l.mu.Unlock()

@@ -2,6 +2,7 @@ package natstest
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"testing"
 	"time"
@@ -22,9 +23,20 @@ type Partitions struct {
 // neither their routes nor their clients' URLs: clients are given every
 // node's URL), and ping each other every 250 ms, so that a cut route is
 // noticed within a second.
+//
+// A node tells the others of every node it routes to (route gossip), and
+// one that hears of a node it has no route to yet connects to the address
+// it heard, by default the node's own route port: a route past the Links,
+// which no partition cuts (a node "isolated" so kept a route to one of the
+// others, and the stream it led its quorum). It happens when a gossip
+// arrives before the Link route a node retries every second, at the
+// cluster's start or after a heal. So every node advertises, as its route
+// address, a port that closes each connection at once (refuser): the
+// connections gossip makes fail, and the nodes keep their Links' routes.
 func StartPartitionableCluster(tb testing.TB, n int, opts ...Option) (*Cluster, *Partitions) {
 	tb.Helper()
 	routePorts, clientPorts := clusterPorts(tb, n)
+	nowhere := refuser(tb)
 	p := &Partitions{links: make([][]*Link, n)}
 	for i := range n {
 		p.links[i] = make([]*Link, n)
@@ -36,6 +48,7 @@ func StartPartitionableCluster(tb testing.TB, n int, opts ...Option) (*Cluster, 
 	}
 	c := startNodes(tb, routePorts, clientPorts, func(i int, o *server.Options) []*url.URL {
 		o.Cluster.NoAdvertise, o.Cluster.PoolSize = true, -1
+		o.Cluster.Advertise = nowhere
 		o.PingInterval, o.MaxPingsOut = 250*time.Millisecond, 2
 		var routes []*url.URL
 		for j, l := range p.links[i] {
@@ -68,4 +81,30 @@ func (p *Partitions) Heal(i int) {
 			p.links[j][i].Resume()
 		}
 	}
+}
+
+// refuser listens on a free port of 127.0.0.1 and closes every connection
+// it accepts at once; it returns its address. The test's cleanup stops it.
+func refuser(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("natstest: refuser: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return // closed
+			}
+			c.Close()
+		}
+	}()
+	tb.Cleanup(func() {
+		ln.Close()
+		<-done
+	})
+	return ln.Addr().String()
 }
