@@ -366,8 +366,9 @@ type HeartbeatStats struct {
 	// Replace), Acked those the server acknowledged, Failed those it
 	// refused or did not acknowledge in time.
 	Due, Sent, Skipped, Acked, Failed int
-	// Stalls counts the times the in-flight bound held the generator back
-	// (the server acknowledged too slowly); MaxBehind is the most puts it
+	// Stalls counts the times the in-flight bound, or a lease whose last
+	// put was not acknowledged yet, held the generator back (the server
+	// acknowledged too slowly); MaxBehind is the most puts it
 	// was behind its schedule.
 	Stalls, MaxBehind int
 }
@@ -406,6 +407,12 @@ type Heartbeats struct {
 	mu            sync.Mutex // guards recs and subjects against Replace
 	recs          []Record
 	subjects      []string
+	// pending holds the lease subjects whose put awaits its
+	// acknowledgement: a lease's next put waits for it, as an announcer's
+	// next renewal does, since it names the revision the last one made (a
+	// compare-and-set that two puts in flight would fail).
+	pendingMu sync.Mutex
+	pending   map[string]bool
 }
 
 // NewHeartbeats returns heartbeats of recs (a copy is kept), leases of f,
@@ -415,7 +422,7 @@ func NewHeartbeats(nc *nats.Conn, f *Fleet, recs []Record, period time.Duration,
 	if len(recs) == 0 || period <= 0 || maxInFlight < 1 {
 		return nil, fmt.Errorf("scale: heartbeats of %d records every %v, %d in flight", len(recs), period, maxInFlight)
 	}
-	h := &Heartbeats{nc: nc, fleet: f, period: period, recs: slices.Clone(recs), subjects: make([]string, len(recs))}
+	h := &Heartbeats{nc: nc, fleet: f, period: period, recs: slices.Clone(recs), subjects: make([]string, len(recs)), pending: map[string]bool{}}
 	for i, r := range recs {
 		h.subjects[i] = kvSubject(r.key + leaseSuffix)
 	}
@@ -426,8 +433,12 @@ func NewHeartbeats(nc *nats.Conn, f *Fleet, recs []Record, period time.Duration,
 		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
 			f.setLeaseRevision(m.Subject, ack.Sequence)
 			h.acked.Add(1)
+			h.settled(m.Subject)
 		}),
-		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { h.failed.Add(1) }))
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, _ error) {
+			h.failed.Add(1)
+			h.settled(m.Subject)
+		}))
 	if err != nil {
 		return nil, err
 	}
@@ -502,11 +513,20 @@ func (h *Heartbeats) send(ctx context.Context, st *HeartbeatStats, next *int) er
 			*next = (*next + 1) % len(h.recs)
 			continue
 		}
-		m, err := h.fleet.leaseMsg(h.recs[*next], h.fleet.leaseRevision(h.subjects[*next]))
+		subject := h.subjects[*next]
+		if !h.begin(subject) {
+			st.Stalls++
+			return nil // its last put awaits its acknowledgement: go on at the next tick
+		}
+		m, err := h.fleet.leaseMsg(h.recs[*next], h.fleet.leaseRevision(subject))
 		if err != nil {
+			h.settled(subject)
 			return err
 		}
 		_, err = h.js.PublishMsgAsync(m, jetstream.WithStallWait(heartbeatTick))
+		if err != nil {
+			h.settled(subject)
+		}
 		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
 			st.Stalls++
 			return nil // acknowledgements are late: go on at the next tick
@@ -518,6 +538,24 @@ func (h *Heartbeats) send(ctx context.Context, st *HeartbeatStats, next *int) er
 		*next = (*next + 1) % len(h.recs)
 	}
 	return nil
+}
+
+// begin marks subject's put in flight; false when one already is.
+func (h *Heartbeats) begin(subject string) bool {
+	h.pendingMu.Lock()
+	defer h.pendingMu.Unlock()
+	if h.pending[subject] {
+		return false
+	}
+	h.pending[subject] = true
+	return true
+}
+
+// settled marks subject's put acknowledged or failed.
+func (h *Heartbeats) settled(subject string) {
+	h.pendingMu.Lock()
+	defer h.pendingMu.Unlock()
+	delete(h.pending, subject)
 }
 
 // ackWait bounds the wait for one heartbeat's acknowledgement.
