@@ -169,7 +169,8 @@ func (s *Server) answer(ctx context.Context, r *mdns.Msg, tcp bool) *mdns.Msg {
 
 // addrRecords adds the A and AAAA records qtype asks for: the zone's
 // servers that are addresses of the family, or all of them when the zone
-// has none, rotated from start.
+// has none, rotated from start. The records of one answer are allocated
+// together.
 func (s *Server) addrRecords(m *mdns.Msg, name string, servers []*balancer.Server, zone string, qtype uint16, start int) {
 	family := func(a netip.Addr) bool {
 		switch qtype {
@@ -180,31 +181,55 @@ func (s *Server) addrRecords(m *mdns.Msg, name string, servers []*balancer.Serve
 		}
 		return true // ANY
 	}
-	var picked, inZone []netip.Addr
+	all := make([]netip.Addr, 0, 2*len(servers))
+	inZone := 0
 	for _, sv := range servers {
 		a, err := netip.ParseAddr(sv.Host)
 		if err != nil {
 			continue // a host name: SRV names it, A and AAAA leave it out
 		}
-		a = a.Unmap()
-		if !family(a) {
+		if a = a.Unmap(); !family(a) {
 			continue
 		}
-		picked = append(picked, a)
+		all = append(all, a)
 		if zone != "" && strings.EqualFold(sv.Zone, zone) {
-			inZone = append(inZone, a)
+			all[inZone], all[len(all)-1] = all[len(all)-1], all[inZone] // the zone's first
+			inZone++
 		}
 	}
-	if len(inZone) > 0 {
-		picked = inZone
+	picked := all
+	if inZone > 0 {
+		picked = all[:inZone]
 	}
 	n := len(picked)
 	if s.cfg.MaxAnswers > 0 {
 		n = min(n, s.cfg.MaxAnswers)
 	}
+	if n == 0 {
+		return
+	}
+	var v4 []mdns.A
+	var v6 []mdns.AAAA
+	bytes := make([]byte, 0, 16*n)
+	m.Answer = make([]mdns.RR, 0, n)
 	for i := range n {
-		if rr := s.addrRR(name, picked[(start+i)%len(picked)], qtype); rr != nil {
-			m.Answer = append(m.Answer, rr)
+		a := picked[(start+i)%len(picked)]
+		if a.Is4() {
+			if v4 == nil {
+				v4 = make([]mdns.A, 0, n)
+			}
+			b := a.As4()
+			bytes = append(bytes, b[:]...)
+			v4 = append(v4, mdns.A{Hdr: s.hdr(name, mdns.TypeA), A: bytes[len(bytes)-4 : len(bytes) : len(bytes)]})
+			m.Answer = append(m.Answer, &v4[len(v4)-1])
+		} else {
+			if v6 == nil {
+				v6 = make([]mdns.AAAA, 0, n)
+			}
+			b := a.As16()
+			bytes = append(bytes, b[:]...)
+			v6 = append(v6, mdns.AAAA{Hdr: s.hdr(name, mdns.TypeAAAA), AAAA: bytes[len(bytes)-16 : len(bytes) : len(bytes)]})
+			m.Answer = append(m.Answer, &v6[len(v6)-1])
 		}
 	}
 }

@@ -159,10 +159,48 @@ func listen(ctx context.Context, addr string) (net.PacketConn, net.Listener, err
 // serve answers one query.
 func (s *Server) serve(w mdns.ResponseWriter, r *mdns.Msg, tcp bool) {
 	s.stats.queries.Add(1)
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.FollowWait)
-	defer cancel()
+	ctx := &queryContext{deadline: time.Now().Add(s.cfg.FollowWait)}
+	defer ctx.release()
 	if err := w.WriteMsg(s.answer(ctx, r, tcp)); err != nil {
 		s.stats.writeErrors.Add(1)
+	}
+}
+
+// queryContext bounds a query's wait by its deadline, and makes the
+// timer that enforces it only when something waits (Done): a query
+// answered from a list the client holds, the common case, costs no timer.
+type queryContext struct {
+	deadline time.Time
+	once     sync.Once
+	ctx      context.Context
+	cancel   context.CancelFunc
+}
+
+func (q *queryContext) timer() context.Context {
+	q.once.Do(func() { q.ctx, q.cancel = context.WithDeadline(context.Background(), q.deadline) })
+	if q.ctx == nil {
+		return released // asked after the query's end
+	}
+	return q.ctx
+}
+
+// released is the context of a query that ended: done.
+var released = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+func (q *queryContext) Deadline() (time.Time, bool) { return q.deadline, true }
+func (q *queryContext) Done() <-chan struct{}       { return q.timer().Done() }
+func (q *queryContext) Err() error                  { return q.timer().Err() }
+func (q *queryContext) Value(any) any               { return nil }
+
+// release stops the timer, if one was made.
+func (q *queryContext) release() {
+	q.once.Do(func() {}) // none made from now on
+	if q.cancel != nil {
+		q.cancel()
 	}
 }
 
@@ -256,6 +294,7 @@ func (c *limitConn) Close() error {
 }
 
 var (
+	_ context.Context       = (*queryContext)(nil)
 	_ mdns.PacketConnReader = (*slotReader)(nil)
 	_ net.Listener          = (*limitListener)(nil)
 )
