@@ -356,6 +356,9 @@ func (b *backendSync) add(ctx context.Context, t target) error {
 	if b.opts.check {
 		cmd += " check"
 	}
+	if b.opts.serverOpts != "" {
+		cmd += " " + b.opts.serverOpts
+	}
 	if err := b.exec(ctx, "add", cmd, "New server registered."); err != nil {
 		return err
 	}

@@ -35,6 +35,11 @@ const (
 	// follows another change of the service within the coalescing window
 	// would wait for its end.
 	defaultCoalesce = time.Millisecond
+	// defaultServerOptions gives a server added at runtime the idle
+	// connection pool a server of haproxy.cfg has by default: HAProxy 2.6
+	// gives a dynamic server none (pool-max-conn 0), and no default-server
+	// line applies to it, so that each request would open a connection.
+	defaultServerOptions = "pool-max-conn -1 pool-purge-delay 5s"
 	// startTimeout bounds the pushlb client's start (the registry loaded).
 	startTimeout = 30 * time.Second
 )
@@ -55,6 +60,7 @@ type options struct {
 	resync       time.Duration
 	timeout      time.Duration
 	coalesce     time.Duration
+	serverOpts   string
 	namePrefix   string
 	resolve      bool
 	metrics      string
@@ -90,6 +96,7 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 	fs.DurationVar(&o.resync, "resync", defaultResync, "how often every backend is read and reconciled regardless (0: never)")
 	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "bound of one runtime API command")
 	fs.DurationVar(&o.coalesce, "coalesce", defaultCoalesce, "least time between two applications of one service's list (pushlb.Config.Coalesce)")
+	fs.StringVar(&o.serverOpts, "server-options", defaultServerOptions, "keywords added to every \"add server\" (HAProxy 2.6 applies no default-server line to servers added at runtime), e.g. \"check inter 1s\" settings or \"ssl verify none\"")
 	fs.StringVar(&o.namePrefix, "name-prefix", defaultNamePrefix, "`prefix` of the server names the sync gives instances; servers without it are left alone")
 	fs.BoolVar(&o.resolve, "resolve", true, "resolve an instance's host name before adding it (HAProxy 2.6 does not); false: leave it out, with an error")
 	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics on `addr` (/metrics); empty: none")
@@ -124,6 +131,9 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 	}
 	if o.namePrefix == "" || strings.ContainsFunc(o.namePrefix, func(r rune) bool { return o.serverName(string(r)) != o.namePrefix+string(r) }) {
 		problems = append(problems, fmt.Errorf("-name-prefix: %q must be letters, digits, '-', '_', '.' or ':'", o.namePrefix))
+	}
+	if strings.ContainsAny(o.serverOpts, ";\n\r") {
+		problems = append(problems, fmt.Errorf("-server-options: %q has a ';' or a line break", o.serverOpts))
 	}
 	if fs.NArg() == 0 {
 		problems = append(problems, errors.New("no service to follow: give SERVICE[=BACKEND]..."))
