@@ -94,7 +94,7 @@ func startHAProxy(t testing.TB, c haproxyConfig) *haproxy {
   timeout server 10s
   retries 3
   option redispatch 1
-  retry-on conn-failure empty-response response-timeout
+  retry-on conn-failure empty-response
 frontend fe
   bind 127.0.0.1:%d
   default_backend %s
