@@ -219,6 +219,20 @@ func (p *Publisher) rewriteConnection(ctx context.Context, in *serverlist.Instan
 // re-announcement; a random extra of up to as much again is added.
 const reannounceDelay = 100 * time.Millisecond
 
+// reannounceMaxBackoff caps the wait between failed re-announcements: a
+// quarter of the lease interval. The registry comes back at a moment the
+// publisher cannot know (a stream's new leader, elected 4-9 s after the
+// old one was cut off), and a lease renewed last one interval before the
+// fault ends two intervals after it: waits doubled up to a whole interval
+// could overshoot that end by most of an interval, and the record be
+// reaped while its instance lives (a 12 s lease, a partition: re-announced
+// 13.6 s after the cut). A quarter lands within that of the registry's
+// return; the cost is four failed attempts per interval while the
+// registry stays away, each answered at once (no responders) or timed out.
+func reannounceMaxBackoff(interval time.Duration) time.Duration {
+	return max(interval/4, 100*time.Millisecond)
+}
+
 // lease refreshes the record every LeaseInterval, re-asserting it when it
 // was removed or overwritten, and re-announces (record, then online event)
 // after a reconnect or a failed refresh, with backoff. rev is the record's
@@ -307,7 +321,7 @@ func (p *Publisher) lease(ctx context.Context, in serverlist.Instance, st leaseS
 				log().Err(err).Stringer("retry_in", backoff).Msg("re-announce failed")
 			}
 			retry = time.After(backoff)
-			backoff = min(2*backoff, p.cfg.LeaseInterval)
+			backoff = min(2*backoff, reannounceMaxBackoff(p.cfg.LeaseInterval))
 			continue
 		}
 		retry, backoff = nil, 100*time.Millisecond

@@ -211,3 +211,30 @@ func (c *Cluster) restartAll(tb testing.TB) {
 	}
 	c.WaitJetStream(tb)
 }
+
+// MoveStreamLeader makes node lead stream (in the default account): it
+// asks the current leader to step down in node's favour (a preferred
+// placement, nats-server 2.11+) until node leads, and fails the test
+// after readyTimeout. A node that leads already is left as it is.
+func (c *Cluster) MoveStreamLeader(tb testing.TB, stream string, node *Server) {
+	tb.Helper()
+	name := node.NATS().Name()
+	req := fmt.Appendf(nil, `{"placement":{"preferred":%q}}`, name)
+	nc := c.Connect(tb)
+	defer nc.Close()
+	deadline := time.Now().Add(readyTimeout)
+	for c.StreamLeader(stream) != node {
+		if time.Now().After(deadline) {
+			tb.Fatalf("natstest: %s does not lead stream %s after %v", name, stream, readyTimeout)
+		}
+		// The answer comes once the old leader stepped down; the new one
+		// may take a moment more to be known.
+		if _, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, req, 2*time.Second); err != nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		for wait := time.Now().Add(2 * time.Second); c.StreamLeader(stream) == nil && time.Now().Before(wait); {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
