@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	mdns "github.com/miekg/dns"
@@ -263,7 +264,10 @@ func (s *Server) srvRecords(m *mdns.Msg, name string, servers []*balancer.Server
 		srv := &mdns.SRV{Hdr: s.hdr(name, mdns.TypeSRV), Priority: prio, Weight: uint16(sv.EffectiveWeight()), Port: uint16(sv.Port)}
 		if a, err := netip.ParseAddr(sv.Host); err == nil {
 			a = a.Unmap()
-			srv.Target = encodeAddr(a) + ".addr." + s.cfg.Domain
+			// One target per instance, address and port: a client that
+			// keys its servers by target (HAProxy's server-template) would
+			// take two instances on one address for one.
+			srv.Target = encodeAddr(a) + "-" + strconv.Itoa(sv.Port) + ".addr." + s.cfg.Domain
 			m.Extra = append(m.Extra, s.addrRR(srv.Target, a, mdns.TypeANY))
 		} else {
 			srv.Target = mdns.Fqdn(sv.Host)
@@ -273,14 +277,22 @@ func (s *Server) srvRecords(m *mdns.Msg, name string, servers []*balancer.Server
 }
 
 // encodeAddr is a's label under addr.<domain>: its bytes in hex (8 digits
-// for IPv4, 32 for IPv6), as Consul names its SRV targets.
+// for IPv4, 32 for IPv6), as Consul names its SRV targets; an SRV target
+// adds "-<port>".
 func encodeAddr(a netip.Addr) string {
 	b := a.AsSlice()
 	return hex.EncodeToString(b)
 }
 
-// decodeAddr reads a label of encodeAddr.
+// decodeAddr reads a label of encodeAddr, with or without the port an
+// SRV target adds ("7f000001-9001").
 func decodeAddr(label string) (netip.Addr, bool) {
+	if hexa, port, ok := strings.Cut(label, "-"); ok {
+		if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 || strconv.FormatUint(p, 10) != port {
+			return netip.Addr{}, false
+		}
+		label = hexa
+	}
 	if len(label) != 8 && len(label) != 32 {
 		return netip.Addr{}, false
 	}

@@ -9,7 +9,7 @@
 //	<service>.<zone>.service.pushlb.       the same, the instances of <zone> first
 //	_<service>._tcp.service.pushlb.        SRV (RFC 2782)
 //	_<service>._tcp.<zone>.service.pushlb. SRV, the instances of <zone> first
-//	<hex address>.addr.pushlb.             A or AAAA: the targets of SRV records
+//	<hex address>[-<port>].addr.pushlb.    A or AAAA: the targets of SRV records
 //
 // A and AAAA answer the reachable instances (alive, breaker closed, not
 // ejected; when none is reachable, the alive ones, as a balancer in panic
@@ -23,8 +23,11 @@
 // SRV records carry each instance's port, its weight (1 to 1,000) as the
 // SRV weight, and priority 1 for the instances of the zone (the asker's
 // zone label, else Config.Zone; every instance when there is no zone) and
-// 2 for the others. Targets that are addresses are named under
-// addr.<domain> and their A or AAAA records ride in the additional section.
+// 2 for the others. A target that is an address is named after it and
+// the port, one name per instance ("7f000001-9001.addr.pushlb." for
+// 127.0.0.1:9001: HAProxy keys the servers of a server-template by target,
+// and would take two instances on one address for one), and its A or AAAA
+// record rides in the additional section.
 //
 // Answers carry Config.TTL (default 0: nothing caches an answer, so the
 // next query sees the next change). A service no one announced is

@@ -117,6 +117,9 @@ func TestAnswers(t *testing.T) {
 		{"pushlb.", mdns.TypeSOA, mdns.RcodeSuccess, nil, 1, true},
 		{"0a000001.addr.pushlb.", mdns.TypeA, mdns.RcodeSuccess, []string{"10.0.0.1"}, 0, true},
 		{"fd000000000000000000000000000003.addr.pushlb.", mdns.TypeAAAA, mdns.RcodeSuccess, []string{"fd00::3"}, 0, true},
+		{"0a000001-9001.addr.pushlb.", mdns.TypeA, mdns.RcodeSuccess, []string{"10.0.0.1"}, 0, true},
+		{"0a000001-0.addr.pushlb.", mdns.TypeA, mdns.RcodeNameError, nil, 0, true},
+		{"0a000001-09.addr.pushlb.", mdns.TypeA, mdns.RcodeNameError, nil, 0, true},
 		{"zz.addr.pushlb.", mdns.TypeA, mdns.RcodeNameError, nil, 0, true},
 		{"example.com.", mdns.TypeA, mdns.RcodeRefused, nil, 0, false},
 		{"orders.service.consul.", mdns.TypeA, mdns.RcodeRefused, nil, 0, false},
@@ -172,10 +175,10 @@ func TestSRV(t *testing.T) {
 		return out
 	}
 	zoneA := []rec{
-		{1, 300, 9001, "0a000001.addr.pushlb."},
-		{1, 100, 9002, "0a000002.addr.pushlb."},
-		{2, 50, 9003, "0a000003.addr.pushlb."},
-		{2, 100, 9004, "fd000000000000000000000000000003.addr.pushlb."},
+		{1, 300, 9001, "0a000001-9001.addr.pushlb."},
+		{1, 100, 9002, "0a000002-9002.addr.pushlb."},
+		{2, 50, 9003, "0a000003-9003.addr.pushlb."},
+		{2, 100, 9004, "fd000000000000000000000000000003-9004.addr.pushlb."},
 		{2, 100, 9005, "orders-7.internal.example."},
 	}
 	zoneB := slices.Clone(zoneA)
@@ -208,7 +211,7 @@ func TestSRV(t *testing.T) {
 		// Every address target resolves through the responder.
 		for _, r := range c.want[:4] {
 			qt := mdns.TypeA
-			if len(r.target) > 30 {
+			if len(r.target) > 40 {
 				qt = mdns.TypeAAAA
 			}
 			if a := ask(t, s.Addr(), "udp", r.target, qt); len(a.Answer) != 1 {
