@@ -93,7 +93,9 @@ func reportTimes(b *testing.B, samples []time.Duration) {
 //     and its publisher's NATS connection at once (what a SIGKILL of announce
 //     and its backend does to their sockets), and measures the time until
 //     HAProxy no longer picks it: its server in maintenance or deleted, as
-//     "show servers state" tells, read in a loop;
+//     "show servers state" tells, read in a loop; the requests HAProxy
+//     sent it meanwhile are retried on another server (retries,
+//     redispatch), so "failed" is expected to stay 0;
 //   - rolling: one iteration restarts 4 instances one after the other
 //     (withdraw, wait until HAProxy deleted the drained server, stop it,
 //     start it again on a new port under the same ID), and reports the
@@ -147,6 +149,7 @@ func BenchmarkHAProxy(b *testing.B) {
 		}
 		stop()
 		reportTimes(b, samples)
+		b.ReportMetric(float64(r.failed.Load()), "failed")
 	})
 	b.Run("rolling", func(b *testing.B) {
 		r := newBenchRig(b, false, "")

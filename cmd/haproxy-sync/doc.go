@@ -8,6 +8,11 @@
 //
 //	haproxy-sync -socket /run/haproxy/admin.sock [-zone a] [-check] orders payments=be_payments
 //
+// -config FILE reads the same settings from YAML (the flags' names in
+// camelCase, "nats:" with the gateway's keys, and "backends:" of service and
+// backend); a flag given wins over the file, and the file's backends add to
+// the arguments'.
+//
 // Each argument is SERVICE[=BACKEND]: the backend (the service's name by
 // default) gets one server per listed instance, named -name-prefix (default
 // "pushlb-") followed by the instance ID (characters HAProxy refuses in a

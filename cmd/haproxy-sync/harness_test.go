@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -236,9 +237,16 @@ func startSync(t testing.TB, args ...string) *syncRun {
 func (r *syncRun) stop(t testing.TB) int {
 	t.Helper()
 	r.cancel()
-	code := testutil.Receive(t, r.done, 20*time.Second, "haproxy-sync stopped")
-	r.done <- code
-	return code
+	select {
+	case code := <-r.done:
+		r.done <- code
+		return code
+	case <-time.After(20 * time.Second):
+		var stacks strings.Builder
+		_ = pprof.Lookup("goroutine").WriteTo(&stacks, 2)
+		t.Fatalf("haproxy-sync did not stop within 20 s; goroutines:\n%s", stacks.String())
+		return -1
+	}
 }
 
 // waitLog waits for a line of the log holding every one of parts.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/internal/base/yamlx"
 	"github.com/pushlb/pushlb/internal/cli/logx"
 	"github.com/pushlb/pushlb/internal/cli/natsconn"
 )
@@ -46,7 +47,56 @@ const (
 
 // follow is one backend kept equal to one service's list.
 type follow struct {
-	Service, Backend string
+	Service string `yaml:"service"`
+	// Backend is the HAProxy backend; empty: the service's name.
+	Backend string `yaml:"backend"`
+}
+
+// fileConfig is the -config file: the flags' names in camelCase, and the
+// backends. A flag given on the command line wins over the file; the
+// backends of the file and the command line's arguments add up.
+type fileConfig struct {
+	Socket        string          `yaml:"socket"`
+	Master        bool            `yaml:"master"`
+	Zone          string          `yaml:"zone"`
+	Check         bool            `yaml:"check"`
+	ServerOptions string          `yaml:"serverOptions"`
+	DrainTimeout  time.Duration   `yaml:"drainTimeout"`
+	Poll          time.Duration   `yaml:"poll"`
+	Resync        time.Duration   `yaml:"resync"`
+	Timeout       time.Duration   `yaml:"timeout"`
+	Coalesce      time.Duration   `yaml:"coalesce"`
+	NamePrefix    string          `yaml:"namePrefix"`
+	Resolve       bool            `yaml:"resolve"`
+	Metrics       string          `yaml:"metrics"`
+	Prefix        string          `yaml:"prefix"`
+	LogLevel      string          `yaml:"logLevel"`
+	NATS          natsconn.Config `yaml:"nats"`
+	Backends      []follow        `yaml:"backends"`
+}
+
+// readConfig decodes the file over o's values (the flags' defaults and
+// those given), then parses args again so that the flags given win.
+func (o *options) readConfig(path string, fs *flag.FlagSet, args []string, logLevel *string) ([]follow, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("-config: %w", err)
+	}
+	fc := fileConfig{
+		Socket: o.socket, Master: o.master, Zone: o.zone, Check: o.check, ServerOptions: o.serverOpts,
+		DrainTimeout: o.drainTimeout, Poll: o.poll, Resync: o.resync, Timeout: o.timeout, Coalesce: o.coalesce,
+		NamePrefix: o.namePrefix, Resolve: o.resolve, Metrics: o.metrics, Prefix: o.prefix, LogLevel: *logLevel, NATS: o.nats,
+	}
+	if err := yamlx.DecodeFile(path, data, &fc); err != nil {
+		return nil, err
+	}
+	o.socket, o.master, o.zone, o.check, o.serverOpts = fc.Socket, fc.Master, fc.Zone, fc.Check, fc.ServerOptions
+	o.drainTimeout, o.poll, o.resync, o.timeout, o.coalesce = fc.DrainTimeout, fc.Poll, fc.Resync, fc.Timeout, fc.Coalesce
+	o.namePrefix, o.resolve, o.metrics, o.prefix, *logLevel, o.nats = fc.NamePrefix, fc.Resolve, fc.Metrics, fc.Prefix, fc.LogLevel, fc.NATS
+	if err := fs.Parse(args); err != nil { // the flags given win
+		return nil, err
+	}
+	return fc.Backends, nil
 }
 
 // options is the parsed and checked command line.
@@ -70,7 +120,7 @@ type options struct {
 	nats         natsconn.Config
 }
 
-const synopsis = `usage: haproxy-sync -socket PATH|HOST:PORT [-master] [-zone Z] [-check] [flags] SERVICE[=BACKEND]...
+const synopsis = `usage: haproxy-sync -socket PATH|HOST:PORT [-master] [-zone Z] [-check] [-config FILE] [flags] SERVICE[=BACKEND]...
 Run haproxy-sync -h for every flag.
 `
 
@@ -86,7 +136,8 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 		fmt.Fprint(out, synopsis)
 		fs.PrintDefaults()
 	}
-	var logLevel string
+	var logLevel, config string
+	fs.StringVar(&config, "config", "", "YAML `file` of settings (the flags' names in camelCase, nats: {url: ...}, backends: [{service: orders, backend: be_orders}]); flags given win")
 	fs.StringVar(&o.socket, "socket", "", "HAProxy's runtime API: a unix socket `path` (a stats socket \"level admin\", or the master CLI with -master), or host:port")
 	fs.BoolVar(&o.master, "master", false, "the socket is the master CLI of a master-worker HAProxy: commands go to the current worker (@1)")
 	fs.StringVar(&o.zone, "zone", "", "local `zone`: instances of another zone are added as backup servers (empty: every instance is active)")
@@ -105,6 +156,13 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 	o.nats.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	var fromFile []follow
+	if config != "" {
+		var err error
+		if fromFile, err = o.readConfig(config, fs, args, &logLevel); err != nil {
+			return nil, err
+		}
 	}
 	var problems []error
 	if o.socket == "" {
@@ -135,11 +193,15 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 	if strings.ContainsAny(o.serverOpts, ";\n\r") {
 		problems = append(problems, fmt.Errorf("-server-options: %q has a ';' or a line break", o.serverOpts))
 	}
-	if fs.NArg() == 0 {
+	if fs.NArg() == 0 && len(fromFile) == 0 {
 		problems = append(problems, errors.New("no service to follow: give SERVICE[=BACKEND]..."))
 	}
 	backends := map[string]bool{}
-	for _, arg := range fs.Args() {
+	args = fs.Args()
+	for _, f := range fromFile {
+		args = append(args, f.Service+"="+f.Backend)
+	}
+	for _, arg := range args {
 		svc, be, _ := strings.Cut(arg, "=")
 		if be == "" {
 			be = svc

@@ -142,7 +142,8 @@ type haServer struct {
 	Weight int // the user weight, 0 to 256
 	// From "show stat": whether it is a backup, and its connections.
 	Backup             bool
-	Sessions           int // current sessions (scur)
+	Status             string // UP, DOWN, MAINT, DRAIN, "no check"...
+	Sessions           int    // current sessions (scur)
 	UsedConns, IdleCon int
 }
 
@@ -182,6 +183,7 @@ func (r *runtimeAPI) readStats(ctx context.Context, backend string, servers map[
 			continue
 		}
 		s.Backup = row["bck"] == "1"
+		s.Status = row["status"]
 		s.Sessions, _ = strconv.Atoi(row["scur"])
 		s.UsedConns, _ = strconv.Atoi(row["used_conn_cur"])
 		s.IdleCon, _ = strconv.Atoi(row["idle_conn_cur"])

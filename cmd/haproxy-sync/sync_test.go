@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -270,3 +274,83 @@ func TestParseArgs(t *testing.T) {
 }
 
 var _ = context.Background
+
+// TestDocConfigIsValid: docs/haproxy.md's haproxy.cfg passes haproxy -c,
+// and its -config file is read.
+func TestDocConfigIsValid(t *testing.T) {
+	bin := needHAProxy(t)
+	doc, err := os.ReadFile("../../docs/haproxy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```haproxy\n")
+	cfg, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/haproxy.md has no ```haproxy block")
+	}
+	path := filepath.Join(t.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, "-c", "-f", path).CombinedOutput(); err != nil {
+		t.Fatalf("haproxy -c: %v\n%s", err, out)
+	}
+
+	_, rest, _ = strings.Cut(string(doc), "```yaml\n")
+	yaml, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatal("docs/haproxy.md has no ```yaml block")
+	}
+	path = filepath.Join(t.TempDir(), "sync.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseArgs([]string{"-config", path}, &bytes.Buffer{})
+	if err != nil || len(o.follow) != 2 || !o.check {
+		t.Fatalf("the doc's -config file: %v, %+v", err, o)
+	}
+}
+
+// TestHealthChecks: with -check, a server is added with its health check
+// on, and HAProxy's check marks an instance that stops answering down
+// while pushlb still lists it.
+func TestHealthChecks(t *testing.T) {
+	ns := natstest.Start(t)
+	h := startHAProxy(t, haproxyConfig{backends: ordersBackend, frontend: "orders"})
+	b := announce(t, ns, "orders", "checked", "", 0)
+	startSync(t, "-nats", ns.URL(), "-socket", h.sock, "-check", "-server-options", "inter 100ms fall 1 rise 1", "orders")
+	name := defaultNamePrefix + "checked"
+	h.waitServers(t, "orders", "the server up by its check", func(s map[string]*haServer) bool {
+		return s[name] != nil && strings.HasPrefix(s[name].Status, "UP")
+	})
+	b.srv.Listener.Close() // no longer accepts; its announcement stays
+	h.waitServers(t, "orders", "the server down by its check", func(s map[string]*haServer) bool {
+		return s[name] != nil && strings.HasPrefix(s[name].Status, "DOWN")
+	})
+}
+
+// TestConfigFile: -config's settings and backends, a flag given winning
+// over the file, an unknown key named with its line.
+func TestConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sync.yaml")
+	yaml := "socket: /run/haproxy/admin.sock\nzone: a\ndrainTimeout: 3s\nnats:\n  url: nats://nats-1:4222\nbackends:\n  - service: orders\n    backend: be_orders\n  - service: pay\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseArgs([]string{"-config", path, "-zone", "b", "users"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []follow{{"users", "users"}, {"orders", "be_orders"}, {"pay", "pay"}}
+	if o.socket != "/run/haproxy/admin.sock" || o.zone != "b" || o.drainTimeout != 3*time.Second ||
+		o.nats.URL != "nats://nats-1:4222" || fmt.Sprint(o.follow) != fmt.Sprint(want) {
+		t.Fatalf("options %+v", o)
+	}
+	if err := os.WriteFile(path, []byte("socket: /s\nzonee: a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseArgs([]string{"-config", path, "orders"}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "sync.yaml:2") || !strings.Contains(err.Error(), "zonee") {
+		t.Fatalf("an unknown key: %v", err)
+	}
+}
