@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -98,16 +99,19 @@ func newBackendSync(service, backend string, api *runtimeAPI, opts *options, log
 }
 
 // setList records pushlb's list of the service (a Watch callback: quick,
-// never blocks).
+// never blocks), and wakes the loop when it differs from the last one.
 func (b *backendSync) setList(servers []*balancer.Server) {
 	list := make([]instance, 0, len(servers))
 	for _, s := range servers {
 		list = append(list, instance{ID: s.ID, Host: s.Host, Zone: s.Zone, Port: s.Port, Weight: s.Weight})
 	}
 	b.mu.Lock()
+	same := b.listed && slices.Equal(b.list, list)
 	b.list, b.listed = list, true
 	b.mu.Unlock()
-	b.poke()
+	if !same {
+		b.poke()
+	}
 }
 
 // crashed records that an instance left by a crash, before the list
@@ -225,6 +229,11 @@ func (b *backendSync) step(ctx context.Context) (time.Duration, error) {
 	}
 	b.m.servers.WithLabelValues(b.backend).Set(float64(b.countOurs()))
 	next := time.Duration(0)
+	for name := range want {
+		if b.have[name] == nil { // deleted just now to come back (its zone's side changed)
+			next = drainPoll
+		}
+	}
 	for _, l := range b.leaving {
 		if l.deadline.After(now) {
 			next = drainPoll

@@ -354,3 +354,29 @@ func TestConfigFile(t *testing.T) {
 		t.Fatalf("an unknown key: %v", err)
 	}
 }
+
+// TestChangesInPlace: an instance announced again with another weight
+// keeps its server, whose weight changes; announced again in another
+// zone, its server leaves and comes back as a backup.
+func TestChangesInPlace(t *testing.T) {
+	ns := natstest.Start(t)
+	h := startHAProxy(t, haproxyConfig{backends: ordersBackend, frontend: "orders"})
+	b := announce(t, ns, "orders", "moving", "a", 100)
+	startSync(t, "-nats", ns.URL(), "-socket", h.sock, "-zone", "a", "orders")
+	name := defaultNamePrefix + "moving"
+	h.waitServers(t, "orders", "the server added", func(s map[string]*haServer) bool { return s[name] != nil && s[name].Weight == 26 })
+
+	in := b.pub.Instance()
+	in.Weight = 500
+	if err := b.pub.Announce(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	h.waitServers(t, "orders", "its weight changed", func(s map[string]*haServer) bool { return s[name] != nil && s[name].Weight == 128 })
+	in.Zone = "b"
+	if err := b.pub.Announce(t.Context(), in); err != nil {
+		t.Fatal(err)
+	}
+	h.waitServers(t, "orders", "the server back as a backup", func(s map[string]*haServer) bool {
+		return s[name] != nil && s[name].Backup && !s[name].maint() && !s[name].draining()
+	})
+}
