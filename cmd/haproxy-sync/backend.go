@@ -157,6 +157,7 @@ func (b *backendSync) run(ctx context.Context) {
 		}
 		if err != nil {
 			b.failures++
+			b.m.errors.WithLabelValues(b.backend, errorKind(err)).Inc()
 			b.mu.Lock()
 			b.reread = true
 			b.mu.Unlock()

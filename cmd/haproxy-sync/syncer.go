@@ -96,16 +96,17 @@ func (s *syncer) watchProcess(ctx context.Context, relist func()) {
 		resync = t.C
 	}
 	var last processInfo
-	up := false
+	up, down := false, false // down: a failure was logged since the last answer
 	for {
 		info, err := s.api.processInfo(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			if up || last.PID == 0 {
+			if !down {
 				s.log.Warn().Err(err).Str("socket", s.api.String()).Msg("HAProxy's runtime API does not answer")
 				s.m.errors.WithLabelValues("", errorKind(err)).Inc()
+				down = true
 			}
 			up = false
 		case last.PID == 0:
@@ -118,6 +119,9 @@ func (s *syncer) watchProcess(ctx context.Context, relist func()) {
 			s.reconcile()
 		default:
 			last = info
+		}
+		if err == nil {
+			down = false
 		}
 		select {
 		case <-ctx.Done():
