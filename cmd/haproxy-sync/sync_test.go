@@ -178,17 +178,25 @@ func TestHAProxyRestartReconciled(t *testing.T) {
 
 // TestStaticBackendDoesNotStopTheOthers: a backend balanced with static-rr
 // (which takes no server at runtime) and an unknown backend are refused,
-// logged and counted, and the other backend syncs.
+// logged and counted (on -metrics), and the other backend syncs.
 func TestStaticBackendDoesNotStopTheOthers(t *testing.T) {
 	ns := natstest.Start(t)
 	h := startHAProxy(t, haproxyConfig{backends: ordersBackend + "backend fixed\n  balance static-rr\n", frontend: "orders"})
 	announce(t, ns, "orders", "o1", "", 0)
 	announce(t, ns, "fixed", "f1", "", 0)
 	announce(t, ns, "ghost", "g1", "", 0)
-	sync := startSync(t, "-nats", ns.URL(), "-socket", h.sock, "fixed", "ghost=nosuch", "orders")
+	metrics := tu.FreeAddr(t)
+	sync := startSync(t, "-nats", ns.URL(), "-socket", h.sock, "-metrics", metrics, "fixed", "ghost=nosuch", "orders")
 	h.waitServers(t, "orders", "orders synced", func(s map[string]*haServer) bool { return len(ours(s)) == 1 })
 	sync.waitLog(t, "static_algorithm", "fixed")
 	sync.waitLog(t, "unknown_backend", "nosuch")
+	client := &http.Client{Timeout: 5 * time.Second}
+	url := "http://" + metrics + "/metrics"
+	tu.Eventually(t, "the refusals counted", func() bool {
+		return tu.Metric(client, url, `pushlb_haproxy_sync_errors_total{backend="fixed",kind="static_algorithm"}`) >= 1 &&
+			tu.Metric(client, url, `pushlb_haproxy_sync_errors_total{backend="nosuch",kind="unknown_backend"}`) >= 1 &&
+			tu.Metric(client, url, `pushlb_haproxy_sync_ops_total{backend="orders",op="add"}`) == 1
+	})
 	if n := len(ours(h.servers(t, "fixed"))); n != 0 {
 		t.Fatalf("the static-rr backend has %d servers of ours", n)
 	}
