@@ -156,12 +156,21 @@ func TestWeightsAndZones(t *testing.T) {
 // the list; a server of its prefix that pushlb does not list (left by an
 // earlier run) is removed, and the configuration's are kept.
 func TestHAProxyRestartReconciled(t *testing.T) {
+	t.Run("master CLI", func(t *testing.T) { testRestartReconciled(t, true) })
+	t.Run("stats socket", func(t *testing.T) { testRestartReconciled(t, false) })
+}
+
+func testRestartReconciled(t *testing.T, master bool) {
 	ns := natstest.Start(t)
 	h := startHAProxy(t, haproxyConfig{backends: ordersBackend, frontend: "orders", masterWorker: true})
 	h.exec(t, "add server orders/"+defaultNamePrefix+"stale 127.0.0.1:2", "New server registered.")
 	announce(t, ns, "orders", "one", "", 0)
 	announce(t, ns, "orders", "two", "", 0)
-	sync := startSync(t, "-nats", ns.URL(), "-socket", h.masterSock, "-master", "-poll", "50ms", "orders")
+	socket := []string{"-socket", h.sock}
+	if master {
+		socket = []string{"-socket", h.masterSock, "-master"}
+	}
+	sync := startSync(t, append(socket, "-nats", ns.URL(), "-poll", "50ms", "orders")...)
 	both := func(s map[string]*haServer) bool {
 		o := ours(s)
 		return len(o) == 2 && o[defaultNamePrefix+"one"] != nil && o[defaultNamePrefix+"two"] != nil && s["static1"] != nil
