@@ -28,7 +28,10 @@ import (
 //   - publish→answer: from the offline event's publication (its At) to
 //     the same answer;
 //   - nats-hop: from the publication to its delivery to a plain NATS
-//     subscriber of the same process, the floor of the push path.
+//     subscriber of the same process, the floor of the push path;
+//   - query-rtt: the round trip of the asker's queries meanwhile. The
+//     responder reads the client's list at every query, so applied→answer
+//     is at most the query in flight when the list changes plus one more.
 //
 // go test -run '^$' -bench WithdrawalToDNSAnswer -benchtime 300x ./dns
 func BenchmarkWithdrawalToDNSAnswer(b *testing.B) {
@@ -85,6 +88,7 @@ func BenchmarkWithdrawalToDNSAnswer(b *testing.B) {
 	}
 
 	var toAnswer, fromPublish, hop []time.Duration
+	var rtts []time.Duration // the asker's queries while it waits: the bound of applied→answer
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
 		addr := netip.AddrFrom4([4]byte{127, 1, byte(i / 250), byte(i%250 + 1)})
@@ -99,7 +103,13 @@ func BenchmarkWithdrawalToDNSAnswer(b *testing.B) {
 		// answer leaves addr out.
 		seen := make(chan time.Time, 1)
 		go func() {
-			for holds(addr) {
+			for {
+				began := time.Now()
+				held := holds(addr)
+				rtts = append(rtts, time.Since(began))
+				if !held {
+					break
+				}
 			}
 			seen <- time.Now()
 		}()
@@ -125,7 +135,7 @@ func BenchmarkWithdrawalToDNSAnswer(b *testing.B) {
 	for _, m := range []struct {
 		name string
 		d    []time.Duration
-	}{{"applied→answer", toAnswer}, {"publish→answer", fromPublish}, {"nats-hop", hop}} {
+	}{{"applied→answer", toAnswer}, {"publish→answer", fromPublish}, {"nats-hop", hop}, {"query-rtt", rtts}} {
 		b.ReportMetric(float64(testutil.Percentile(m.d, 0.50).Microseconds()), m.name+"-p50-µs")
 		b.ReportMetric(float64(testutil.Percentile(m.d, 0.99).Microseconds()), m.name+"-p99-µs")
 	}
