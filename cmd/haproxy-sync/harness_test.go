@@ -54,6 +54,7 @@ type haproxyConfig struct {
 	backends     string
 	frontend     string // the default backend
 	masterWorker bool
+	global       string // more lines of the global section
 }
 
 // needHAProxy returns the haproxy binary, or ends the test (skipped on a
@@ -84,6 +85,7 @@ func startHAProxy(t testing.TB, c haproxyConfig) *haproxy {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	h := &haproxy{dir: dir, cfg: filepath.Join(dir, "haproxy.cfg"), sock: filepath.Join(dir, "admin.sock"), port: testutil.FreePort(t)}
 	global := "global\n  stats socket " + h.sock + " mode 600 level admin expose-fd listeners\n"
+	global += c.global
 	if c.masterWorker {
 		h.masterSock = filepath.Join(dir, "master.sock")
 		global += "  master-worker\n"

@@ -397,3 +397,13 @@ func TestChangesInPlace(t *testing.T) {
 		return s[name] != nil && s[name].Backup && !s[name].maint() && !s[name].draining()
 	})
 }
+
+// TestTCPSocket: the runtime API over a TCP stats socket.
+func TestTCPSocket(t *testing.T) {
+	ns := natstest.Start(t)
+	addr := tu.FreeAddr(t)
+	h := startHAProxy(t, haproxyConfig{backends: ordersBackend, frontend: "orders", global: "  stats socket ipv4@" + addr + " level admin\n"})
+	announce(t, ns, "orders", "over-tcp", "", 0)
+	startSync(t, "-nats", ns.URL(), "-socket", "tcp:"+addr, "orders")
+	h.waitServers(t, "orders", "the instance added over TCP", func(s map[string]*haServer) bool { return s[defaultNamePrefix+"over-tcp"] != nil })
+}
