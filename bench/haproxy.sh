@@ -8,6 +8,8 @@
 #   crash      its listener and NATS connection closed at once (as SIGKILL
 #              does) to HAProxy no longer picking it (its server in
 #              maintenance or deleted: p50, p99, max over ITERS)
+#   crash-process  the same with real processes: announce (hold mode) and
+#              testbackend, both killed with SIGKILL
 #   rolling    ITERS rolling restarts of 4 instances under that load: the
 #              failed requests (0 expected) and the requests sent
 #   requests   HAProxy's req/s over 3 backends written in haproxy.cfg

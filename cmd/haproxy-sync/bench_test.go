@@ -96,6 +96,9 @@ func reportTimes(b *testing.B, samples []time.Duration) {
 //     "show servers state" tells, read in a loop; the requests HAProxy
 //     sent it meanwhile are retried on another server (retries,
 //     redispatch), so "failed" is expected to stay 0;
+//   - crash-process: the same with real processes, announce (hold mode)
+//     and testbackend, both killed with SIGKILL (not in -short: it builds
+//     them);
 //   - rolling: one iteration restarts 4 instances one after the other
 //     (withdraw, wait until HAProxy deleted the drained server, stop it,
 //     start it again on a new port under the same ID), and reports the
@@ -146,6 +149,44 @@ func BenchmarkHAProxy(b *testing.B) {
 			samples = append(samples, time.Since(t0))
 			b.StopTimer()
 			r.waitGone(b, l.id)
+		}
+		stop()
+		reportTimes(b, samples)
+		b.ReportMetric(float64(r.failed.Load()), "failed")
+	})
+	b.Run("crash-process", func(b *testing.B) {
+		if testing.Short() {
+			b.Skip("builds announce and testbackend: not in -short")
+		}
+		bins, remove, err := testutil.BuildBinaries("../announce", "../../internal/testkit/testbackend")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(remove)
+		r := newBenchRig(b, true, "")
+		announce(b, r.ns, "orders", "stay-1", "", 0)
+		announce(b, r.ns, "orders", "stay-2", "", 0)
+		r.h.waitServers(b, "orders", "2 instances", func(s map[string]*haServer) bool { return len(ours(s)) == 2 })
+		stop := r.load(4)
+		defer stop()
+		samples := make([]time.Duration, 0, b.N)
+		b.ResetTimer()
+		for i := range b.N {
+			b.StopTimer()
+			id := fmt.Sprintf("p-%d", i)
+			addr := testutil.FreeAddr(b)
+			backend := testutil.Start(b, bins[1], "-addr", addr, "-name", id)
+			ann := testutil.Start(b, bins[0], "-nats", r.ns.URL(), "-service", "orders", "-addr", addr, "-id", id, "-health-interval", "0")
+			name := defaultNamePrefix + id
+			r.h.waitServers(b, "orders", id+" added", func(s map[string]*haServer) bool { return s[name] != nil && !s[name].maint() })
+			b.StartTimer()
+			t0 := time.Now()
+			ann.Kill(b)
+			backend.Kill(b)
+			r.h.waitServers(b, "orders", id+" out of the picks", func(s map[string]*haServer) bool { return s[name] == nil || s[name].maint() })
+			samples = append(samples, time.Since(t0))
+			b.StopTimer()
+			r.waitGone(b, id)
 		}
 		stop()
 		reportTimes(b, samples)
