@@ -183,7 +183,7 @@ func TestDig(t *testing.T) {
 // client that follows on request: every query is answered (NXDOMAIN, or
 // SERVFAIL while the client's follows are all busy), nothing is followed,
 // the goroutines stay within the bound, and a real service is answered
-// all along.
+// all along, and the live heap does not grow with the queries.
 func TestFloodOfRandomNames(t *testing.T) {
 	srv := natstest.Start(t)
 	c := startClient(t, srv, pushlb.Config{})
@@ -191,6 +191,7 @@ func TestFloodOfRandomNames(t *testing.T) {
 	announceAt(t, srv, "127.0.0.1:9001", serverlist.Instance{Service: "orders", InstanceID: "o1"})
 	answerAddrs(t, s.Addr(), "orders.service.pushlb.", "127.0.0.1")
 	base := goroutines()
+	heapBefore := liveHeap()
 
 	const askers, each = 32, 300
 	ctx, cancel := context.WithCancel(context.Background())
@@ -239,9 +240,23 @@ func TestFloodOfRandomNames(t *testing.T) {
 	if got := c.Services(); !slices.Equal(got, []string{"orders"}) {
 		t.Errorf("services after the flood: %v, want orders alone", got)
 	}
+	// What stays is the client's memory of the absent names (bounded at
+	// 10,000): well under a few MB, nothing per query.
+	grown := liveHeap() - heapBefore
+	if grown > 8<<20 {
+		t.Errorf("the live heap grew by %d bytes over the flood, want under 8 MB", grown)
+	}
 	st := s.Stats()
-	t.Logf("flood: %d queries, %d NXDOMAIN, %d SERVFAIL; follow stats %+v; peak %d goroutines (%d before)", st.Queries, st.NXDomain, st.ServFail, c.Stats().Follow, p, base)
+	t.Logf("flood: %d queries, %d NXDOMAIN, %d SERVFAIL; follow stats %+v; peak %d goroutines (%d before); live heap %+d bytes", st.Queries, st.NXDomain, st.ServFail, c.Stats().Follow, p, base, grown)
 	answerAddrs(t, s.Addr(), "orders.service.pushlb.", "127.0.0.1")
+}
+
+// liveHeap returns the bytes of live heap objects after a collection.
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }
 
 // goroutines counts the process's goroutines.
