@@ -38,3 +38,28 @@ func TestDNSConfig(t *testing.T) {
 		t.Errorf("an unused dns section: %v", err)
 	}
 }
+
+// docs/dns.md's YAML is the gateway's: it loads, and its values are the
+// defaults but for the address.
+func TestDNSDocConfig(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "dns.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```yaml\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/dns.md has no YAML block")
+	}
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	os.WriteFile(path, []byte(block), 0o600)
+	cfg, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := dns.DefaultConfig()
+	want.Addr = "127.0.0.1:8600"
+	if cfg.DNS != want {
+		t.Errorf("docs/dns.md's YAML gives %+v, want the defaults %+v", cfg.DNS, want)
+	}
+}
