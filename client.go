@@ -64,6 +64,7 @@ type parts struct {
 	janitor     *lbvisitor.Janitor
 	reaper      *serverlist.Reaper    // nil without Config.Reaper
 	reporter    *convergence.Reporter // nil without Config.Report.ID
+	failover    *failover             // leaves a server cut from its cluster (failover.go)
 }
 
 // New builds a client over nc with cfg (the zero Config is the default
@@ -221,6 +222,8 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 		p.reporter.Start()
 	}
 	p.stopScaling = reg.ScaleUpInBackground(registryScaleTimeout)
+	p.failover = newFailover(c.nc, js, reg.Config().Bucket, o.log)
+	p.failover.start()
 	return p, nil
 }
 
@@ -307,6 +310,9 @@ func (p *parts) applied() map[string]convergence.Applied {
 
 // close stops the started parts in reverse order.
 func (p *parts) close() {
+	if p.failover != nil {
+		p.failover.close()
+	}
 	if p.reporter != nil {
 		p.reporter.Close()
 	}

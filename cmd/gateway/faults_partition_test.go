@@ -6,6 +6,7 @@ package main
 // two while its clients still reach it.
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -119,4 +120,109 @@ func TestClusterPartitionIsolatesTheLeader(t *testing.T) {
 	if d := r.g.metric(`pushlb_list_updates_total{service="orders"}`) - updates; d != 0 {
 		t.Errorf("the list changed %v times, want 0: a live instance left it", d)
 	}
+}
+
+// timeline returns the gateway's timeline of list changes (/-/lb).
+func (g *gw) timeline(t testing.TB) []timelineEntry {
+	t.Helper()
+	var st struct {
+		Timeline []timelineEntry `json:"timeline"`
+	}
+	if err := json.Unmarshal([]byte(g.state(t)), &st); err != nil {
+		t.Fatalf("the gateway's state: %v", err)
+	}
+	return st.Timeline
+}
+
+// TestGatewayNodeCut: the node the gateway is connected to is cut from
+// the other two (a route partition; the registry stream led by one of
+// those). The gateway's connection stays open and its pings are
+// answered, but nothing reaches it through that node: no event, no
+// registry change. Meanwhile an instance stops and another starts on the
+// majority's side. The gateway finds the registry unanswered through its
+// node, moves to another (failover.go in the root package) and resyncs:
+//
+//   - no request fails: while cut it routes on its last list (the stopped
+//     instance's backend still answers, as in the churn faults);
+//   - no instance that lives leaves its list at any time (its timeline);
+//   - its list is right again (the stopped one out, the new one in), and
+//     the stopped one got at most the requests in flight at its removal.
+//
+// It logs how long after the cut the gateway moved and its list was
+// right; it asserts no duration.
+func TestGatewayNodeCut(t *testing.T) {
+	c, p := natstest.StartPartitionableCluster(t, 3)
+	const lease = 12 * time.Second // pings, and the gateway's probes, every 2 s
+	r := &faultRig{c: c}
+	r.g = &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t)}
+	r.g.Proc = start(t, bin.gateway, "-listen", r.g.proxy, "-admin", r.g.admin, "-nats", c.URL(), "-follow", "all", "-lease", lease.String())
+	cut := nodeOf(t, c, r.g.WaitFor(t, "gateway started", lineTimeout).Text)
+	r.g.waitHealthy(t)
+	// The announcers on the majority's nodes, which lead the stream: they
+	// go on writing through the cut, and only the gateway is cut off.
+	majority := othersThan(c, cut)
+	c.MoveStreamLeader(t, registryStream, c.Nodes[(cut+1)%3])
+	for i := range 3 {
+		b := newTracked(t, fmt.Sprintf("i%d", i+1))
+		r.backends, r.anns = append(r.backends, b), append(r.anns, announceOn(t, majority, b))
+		r.live = append(r.live, b.name)
+	}
+	testutil.Eventually(t, "three instances listed", func() bool { return slices.Equal(r.g.ids(t), r.live) })
+	r.l, r.lg = startLoad(r.g, loadWorkers), r.g
+	t.Cleanup(r.l.stop)
+	r.l.waitMore(t, 100)
+
+	// A cut node that leads the JetStream meta group delays the resync
+	// (its consumer waits for the majority's new meta leader): logged.
+	meta := c.Nodes[cut].NATS().JetStreamIsLeader()
+	at := time.Now()
+	p.Isolate(cut)
+	t.Cleanup(func() { p.Heal(cut) }) // before the processes stop, if the test fails
+	// The majority's nodes drop their routes to the cut node (their pings
+	// notice within a second): until then a request they route to it (a
+	// registry read, answered by any replica) is lost, as any request in
+	// flight at a partition.
+	testutil.Eventually(t, "the partition noticed", func() bool {
+		for i, n := range c.Nodes {
+			if want := map[bool]int{true: 0, false: 1}[i == cut]; n.NATS().NumRoutes() != want {
+				return false
+			}
+		}
+		return true
+	})
+	// i1 stops (offline, deregistered), i4 starts: neither reaches the
+	// gateway through its node.
+	if code := r.anns[0].Stop(t, exitTimeout); code != 0 {
+		t.Fatalf("announce i1 exited %d", code)
+	}
+	b := newTracked(t, "i4")
+	a := announceOn(t, majority, b)
+	a.WaitFor(t, "announced online", lineTimeout)
+	changed := time.Since(at)
+	stopped := r.backends[0]
+	r.backends, r.anns = append(r.backends[1:], b), append(r.anns[1:], a)
+	r.live = []string{"i2", "i3", "i4"}
+
+	moveLine := r.g.WaitFor(t, "moving to another server of the cluster", 4*lease)
+	moved := moveLine.At.Sub(at)
+	r.g.WaitFor(t, "reconnected to NATS", 4*lease)
+	testutil.EventuallyWithin(t, 4*lease, "the gateway to list i2, i3, i4", func() bool { return slices.Equal(r.g.ids(t), r.live) })
+	right := time.Since(at)
+	r.gone = append(r.gone, goneInstance{b: stopped, hits: stopped.hits.Load()})
+	p.Heal(cut)
+	c.WaitJetStream(t)
+	r.healed(t, at)
+
+	var log []string
+	for _, e := range r.g.timeline(t) {
+		if e.At.Before(at) {
+			continue
+		}
+		log = append(log, e.Instance+" "+e.Change+" ("+e.Source+")")
+		if e.Change == "offline" && e.Instance != "i1" {
+			t.Errorf("%s left the list at %v: a live instance unrouted", e.Instance, e.At.Sub(at))
+		}
+	}
+	t.Logf("the gateway's node (the JetStream meta leader: %v) cut from the others: i1 stopped and i4 announced %v after the cut; the gateway moved %v after it and listed i2, i3, i4 %v after it; its changes: %s",
+		meta, changed.Round(time.Millisecond), moved.Round(time.Millisecond), right.Round(time.Millisecond), strings.Join(log, ", "))
 }
