@@ -35,8 +35,11 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go test -c -o "$tmp/hs.test" ./cmd/haproxy-sync/
+cd cmd/haproxy-sync   # where go test runs it: crash-process builds ../announce
 echo "== $(haproxy -v | head -1); load $(cut -d' ' -f1-3 /proc/loadavg)"
-"$tmp/hs.test" -test.run '^$' -test.bench '^BenchmarkHAProxy$' -test.benchtime "${ITERS}x" | grep '^Benchmark'
+"$tmp/hs.test" -test.run '^$' -test.bench '^BenchmarkHAProxy$' -test.benchtime "${ITERS}x" > "$tmp/out" ||
+  { cat "$tmp/out"; exit 1; }
+grep '^Benchmark' "$tmp/out"
 
 for round in $(seq "$ROUNDS"); do
   if [ $((round % 2)) -eq 1 ]; then order="static pushlb"; else order="pushlb static"; fi
