@@ -44,8 +44,11 @@ done
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  # Last started, first stopped: the fleet withdraws while NATS still runs.
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    kill "${pids[$i]}" 2>/dev/null || true
+    wait "${pids[$i]}" 2>/dev/null || true
+  done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -58,7 +61,16 @@ p_listen=$BASE_PORT p_admin=$((BASE_PORT + 1)) p_nats=$((BASE_PORT + 2))
 p_pushed=$((BASE_PORT + 3)) p_trivial=$((BASE_PORT + 4)) p_static=$((BASE_PORT + 5))
 p_host_listen=$((BASE_PORT + 6)) p_host_admin=$((BASE_PORT + 7))
 
-one_core() { GOMAXPROCS=1 taskset -c "$SERVER_CPU" "$@"; }
+# exec: a background call's $! is then the server itself, which cleanup stops.
+one_core() { GOMAXPROCS=1 exec taskset -c "$SERVER_CPU" "$@"; }
+
+# A port in use would make a server fail and the rounds measure whatever
+# holds it (a leftover of an earlier run): stop at once instead.
+for port in $p_listen $p_admin $p_nats $p_pushed $p_trivial $p_static $p_host_listen $p_host_admin; do
+  if (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; then
+    echo "127.0.0.1:$port is in use: stop what holds it, or give BASE_PORT"; exit 1
+  fi
+done
 
 # NATS runs in a gateway of its own, off the measured core, as a NATS
 # cluster would: the measured gateway holds the client and the responder.
