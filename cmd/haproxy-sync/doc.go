@@ -8,10 +8,12 @@
 //
 //	haproxy-sync -socket /run/haproxy/admin.sock [-zone a] [-check] orders payments=be_payments
 //
-// -config FILE reads the same settings from YAML (the flags' names in
-// camelCase, "nats:" with the gateway's keys, and "backends:" of service and
-// backend); a flag given wins over the file, and the file's backends add to
-// the arguments'.
+// The NATS and gossip flags are the gateway's: with -gossip-bind it joins
+// the gateways' gossip, so that a crashed host's instances leave within
+// gossip's detection time. -config FILE reads the same settings from YAML
+// (the flags' names in camelCase, "nats:" and "gossip:" with the gateway's
+// keys, and "backends:" of service and backend); a flag given wins over the
+// file, and the file's backends add to the arguments'.
 //
 // Each argument is SERVICE[=BACKEND]: the backend (the service's name by
 // default) gets one server per listed instance, named -name-prefix (default

@@ -19,7 +19,9 @@ import (
 
 	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/base/yamlx"
+	"github.com/pushlb/pushlb/internal/cli/gossipflag"
 	"github.com/pushlb/pushlb/internal/cli/logx"
 	"github.com/pushlb/pushlb/internal/cli/natsconn"
 )
@@ -56,23 +58,24 @@ type follow struct {
 // backends. A flag given on the command line wins over the file; the
 // backends of the file and the command line's arguments add up.
 type fileConfig struct {
-	Socket        string          `yaml:"socket"`
-	Master        bool            `yaml:"master"`
-	Zone          string          `yaml:"zone"`
-	Check         bool            `yaml:"check"`
-	ServerOptions string          `yaml:"serverOptions"`
-	DrainTimeout  time.Duration   `yaml:"drainTimeout"`
-	Poll          time.Duration   `yaml:"poll"`
-	Resync        time.Duration   `yaml:"resync"`
-	Timeout       time.Duration   `yaml:"timeout"`
-	Coalesce      time.Duration   `yaml:"coalesce"`
-	NamePrefix    string          `yaml:"namePrefix"`
-	Resolve       bool            `yaml:"resolve"`
-	Metrics       string          `yaml:"metrics"`
-	Prefix        string          `yaml:"prefix"`
-	LogLevel      string          `yaml:"logLevel"`
-	NATS          natsconn.Config `yaml:"nats"`
-	Backends      []follow        `yaml:"backends"`
+	Socket        string              `yaml:"socket"`
+	Master        bool                `yaml:"master"`
+	Zone          string              `yaml:"zone"`
+	Check         bool                `yaml:"check"`
+	ServerOptions string              `yaml:"serverOptions"`
+	DrainTimeout  time.Duration       `yaml:"drainTimeout"`
+	Poll          time.Duration       `yaml:"poll"`
+	Resync        time.Duration       `yaml:"resync"`
+	Timeout       time.Duration       `yaml:"timeout"`
+	Coalesce      time.Duration       `yaml:"coalesce"`
+	NamePrefix    string              `yaml:"namePrefix"`
+	Resolve       bool                `yaml:"resolve"`
+	Metrics       string              `yaml:"metrics"`
+	Prefix        string              `yaml:"prefix"`
+	LogLevel      string              `yaml:"logLevel"`
+	NATS          natsconn.Config     `yaml:"nats"`
+	Gossip        gossipflag.Settings `yaml:"gossip"`
+	Backends      []follow            `yaml:"backends"`
 }
 
 // readConfig decodes the file over o's values (the flags' defaults and
@@ -85,14 +88,14 @@ func (o *options) readConfig(path string, fs *flag.FlagSet, args []string, logLe
 	fc := fileConfig{
 		Socket: o.socket, Master: o.master, Zone: o.zone, Check: o.check, ServerOptions: o.serverOpts,
 		DrainTimeout: o.drainTimeout, Poll: o.poll, Resync: o.resync, Timeout: o.timeout, Coalesce: o.coalesce,
-		NamePrefix: o.namePrefix, Resolve: o.resolve, Metrics: o.metrics, Prefix: o.prefix, LogLevel: *logLevel, NATS: o.nats,
+		NamePrefix: o.namePrefix, Resolve: o.resolve, Metrics: o.metrics, Prefix: o.prefix, LogLevel: *logLevel, NATS: o.nats, Gossip: o.gossip,
 	}
 	if err := yamlx.DecodeFile(path, data, &fc); err != nil {
 		return nil, err
 	}
 	o.socket, o.master, o.zone, o.check, o.serverOpts = fc.Socket, fc.Master, fc.Zone, fc.Check, fc.ServerOptions
 	o.drainTimeout, o.poll, o.resync, o.timeout, o.coalesce = fc.DrainTimeout, fc.Poll, fc.Resync, fc.Timeout, fc.Coalesce
-	o.namePrefix, o.resolve, o.metrics, o.prefix, *logLevel, o.nats = fc.NamePrefix, fc.Resolve, fc.Metrics, fc.Prefix, fc.LogLevel, fc.NATS
+	o.namePrefix, o.resolve, o.metrics, o.prefix, *logLevel, o.nats, o.gossip = fc.NamePrefix, fc.Resolve, fc.Metrics, fc.Prefix, fc.LogLevel, fc.NATS, fc.Gossip
 	if err := fs.Parse(args); err != nil { // the flags given win
 		return nil, err
 	}
@@ -118,6 +121,7 @@ type options struct {
 	logLevel     zerolog.Level
 	follow       []follow
 	nats         natsconn.Config
+	gossip       gossipflag.Settings
 }
 
 const synopsis = `usage: haproxy-sync -socket PATH|HOST:PORT [-master] [-zone Z] [-check] [-config FILE] [flags] SERVICE[=BACKEND]...
@@ -154,6 +158,7 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.prefix, "prefix", events.DefaultPrefix, "pushlb's subject `prefix`")
 	fs.StringVar(&logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	o.nats.RegisterFlags(fs)
+	o.gossip.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -175,6 +180,9 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 		problems = append(problems, fmt.Errorf("-log-level: unknown level %q", logLevel))
 	}
 	o.logLevel = lvl
+	if err := o.gossip.Validate(); err != nil {
+		problems = append(problems, err)
+	}
 	if err := events.ValidatePrefix(o.prefix); err != nil {
 		problems = append(problems, fmt.Errorf("-prefix: %w", err))
 	}
@@ -308,8 +316,16 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 	for _, f := range o.follow {
 		services = append(services, f.Service)
 	}
-	c, err := pushlb.New(nc, pushlb.Config{Coalesce: o.coalesce, Prefix: o.prefix, Zone: o.zone, Follow: pushlb.FollowListed, Services: services},
-		pushlb.WithLogger(log), pushlb.WithListObserver(s.observe))
+	cfg := pushlb.Config{Coalesce: o.coalesce, Prefix: o.prefix, Zone: o.zone, Follow: pushlb.FollowListed, Services: services}
+	o.gossip.WarnIgnored(log)
+	if o.gossip.Enabled() {
+		gc, err := o.gossip.Config(gossip.Meta{Role: gossip.RoleGateway}, log)
+		if err != nil {
+			return err
+		}
+		cfg.Gossip = &gc
+	}
+	c, err := pushlb.New(nc, cfg, pushlb.WithLogger(log), pushlb.WithListObserver(s.observe))
 	if err != nil {
 		return err
 	}
@@ -320,7 +336,7 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 		return fmt.Errorf("starting the pushlb client: %w", err)
 	}
 	defer c.Close()
-	log.Info().Strs("services", services).Msg("following")
+	log.Info().Strs("services", services).Str("gossip", c.GossipAddr()).Msg("following")
 	s.run(ctx, c)
 	log.Info().Msg("stopping")
 	return nil

@@ -5,16 +5,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
+	"github.com/pushlb/pushlb/internal/testkit/testpub"
 	tu "github.com/pushlb/pushlb/internal/testkit/testutil"
+	"github.com/pushlb/pushlb/publisher"
+	"github.com/pushlb/pushlb/serverlist"
 )
 
 const ordersBackend = `backend orders
@@ -406,4 +412,33 @@ func TestTCPSocket(t *testing.T) {
 	announce(t, ns, "orders", "over-tcp", "", 0)
 	startSync(t, "-nats", ns.URL(), "-socket", "tcp:"+addr, "orders")
 	h.waitServers(t, "orders", "the instance added over TCP", func(s map[string]*haServer) bool { return s[defaultNamePrefix+"over-tcp"] != nil })
+}
+
+// TestCrashSeenByGossip: with gossip on (-gossip-bind) and no disconnect
+// advisories, an instance whose gossip node vanishes (its publisher closed
+// without leaving) is put in maintenance and deleted without a drain.
+func TestCrashSeenByGossip(t *testing.T) {
+	ns := natstest.Start(t)
+	h := startHAProxy(t, haproxyConfig{backends: ordersBackend, frontend: "orders"})
+	gossipAddr := tu.FreeAddr(t)
+	sync := startSync(t, "-nats", ns.URL(), "-socket", h.sock, "-drain-timeout", "1m",
+		"-gossip-bind", gossipAddr, "-gossip-profile", "fast", "orders")
+	sync.waitLog(t, "following", gossipAddr)
+
+	backend := testpub.Backend(t, "gossiping")
+	p := testpub.New(t, ns.Connect(t), publisher.Config{Gossip: &gossip.Config{
+		BindAddr: "127.0.0.1:0", Join: []string{gossipAddr}, Profile: gossip.ProfileFast}})
+	host, port, _ := net.SplitHostPort(backend.Listener.Addr().String())
+	portN, _ := strconv.Atoi(port)
+	if err := p.Announce(t.Context(), serverlist.Instance{Service: "orders", InstanceID: "gossiping", Host: host, Port: portN,
+		Incarnation: time.Now().UnixNano()}); err != nil {
+		t.Fatal(err)
+	}
+	name := defaultNamePrefix + "gossiping"
+	h.waitServers(t, "orders", "the instance added", func(s map[string]*haServer) bool { return s[name] != nil })
+
+	backend.Listener.Close()
+	_ = p.Close() // no leave: gossip's failure detection finds the node gone
+	h.waitServers(t, "orders", "the crashed instance deleted", func(s map[string]*haServer) bool { return s[name] == nil })
+	sync.waitLog(t, "server deleted", `"crash":true`)
 }
