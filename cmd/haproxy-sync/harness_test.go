@@ -125,6 +125,16 @@ func (h *haproxy) start(t testing.TB, bin string) {
 		_, err := h.api.processInfo(context.Background())
 		return err == nil
 	})
+	if h.masterSock != "" {
+		// The worker answers before the master runs its loop, where it
+		// takes SIGUSR2 and serves its CLI: a reload signalled earlier is
+		// lost.
+		master := &runtimeAPI{network: "unix", addr: h.masterSock, timeout: 2 * time.Second}
+		testutil.Eventually(t, "HAProxy's master CLI answers", func() bool {
+			reply, err := master.do(context.Background(), "show proc;quit")
+			return err == nil && strings.Contains(reply, "worker")
+		})
+	}
 }
 
 // restart stops HAProxy (SIGKILL: nothing of its state survives) and
