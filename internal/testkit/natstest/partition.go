@@ -35,8 +35,10 @@ type Partitions struct {
 // connections gossip makes fail, and the nodes keep their Links' routes.
 func StartPartitionableCluster(tb testing.TB, n int, opts ...Option) (*Cluster, *Partitions) {
 	tb.Helper()
-	routePorts, clientPorts := clusterPorts(tb, n)
+	// The refuser's port first: taken after the nodes' ports were chosen
+	// (and let go, for the nodes to take), it could be one of them.
 	nowhere := refuser(tb)
+	routePorts, clientPorts := clusterPorts(tb, n)
 	p := &Partitions{links: make([][]*Link, n)}
 	for i := range n {
 		p.links[i] = make([]*Link, n)
