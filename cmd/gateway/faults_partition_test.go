@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
@@ -135,8 +136,11 @@ func (g *gw) timeline(t testing.TB) []timelineEntry {
 }
 
 // TestGatewayNodeCut: the node the gateway is connected to is cut from
-// the other two (a route partition; the registry stream led by one of
-// those). The gateway's connection stays open and its pings are
+// the other two (a route partition), the registry stream led by one of
+// those, or by the cut node itself (which then leads on, as far as it
+// knows, until its lost quorum makes it step down, and the majority elects
+// another: a longer lease, so that the announcers' leases outlast the
+// election). The gateway's connection stays open and its pings are
 // answered, but nothing reaches it through that node: no event, no
 // registry change. Meanwhile an instance stops and another starts on the
 // majority's side. The gateway finds the registry unanswered through its
@@ -151,20 +155,34 @@ func (g *gw) timeline(t testing.TB) []timelineEntry {
 // It logs how long after the cut the gateway moved and its list was
 // right; it asserts no duration.
 func TestGatewayNodeCut(t *testing.T) {
+	t.Run("another node leads the stream", func(t *testing.T) { gatewayNodeCut(t, false) })
+	t.Run("the gateway's node leads the stream", func(t *testing.T) { gatewayNodeCut(t, true) })
+}
+
+func gatewayNodeCut(t *testing.T, leads bool) {
 	c, p := natstest.StartPartitionableCluster(t, 3)
-	const lease = 12 * time.Second // pings, and the gateway's probes, every 2 s
+	lease := 12 * time.Second // pings, and the gateway's probes, every 2 s
+	if leads {
+		lease = partitionLease // every 4 s
+	}
 	r := &faultRig{c: c}
 	r.g = &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t)}
 	r.g.Proc = start(t, bin.gateway, "-listen", r.g.proxy, "-admin", r.g.admin, "-nats", c.URL(), "-follow", "all", "-lease", lease.String())
 	cut := nodeOf(t, c, r.g.WaitFor(t, "gateway started", lineTimeout).Text)
 	r.g.waitHealthy(t)
-	// The announcers on the majority's nodes, which lead the stream: they
-	// go on writing through the cut, and only the gateway is cut off.
+	// The announcers on the majority's nodes.
 	majority := othersThan(c, cut)
-	c.MoveStreamLeader(t, registryStream, c.Nodes[(cut+1)%3])
+	leader := c.Nodes[(cut+1)%3]
+	if leads {
+		leader = c.Nodes[cut]
+	}
+	c.MoveStreamLeader(t, registryStream, leader)
+	announce := func(b *tracked) *testutil.Proc {
+		return start(t, bin.announce, "-nats", majority, "-service", "orders", "-addr", b.addr(), "-id", b.name, "-drain", "0s", "-lease", lease.String())
+	}
 	for i := range 3 {
 		b := newTracked(t, fmt.Sprintf("i%d", i+1))
-		r.backends, r.anns = append(r.backends, b), append(r.anns, announceOn(t, majority, b))
+		r.backends, r.anns = append(r.backends, b), append(r.anns, announce(b))
 		r.live = append(r.live, b.name)
 	}
 	testutil.Eventually(t, "three instances listed", func() bool { return slices.Equal(r.g.ids(t), r.live) })
@@ -190,13 +208,25 @@ func TestGatewayNodeCut(t *testing.T) {
 		}
 		return true
 	})
+	if leads {
+		// The instance changes need the registry: the majority's new
+		// leader.
+		testutil.EventuallyWithin(t, 4*lease, "a leader of the stream on the majority's side", func() bool {
+			for i, n := range c.Nodes {
+				if i != cut && n.NATS().JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, registryStream) {
+					return true
+				}
+			}
+			return false
+		})
+	}
 	// i1 stops (offline, deregistered), i4 starts: neither reaches the
 	// gateway through its node.
 	if code := r.anns[0].Stop(t, exitTimeout); code != 0 {
 		t.Fatalf("announce i1 exited %d", code)
 	}
 	b := newTracked(t, "i4")
-	a := announceOn(t, majority, b)
+	a := announce(b)
 	a.WaitFor(t, "announced online", lineTimeout)
 	changed := time.Since(at)
 	stopped := r.backends[0]
@@ -223,6 +253,6 @@ func TestGatewayNodeCut(t *testing.T) {
 			t.Errorf("%s left the list at %v: a live instance unrouted", e.Instance, e.At.Sub(at))
 		}
 	}
-	t.Logf("the gateway's node (the JetStream meta leader: %v) cut from the others: i1 stopped and i4 announced %v after the cut; the gateway moved %v after it and listed i2, i3, i4 %v after it; its changes: %s",
-		meta, changed.Round(time.Millisecond), moved.Round(time.Millisecond), right.Round(time.Millisecond), strings.Join(log, ", "))
+	t.Logf("the gateway's node (the stream's leader: %v, the JetStream meta leader: %v) cut from the others, lease %v: i1 stopped and i4 announced %v after the cut; the gateway moved %v after it and listed i2, i3, i4 %v after it; its changes: %s",
+		leads, meta, lease, changed.Round(time.Millisecond), moved.Round(time.Millisecond), right.Round(time.Millisecond), strings.Join(log, ", "))
 }
