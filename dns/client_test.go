@@ -199,11 +199,17 @@ func TestFloodOfRandomNames(t *testing.T) {
 	peak := make(chan int, 1)
 	go func() { // samples the goroutines while the flood runs
 		peakSeen := 0
-		for ctx.Err() == nil {
+		tick := time.NewTicker(time.Millisecond) // a sampling period, not an ordering
+		defer tick.Stop()
+		for {
 			peakSeen = max(peakSeen, goroutines())
-			time.Sleep(time.Millisecond) // a sampling period, not an ordering
+			select {
+			case <-ctx.Done():
+				peak <- peakSeen
+				return
+			case <-tick.C:
+			}
 		}
-		peak <- peakSeen
 	}()
 	errs := make(chan error, askers)
 	for a := range askers {
