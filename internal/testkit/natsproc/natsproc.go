@@ -122,14 +122,49 @@ func (c *Cluster) Node(name string) int {
 
 // Stop freezes node i (SIGSTOP): its client connections and its routes
 // stay open and nothing on them is answered, as on a host that hangs.
-func (c *Cluster) Stop(tb testing.TB, i int) { c.signal(tb, i, syscall.SIGSTOP) }
+// It returns once every thread of the process has stopped: kill(2) only
+// queues the signal, and a thread running on another core goes on until
+// it next enters the kernel.
+func (c *Cluster) Stop(tb testing.TB, i int) {
+	tb.Helper()
+	c.signal(tb, i, syscall.SIGSTOP)
+	testutil.Eventually(tb, "node "+c.Names[i]+" to stop", func() bool { return c.stopped(tb, i) })
+}
 
-// Continue resumes node i after Stop (SIGCONT).
-func (c *Cluster) Continue(tb testing.TB, i int) { c.signal(tb, i, syscall.SIGCONT) }
+// Continue resumes node i after Stop (SIGCONT), and returns once none of
+// its threads is stopped.
+func (c *Cluster) Continue(tb testing.TB, i int) {
+	tb.Helper()
+	c.signal(tb, i, syscall.SIGCONT)
+	testutil.Eventually(tb, "node "+c.Names[i]+" to continue", func() bool { return !c.stopped(tb, i) })
+}
 
 func (c *Cluster) signal(tb testing.TB, i int, sig syscall.Signal) {
 	tb.Helper()
 	if err := syscall.Kill(c.Procs[i].Pid(), sig); err != nil {
 		tb.Fatalf("node %s: %v: %v", c.Names[i], sig, err)
 	}
+}
+
+// stopped reports whether every thread of node i is in the stopped state
+// ('T' in /proc/<pid>/task/<tid>/stat).
+func (c *Cluster) stopped(tb testing.TB, i int) bool {
+	tb.Helper()
+	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", c.Procs[i].Pid()))
+	if err != nil || len(stats) == 0 {
+		tb.Fatalf("node %s: no thread states in /proc: %v", c.Names[i], err)
+	}
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false // a thread that exited meanwhile: look again
+		}
+		// The state follows the command name, which is in parentheses
+		// and may itself hold spaces or parentheses.
+		rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
+		if f := strings.Fields(rest); len(f) == 0 || f[0] != "T" {
+			return false
+		}
+	}
+	return true
 }
