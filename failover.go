@@ -54,7 +54,7 @@ type failover struct {
 	every  time.Duration // the probe's interval, and its timeout
 	log    zerolog.Logger
 
-	moves atomic.Uint64
+	answered, unanswered, moves atomic.Uint64
 
 	stop chan struct{}
 	done chan struct{}
@@ -88,8 +88,10 @@ func (f *failover) close() {
 	<-f.done
 }
 
-// Moves returns how many times the client left its server.
-func (f *failover) Moves() uint64 { return f.moves.Load() }
+// stats returns the counters.
+func (f *failover) stats() FailoverStats {
+	return FailoverStats{Answered: f.answered.Load(), Unanswered: f.unanswered.Load(), Moves: f.moves.Load()}
+}
 
 func (f *failover) run() {
 	defer close(f.done)
@@ -113,6 +115,11 @@ func (f *failover) run() {
 			server, misses = id, 0
 		}
 		err := f.probe()
+		if unanswered(err) {
+			f.unanswered.Add(1)
+		} else {
+			f.answered.Add(1)
+		}
 		if err == nil {
 			misses, need = 0, failoverMisses
 			continue

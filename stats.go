@@ -45,6 +45,23 @@ type Stats struct {
 	ServicesRemoved uint64 `json:"servicesRemoved"`
 	// Follow describes what the client follows (Config.Follow).
 	Follow FollowStats `json:"follow"`
+	// Failover counts the probes of the registry through the client's
+	// NATS server and the moves to another server of its cluster that
+	// they caused (docs/reliability.md); zero for a connection that knows
+	// one server.
+	Failover FailoverStats `json:"failover"`
+}
+
+// FailoverStats count the client's probes of the registry stream through
+// its NATS server (one per ping interval while the connection knows more
+// than one server): Answered by a leader with a quorum of the stream's
+// replicas (or with an error that is an answer: a permission, a lost
+// bucket), Unanswered, and Moves to another server of the cluster after
+// unanswered probes in a row.
+type FailoverStats struct {
+	Answered   uint64 `json:"answered"`
+	Unanswered uint64 `json:"unanswered"`
+	Moves      uint64 `json:"moves"`
 }
 
 // FollowStats describe what a client follows and its follows on request.
@@ -302,6 +319,9 @@ func (c *Client) Stats() Stats {
 			st.Reaper = ReaperStats(p.reaper.Stats())
 		}
 		st.Follow.Followed = sub.Followed
+		if p.failover != nil {
+			st.Failover = p.failover.stats()
+		}
 	}
 	fs := c.services.FollowStats()
 	st.Follow.Mode = string(c.opts.Follow)

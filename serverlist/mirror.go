@@ -151,11 +151,14 @@ type Mirror struct {
 
 	state atomic.Pointer[mirrorState]
 
-	lifeMu   sync.Mutex
-	started  bool
-	stopped  bool
-	cancel   context.CancelFunc
-	done     chan struct{} // closed when the goroutine ends
+	lifeMu  sync.Mutex
+	started bool
+	stopped bool
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the goroutine ends
+	// stopping counts the stopped watches whose consumers are still being
+	// deleted (stopWatcherAsync); the goroutine waits for them as it ends.
+	stopping sync.WaitGroup
 	synced   chan struct{} // closed at the first catch-up
 	syncOnce sync.Once
 
@@ -405,6 +408,7 @@ func (m *Mirror) noteBucket(ctx context.Context) error {
 // failures.
 func (m *Mirror) run(ctx context.Context) {
 	defer close(m.done)
+	defer m.stopping.Wait()
 	nc := m.reg.js.Conn()
 	// A status listener does not replace the application's reconnect handler;
 	// nats.go sends to it without blocking.
@@ -476,7 +480,7 @@ func (m *Mirror) watch(ctx context.Context, status <-chan nats.Status) (synced b
 	if err := m.noteBucket(ctx); err != nil {
 		return false, err
 	}
-	ss := &session{in: make(chan scopedUpdate, scopedBuffer), scopes: make(map[string]*scopeWatch)}
+	ss := &session{in: make(chan scopedUpdate, scopedBuffer), scopes: make(map[string]*scopeWatch), stopping: &m.stopping}
 	defer ss.stop()
 	// The all scope's entries are read from its watcher directly: no hop
 	// through a goroutine for the follow-all mirror's 100,000 records.

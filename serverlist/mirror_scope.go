@@ -129,7 +129,10 @@ type session struct {
 	in     chan scopedUpdate
 	scopes map[string]*scopeWatch // by service; "" for the all scope
 	wg     sync.WaitGroup         // the forwarders
-	synced bool                   // a watch of this session reached its catch-up marker
+	// stopping counts the watches' stops still deleting their consumers
+	// (stopWatcherAsync): the mirror's, which waits for them as it ends.
+	stopping *sync.WaitGroup
+	synced   bool // a watch of this session reached its catch-up marker
 }
 
 // stop ends every watch of the session and waits for the forwarders.
@@ -147,7 +150,7 @@ func (ss *session) stopScope(sw *scopeWatch) {
 	}
 	sw.stopped = true
 	sw.cancel()
-	stopWatcher(sw.w)
+	_ = stopWatcherAsync(sw.w, ss.stopping)
 }
 
 // forward carries sw's entries to the mirror's goroutine until the watch

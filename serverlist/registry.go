@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -609,8 +610,34 @@ func compareInstances(a, b Instance) int {
 // stopWatcher stops w and drains its channel until the client closes it. The
 // client delivers under a lock and blocks while the channel is full, so an
 // undrained watcher would leave the client's delivery goroutine stuck.
-func stopWatcher(w jetstream.KeyWatcher) {
-	_ = w.Stop()
+func stopWatcher(w jetstream.KeyWatcher) { <-stopWatcherAsync(w, nil) }
+
+// stopWatcherAsync is stopWatcher that does not wait for the deletion of
+// the watch's consumer when stopping is set: nats.go closes the watch's
+// channel as it unsubscribes, then asks the server to delete the consumer
+// and waits for the answer, up to its request timeout (5 s) when the
+// server's JetStream cannot answer: a node cut from its cluster, which is
+// when the mirror stops its watches to resync through another node. That
+// request then runs on in a goroutine that stopping counts. The channel
+// returned is closed once the deletion has ended.
+func stopWatcherAsync(w jetstream.KeyWatcher, stopping *sync.WaitGroup) <-chan struct{} {
+	deleted := make(chan struct{})
+	if stopping == nil {
+		_ = w.Stop()
+		close(deleted)
+	} else {
+		stopping.Go(func() {
+			defer close(deleted)
+			_ = w.Stop()
+		})
+	}
+	drain(w)
+	return deleted
+}
+
+// drain drops w's updates until the client closes its channel, or for
+// watchDrainTimeout at most.
+func drain(w jetstream.KeyWatcher) {
 	timer := time.NewTimer(watchDrainTimeout)
 	defer timer.Stop()
 	for {

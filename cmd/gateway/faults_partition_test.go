@@ -238,6 +238,12 @@ func gatewayNodeCut(t *testing.T, leads bool) {
 	r.g.WaitFor(t, "reconnected to NATS", 4*lease)
 	testutil.EventuallyWithin(t, 4*lease, "the gateway to list i2, i3, i4", func() bool { return slices.Equal(r.g.ids(t), r.live) })
 	right := time.Since(at)
+	if n := r.g.metric("pushlb_registry_failover_moves_total"); n != 1 {
+		t.Errorf("pushlb_registry_failover_moves_total %v after the move, want 1", n)
+	}
+	if n := r.g.metric(`pushlb_registry_probes_total{result="unanswered"}`); n < 3 {
+		t.Errorf(`pushlb_registry_probes_total{result="unanswered"} %v after the move, want 3 or more`, n)
+	}
 	r.gone = append(r.gone, goneInstance{b: stopped, hits: stopped.hits.Load()})
 	p.Heal(cut)
 	c.WaitJetStream(t)

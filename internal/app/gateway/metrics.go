@@ -189,6 +189,8 @@ var (
 	descAdvProbes       = prometheus.NewDesc("pushlb_advisory_probes_total", "Probes of instances whose NATS connection ended, by outcome: alive (kept), refused or unreachable (removed).", []string{"outcome"}, nil)
 	descIDReleases      = prometheus.NewDesc("pushlb_id_releases_total", "While this gateway's reaper leads: the IDs of crashed instances (connection closed, probe failed) it freed for their restart, by result: released (lease ended, record removed), renamed (the record names another connection or is gone), renewed (the holder renewed its lease: alive), failed.", []string{"result"}, nil)
 	descReaperEnded     = prometheus.NewDesc("pushlb_reaper_leases_ended_total", "Lease removals and expiries this gateway's reaper saw while leading.", nil, nil)
+	descFailoverProbes  = prometheus.NewDesc("pushlb_registry_probes_total", "Probes of the registry stream through this gateway's NATS server (one per ping interval when its connection knows more than one server), by result: answered (by a leader with a quorum), unanswered.", []string{"result"}, nil)
+	descFailoverMoves   = prometheus.NewDesc("pushlb_registry_failover_moves_total", "Moves of this gateway's NATS connection to another server of the cluster after the registry went unanswered through its server (docs/reliability.md).", nil, nil)
 )
 
 // stateCollector reads the components' own counters at scrape time.
@@ -197,7 +199,7 @@ type stateCollector struct{ g *Gateway }
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReceived, descApplied, descDropped, descDelivered, descHandlerErr,
 		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descWentBack, descUnconfirmed, descMalformed, descResyncs, descLookupHit, descServers, descReachable, descEjected, descEjections, descPanic, descHeld, descHeldTotal, descTrips, descUpdates, descUnregistered, descServicesRemoved, descFollowed, descFollows, descFollowing, descUnfollows, descRevision, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored,
-		descReaperLeader, descReaperReaped, descReaperEnded, descReaperUnled,
+		descReaperLeader, descReaperReaped, descReaperEnded, descReaperUnled, descFailoverProbes, descFailoverMoves,
 		descRemovalsBy, descAdvState, descAdvReceived, descAdvMalformed, descAdvMatched, descAdvSkipped, descAdvProbes, descIDReleases} {
 		ch <- d
 	}
@@ -269,6 +271,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	flag(descReaperUnled, st.Reaper.Unled)
 	counter(descReaperReaped, st.Reaper.Reaped)
 	counter(descReaperEnded, st.Reaper.LeasesEnded)
+	counter(descFailoverProbes, st.Failover.Answered, "answered")
+	counter(descFailoverProbes, st.Failover.Unanswered, "unanswered")
+	counter(descFailoverMoves, st.Failover.Moves)
 	counter(descLookupHit, st.Lookups.Hits, "hit")
 	counter(descLookupHit, st.Lookups.Fallbacks, "fallback")
 	counter(descLookupHit, st.Lookups.Failures, "failure")
