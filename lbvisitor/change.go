@@ -16,8 +16,10 @@ type ListChange struct {
 	Service string
 	// At is when the balancer applied the change.
 	At time.Time
-	// Joined and Left are the servers that entered and left the list.
-	Joined, Left []ServerChange
+	// Joined and Left are the servers that entered and left the list;
+	// Updated those that stayed with new details (an address, a weight,
+	// a zone, metadata: a record rewritten under the same instance ID).
+	Joined, Left, Updated []ServerChange
 	// Servers is the list after the change.
 	Servers []*balancer.Server
 }
@@ -69,9 +71,9 @@ func configChange(service string, old, new []*balancer.Server) ListChange {
 // causes per instance ID and fallback for a server without one.
 func listChange(service string, old, new []*balancer.Server, causes map[string]events.Change, fallback events.Cause) ListChange {
 	lc := ListChange{Service: service, At: time.Now(), Servers: append([]*balancer.Server(nil), new...)}
-	before := make(map[string]bool, len(old))
+	before := make(map[string]*balancer.Server, len(old))
 	for _, s := range old {
-		before[s.ID] = true
+		before[s.ID] = s
 	}
 	change := func(s *balancer.Server) ServerChange {
 		c, ok := causes[s.ID]
@@ -81,13 +83,18 @@ func listChange(service string, old, new []*balancer.Server, causes map[string]e
 		return ServerChange{Server: s, Cause: c.Cause, EventAt: c.EventAt}
 	}
 	for _, s := range new {
-		if !before[s.ID] {
+		switch was, ok := before[s.ID]; {
+		case !ok:
 			lc.Joined = append(lc.Joined, change(s))
+		case was != s:
+			// The balancer keeps its copy of an unchanged server: a new
+			// one is new details.
+			lc.Updated = append(lc.Updated, change(s))
 		}
 		delete(before, s.ID)
 	}
 	for _, s := range old {
-		if before[s.ID] {
+		if _, ok := before[s.ID]; ok {
 			lc.Left = append(lc.Left, change(s))
 		}
 	}

@@ -379,14 +379,17 @@ func (s *Services) forget(sv *Service, v *Visitor) {
 // at its first list. Changes of one service come one at a time (under its
 // Visitor's lock, or the balancer's listener queue before it has one).
 func (s *Services) changed(sv *Service, lc ListChange) {
-	if len(lc.Joined) == 0 && len(lc.Left) == 0 {
+	if len(lc.Joined) == 0 && len(lc.Left) == 0 && len(lc.Updated) == 0 {
 		return
 	}
 	sv.updates.Add(1)
 	sv.lastChange.Store(lc.At.UnixNano())
 	if e := s.log.Info(); e.Enabled() {
-		e.Str("service", sv.name).Array("joined", changesLog(lc.Joined)).Array("left", changesLog(lc.Left)).
-			Int("size", len(lc.Servers)).Msg("server list changed")
+		e.Str("service", sv.name).Array("joined", changesLog(lc.Joined)).Array("left", changesLog(lc.Left))
+		if len(lc.Updated) > 0 {
+			e.Array("updated", changesLog(lc.Updated))
+		}
+		e.Int("size", len(lc.Servers)).Msg("server list changed")
 	}
 	if s.observer != nil {
 		s.observer(lc)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/events"
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 	"github.com/pushlb/pushlb/serverlist"
 )
 
@@ -387,5 +388,52 @@ func TestVisitorGuardSeesALossAtLookup(t *testing.T) {
 	last := seen[2]
 	if !slices.Equal(last.InstanceIDs, []string{inst(2).InstanceID}) || last.Changes[inst(1).InstanceID].Cause != events.CauseRegistry || len(last.Changes) != 1 {
 		t.Fatalf("the second Admit of the list: IDs %v, changes %v; want 2's, and 1 removed by the registry", last.InstanceIDs, last.Changes)
+	}
+}
+
+// A record rewritten under the same instance ID (another weight) is a
+// change of the list: the observer hears it as Updated, and the service's
+// watchers are called with the new list.
+func TestServicesTellAChangeInPlace(t *testing.T) {
+	var mu sync.Mutex
+	var heard []ListChange
+	f := newFactory(t)
+	res := &fixedResolver{}
+	res.set(false, inst(1), inst(2))
+	s := NewServices(f, ServicesConfig{Observer: func(lc ListChange) {
+		mu.Lock()
+		defer mu.Unlock()
+		heard = append(heard, lc)
+	}})
+	s.Resolve(res)
+	if err := s.Handle(t.Context(), lc(1, 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	weights := make(chan int, 4)
+	stop := s.Watch("orders", func(servers []*balancer.Server) {
+		for _, sv := range servers {
+			if sv.ID == inst(2).InstanceID {
+				weights <- sv.Weight
+			}
+		}
+	})
+	defer stop()
+	if w := testutil.Receive(t, weights, time.Minute, "the first list"); w != 0 {
+		t.Fatalf("weight %d at first, want 0 (the default)", w)
+	}
+	heavier := inst(2)
+	heavier.Weight = 500
+	res.set(false, inst(1), heavier)
+	if err := s.Handle(t.Context(), lc(2, 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if w := testutil.Receive(t, weights, time.Minute, "the list after the change in place"); w != 500 {
+		t.Fatalf("weight %d after the change, want 500", w)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	last := heard[len(heard)-1]
+	if len(last.Joined) != 0 || len(last.Left) != 0 || len(last.Updated) != 1 || last.Updated[0].Server.ID != inst(2).InstanceID {
+		t.Fatalf("heard joined %v, left %v, updated %v; want %s updated alone", last.Joined, last.Left, last.Updated, inst(2).InstanceID)
 	}
 }

@@ -35,10 +35,10 @@
 //     server" at once.
 //   - HAProxy 2.6 deletes only a server in maintenance without connections:
 //     a deletion it refuses for that reason is tried again until it succeeds.
-//   - A listed server whose address or weight changed is updated in place
-//     ("set server ... addr", "weight") within one -poll: the client's Watch
-//     tells only of joins and departures, so the lists are also read every
-//     -poll. One found in maintenance or drain is made ready. One whose zone moved it between active and backup
+//   - A listed server whose address or weight changed (its record rewritten
+//     under the same instance ID) is updated in place ("set server ...
+//     addr", "weight") as soon as the client's list changes. One found in
+//     maintenance or drain is made ready. One whose zone moved it between active and backup
 //     leaves and is added again (HAProxy cannot change that at runtime).
 //
 // Weights: pushlb's 1 to 1,000 (default 100) become HAProxy's 1 to 256 as

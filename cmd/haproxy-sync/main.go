@@ -147,7 +147,7 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.zone, "zone", "", "local `zone`: instances of another zone are added as backup servers (empty: every instance is active)")
 	fs.BoolVar(&o.check, "check", false, "add servers with \"check\" and enable their health checks (the backend's default-server settings apply)")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "how long a server leaving gracefully is drained before its sessions are shut down")
-	fs.DurationVar(&o.poll, "poll", defaultPoll, "how often HAProxy's process ID is read (a restart or reload) and the lists read from the client (a change in place)")
+	fs.DurationVar(&o.poll, "poll", defaultPoll, "how often HAProxy's process ID is read (a restart or reload)")
 	fs.DurationVar(&o.resync, "resync", defaultResync, "how often every backend is read and reconciled regardless (0: never)")
 	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "bound of one runtime API command")
 	fs.DurationVar(&o.coalesce, "coalesce", defaultCoalesce, "least time between two applications of one service's list (pushlb.Config.Coalesce)")

@@ -69,24 +69,15 @@ func (s *syncer) run(ctx context.Context, c *pushlb.Client) {
 		stop := c.Watch(b.service, b.setList)
 		defer stop()
 	}
-	s.watchProcess(ctx, func() {
-		for _, b := range s.backends {
-			if v, err := c.Balancer(b.service); err == nil {
-				b.setList(v.Servers())
-			}
-		}
-	})
+	s.watchProcess(ctx)
 	wg.Wait()
 }
 
 // watchProcess reads HAProxy's process ID every -poll and makes every
 // backend reconcile when it changed or when the socket answers again after
 // a failure; every -resync it makes them reconcile regardless (a change
-// made by someone else). Every -poll it also calls relist, which hands
-// each backend its service's current list: Watch tells only of instances
-// that join or leave, not of one announced again with another weight,
-// zone or address under the same ID. It returns when ctx ends.
-func (s *syncer) watchProcess(ctx context.Context, relist func()) {
+// made by someone else). It returns when ctx ends.
+func (s *syncer) watchProcess(ctx context.Context) {
 	poll := time.NewTicker(s.opts.poll)
 	defer poll.Stop()
 	var resync <-chan time.Time
@@ -127,7 +118,6 @@ func (s *syncer) watchProcess(ctx context.Context, relist func()) {
 		case <-ctx.Done():
 			return
 		case <-poll.C:
-			relist()
 		case <-resync:
 			s.reconcile()
 		}
