@@ -22,6 +22,7 @@ import (
 type instance struct {
 	ID, Host, Zone string
 	Port, Weight   int
+	Secure         bool // TLS (https)
 }
 
 // target is one server a backend must have, as HAProxy writes it.
@@ -32,6 +33,7 @@ type target struct {
 	port   int
 	weight int // HAProxy's scale, 1 to 256
 	backup bool
+	ssl    bool // a secure instance: "ssl" and -tls-options
 }
 
 // Timing of a backend's loop.
@@ -103,7 +105,7 @@ func newBackendSync(service, backend string, api *runtimeAPI, opts *options, log
 func (b *backendSync) setList(servers []*balancer.Server) {
 	list := make([]instance, 0, len(servers))
 	for _, s := range servers {
-		list = append(list, instance{ID: s.ID, Host: s.Host, Zone: s.Zone, Port: s.Port, Weight: s.Weight})
+		list = append(list, instance{ID: s.ID, Host: s.Host, Zone: s.Zone, Port: s.Port, Weight: s.Weight, Secure: s.URLScheme() == "https"})
 	}
 	b.mu.Lock()
 	same := b.listed && slices.Equal(b.list, list)
@@ -214,16 +216,17 @@ func (b *backendSync) step(ctx context.Context) (time.Duration, error) {
 		switch {
 		case h == nil:
 			errs = append(errs, b.add(ctx, t))
-		case h.Backup == t.backup:
+		case t.sameKind(h):
 			delete(b.leaving, name)
 			errs = append(errs, b.update(ctx, h, t))
 		}
-		// A server whose zone changed sides (backup or not) leaves below
-		// and comes back at the next step: HAProxy cannot change it.
+		// A server whose zone changed sides (backup or not), or that
+		// turned secure or plain, leaves below and comes back at the next
+		// step: HAProxy cannot change either at runtime.
 	}
 	now := time.Now()
 	for name, h := range b.have {
-		if t, ok := want[name]; !b.opts.ours(name) || ok && t.backup == h.Backup {
+		if t, ok := want[name]; !b.opts.ours(name) || ok && t.sameKind(h) {
 			continue
 		}
 		errs = append(errs, b.remove(ctx, h, crash[name], now))
@@ -308,12 +311,16 @@ func (b *backendSync) targets(ctx context.Context, list []instance) map[string]t
 		delete(b.refused, in.ID)
 		t := target{
 			id: in.ID, name: b.opts.serverName(in.ID), addr: addr, port: in.Port,
-			weight: haproxyWeight(in.Weight), backup: b.opts.backup(in.Zone),
+			weight: haproxyWeight(in.Weight), backup: b.opts.backup(in.Zone), ssl: in.Secure,
 		}
 		want[t.name] = t
 	}
 	return want
 }
+
+// sameKind reports whether h is what t must be in what HAProxy cannot
+// change at runtime: backup or not, TLS or not.
+func (t target) sameKind(h *haServer) bool { return h.Backup == t.backup && h.SSL == t.ssl }
 
 // resolve returns host's IP address: HAProxy 2.6's "add server" takes no
 // host name (it would add a server with no address that never resolves).
@@ -369,10 +376,16 @@ func (b *backendSync) add(ctx context.Context, t target) error {
 	if b.opts.serverOpts != "" {
 		cmd += " " + b.opts.serverOpts
 	}
+	if t.ssl {
+		cmd += " ssl"
+		if b.opts.tlsOpts != "" {
+			cmd += " " + b.opts.tlsOpts
+		}
+	}
 	if err := b.exec(ctx, "add", cmd, "New server registered."); err != nil {
 		return err
 	}
-	h := &haServer{Name: t.name, Addr: t.addr, Port: t.port, Weight: t.weight, Backup: t.backup, Admin: adminForcedMaint}
+	h := &haServer{Name: t.name, Addr: t.addr, Port: t.port, Weight: t.weight, Backup: t.backup, SSL: t.ssl, Admin: adminForcedMaint}
 	b.have[t.name] = h
 	if b.opts.check {
 		if err := b.exec(ctx, "enable_health", "enable health "+ref); err != nil {
@@ -384,7 +397,7 @@ func (b *backendSync) add(ctx context.Context, t target) error {
 	}
 	h.Admin = 0
 	b.log.Info().Str("id", t.id).Str("server", t.name).Str("addr", net.JoinHostPort(t.addr, strconv.Itoa(t.port))).
-		Int("weight", t.weight).Bool("backup", t.backup).Msg("server added")
+		Int("weight", t.weight).Bool("backup", t.backup).Bool("ssl", t.ssl).Msg("server added")
 	return nil
 }
 

@@ -41,6 +41,10 @@
 //     maintenance or drain is made ready. One whose zone moved it between active and backup
 //     leaves and is added again (HAProxy cannot change that at runtime).
 //
+// TLS: a secure instance (announced with TLS) is added with "ssl" and
+// -tls-options ("verify required ca-file @system-ca" by default); a CA file
+// of your own must be loaded by haproxy.cfg first (docs/haproxy.md).
+//
 // Weights: pushlb's 1 to 1,000 (default 100) become HAProxy's 1 to 256 as
 // w×256/1000 rounded, at least 1 (100 → 26, 1,000 → 256; 1 to 5 → 1).
 // Zones: with -zone, an instance of another zone (compared without regard to

@@ -43,6 +43,9 @@ const (
 	// gives a dynamic server none (pool-max-conn 0), and no default-server
 	// line applies to it, so that each request would open a connection.
 	defaultServerOptions = "pool-max-conn -1 pool-purge-delay 5s"
+	// defaultTLSOptions verifies a secure instance's certificate against
+	// the system's trusted authorities (HAProxy 2.6's "@system-ca").
+	defaultTLSOptions = "verify required ca-file @system-ca"
 	// startTimeout bounds the pushlb client's start (the registry loaded).
 	startTimeout = 30 * time.Second
 )
@@ -63,6 +66,7 @@ type fileConfig struct {
 	Zone          string              `yaml:"zone"`
 	Check         bool                `yaml:"check"`
 	ServerOptions string              `yaml:"serverOptions"`
+	TLSOptions    string              `yaml:"tlsOptions"`
 	DrainTimeout  time.Duration       `yaml:"drainTimeout"`
 	Poll          time.Duration       `yaml:"poll"`
 	Resync        time.Duration       `yaml:"resync"`
@@ -86,14 +90,14 @@ func (o *options) readConfig(path string, fs *flag.FlagSet, args []string, logLe
 		return nil, fmt.Errorf("-config: %w", err)
 	}
 	fc := fileConfig{
-		Socket: o.socket, Master: o.master, Zone: o.zone, Check: o.check, ServerOptions: o.serverOpts,
+		Socket: o.socket, Master: o.master, Zone: o.zone, Check: o.check, ServerOptions: o.serverOpts, TLSOptions: o.tlsOpts,
 		DrainTimeout: o.drainTimeout, Poll: o.poll, Resync: o.resync, Timeout: o.timeout, Coalesce: o.coalesce,
 		NamePrefix: o.namePrefix, Resolve: o.resolve, Metrics: o.metrics, Prefix: o.prefix, LogLevel: *logLevel, NATS: o.nats, Gossip: o.gossip,
 	}
 	if err := yamlx.DecodeFile(path, data, &fc); err != nil {
 		return nil, err
 	}
-	o.socket, o.master, o.zone, o.check, o.serverOpts = fc.Socket, fc.Master, fc.Zone, fc.Check, fc.ServerOptions
+	o.socket, o.master, o.zone, o.check, o.serverOpts, o.tlsOpts = fc.Socket, fc.Master, fc.Zone, fc.Check, fc.ServerOptions, fc.TLSOptions
 	o.drainTimeout, o.poll, o.resync, o.timeout, o.coalesce = fc.DrainTimeout, fc.Poll, fc.Resync, fc.Timeout, fc.Coalesce
 	o.namePrefix, o.resolve, o.metrics, o.prefix, *logLevel, o.nats, o.gossip = fc.NamePrefix, fc.Resolve, fc.Metrics, fc.Prefix, fc.LogLevel, fc.NATS, fc.Gossip
 	if err := fs.Parse(args); err != nil { // the flags given win
@@ -114,6 +118,7 @@ type options struct {
 	timeout      time.Duration
 	coalesce     time.Duration
 	serverOpts   string
+	tlsOpts      string
 	namePrefix   string
 	resolve      bool
 	metrics      string
@@ -152,6 +157,7 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "bound of one runtime API command")
 	fs.DurationVar(&o.coalesce, "coalesce", defaultCoalesce, "least time between two applications of one service's list (pushlb.Config.Coalesce)")
 	fs.StringVar(&o.serverOpts, "server-options", defaultServerOptions, "keywords added to every \"add server\" (HAProxy 2.6 applies no default-server line to servers added at runtime), e.g. \"check inter 1s\" settings or \"ssl verify none\"")
+	fs.StringVar(&o.tlsOpts, "tls-options", defaultTLSOptions, "keywords added after \"ssl\" to the \"add server\" of a secure instance (announced with TLS: https), e.g. \"verify required ca-file /etc/ssl/internal-ca.pem\"")
 	fs.StringVar(&o.namePrefix, "name-prefix", defaultNamePrefix, "`prefix` of the server names the sync gives instances; servers without it are left alone")
 	fs.BoolVar(&o.resolve, "resolve", true, "resolve an instance's host name before adding it (HAProxy 2.6 does not); false: leave it out, with an error")
 	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics on `addr` (/metrics); empty: none")
@@ -198,8 +204,10 @@ func parseArgs(args []string, out io.Writer) (*options, error) {
 	if o.namePrefix == "" || strings.ContainsFunc(o.namePrefix, func(r rune) bool { return o.serverName(string(r)) != o.namePrefix+string(r) }) {
 		problems = append(problems, fmt.Errorf("-name-prefix: %q must be letters, digits, '-', '_', '.' or ':'", o.namePrefix))
 	}
-	if strings.ContainsAny(o.serverOpts, ";\n\r") {
-		problems = append(problems, fmt.Errorf("-server-options: %q has a ';' or a line break", o.serverOpts))
+	for _, opt := range []struct{ name, v string }{{"server-options", o.serverOpts}, {"tls-options", o.tlsOpts}} {
+		if strings.ContainsAny(opt.v, ";\n\r") {
+			problems = append(problems, fmt.Errorf("-%s: %q has a ';' or a line break", opt.name, opt.v))
+		}
 	}
 	if fs.NArg() == 0 && len(fromFile) == 0 {
 		problems = append(problems, errors.New("no service to follow: give SERVICE[=BACKEND]..."))

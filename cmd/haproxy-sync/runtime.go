@@ -141,7 +141,9 @@ type haServer struct {
 	Admin  int // admin state bits (admin*)
 	Weight int // the user weight, 0 to 256
 	// From "show stat": whether it is a backup, and its connections.
-	Backup             bool
+	Backup bool
+	// From "show servers state": whether it connects with TLS.
+	SSL                bool
 	Status             string // UP, DOWN, MAINT, DRAIN, "no check"...
 	Sessions           int    // current sessions (scur)
 	UsedConns, IdleCon int
@@ -253,6 +255,9 @@ func parseServersState(reply, backend string) (map[string]*haServer, error) {
 		s.Port, _ = strconv.Atoi(f[col["srv_port"]])
 		s.Admin, _ = strconv.Atoi(f[col["srv_admin_state"]])
 		s.Weight, _ = strconv.Atoi(f[col["srv_uweight"]])
+		if i, ok := col["srv_use_ssl"]; ok {
+			s.SSL = f[i] == "1"
+		}
 		servers[s.Name] = s
 	}
 	return servers, nil
