@@ -75,6 +75,33 @@ func (r *benchRig) waitGone(b *testing.B, id string) {
 	r.h.waitServers(b, "orders", id+" deleted", func(s map[string]*haServer) bool { return s[defaultNamePrefix+id] == nil })
 }
 
+// departures measures b.N departures beside two instances that stay,
+// under a load of 4 workers: each iteration announces an instance (ID
+// prefix-i), waits until HAProxy routes to it, and times depart, which
+// returns the sample; the instance is then waited out of the backend. It
+// reports the samples and the failed requests.
+func (r *benchRig) departures(b *testing.B, prefix string, depart func(l *backend) time.Duration) {
+	announce(b, r.ns, "orders", "stay-1", "", 0)
+	announce(b, r.ns, "orders", "stay-2", "", 0)
+	r.h.waitServers(b, "orders", "2 instances", func(s map[string]*haServer) bool { return len(ours(s)) == 2 })
+	stop := r.load(4)
+	defer stop()
+	samples := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		l := announce(b, r.ns, "orders", fmt.Sprintf("%s-%d", prefix, i), "", 0)
+		r.waitRouted(b, l)
+		b.StartTimer()
+		samples = append(samples, depart(l))
+		b.StopTimer()
+		r.waitGone(b, l.id)
+	}
+	stop()
+	reportTimes(b, samples)
+	b.ReportMetric(float64(r.failed.Load()), "failed")
+}
+
 func reportTimes(b *testing.B, samples []time.Duration) {
 	b.ReportMetric(float64(testutil.Percentile(samples, 0.5).Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(testutil.Percentile(samples, 0.99).Microseconds())/1000, "p99-ms")
@@ -106,53 +133,22 @@ func reportTimes(b *testing.B, samples []time.Duration) {
 func BenchmarkHAProxy(b *testing.B) {
 	b.Run("graceful", func(b *testing.B) {
 		r := newBenchRig(b, false, "")
-		announce(b, r.ns, "orders", "stay-1", "", 0)
-		announce(b, r.ns, "orders", "stay-2", "", 0)
-		r.h.waitServers(b, "orders", "2 instances", func(s map[string]*haServer) bool { return len(ours(s)) == 2 })
-		stop := r.load(4)
-		defer stop()
-		samples := make([]time.Duration, 0, b.N)
-		b.ResetTimer()
-		for i := range b.N {
-			b.StopTimer()
-			l := announce(b, r.ns, "orders", fmt.Sprintf("g-%d", i), "", 0)
-			r.waitRouted(b, l)
-			b.StartTimer()
+		r.departures(b, "g", func(l *backend) time.Duration {
 			t0 := time.Now()
 			l.withdraw(b)
 			r.waitGone(b, l.id)
-			samples = append(samples, max(0, time.Duration(l.last.Load()-t0.UnixNano())))
-		}
-		b.StopTimer()
-		stop()
-		reportTimes(b, samples)
-		b.ReportMetric(float64(r.failed.Load()), "failed")
+			return max(0, time.Duration(l.last.Load()-t0.UnixNano()))
+		})
 	})
 	b.Run("crash", func(b *testing.B) {
 		r := newBenchRig(b, true, "")
-		announce(b, r.ns, "orders", "stay-1", "", 0)
-		announce(b, r.ns, "orders", "stay-2", "", 0)
-		r.h.waitServers(b, "orders", "2 instances", func(s map[string]*haServer) bool { return len(ours(s)) == 2 })
-		stop := r.load(4)
-		defer stop()
-		samples := make([]time.Duration, 0, b.N)
-		b.ResetTimer()
-		for i := range b.N {
-			b.StopTimer()
-			l := announce(b, r.ns, "orders", fmt.Sprintf("c-%d", i), "", 0)
-			r.waitRouted(b, l)
+		r.departures(b, "c", func(l *backend) time.Duration {
 			name := defaultNamePrefix + l.id
-			b.StartTimer()
 			t0 := time.Now()
 			l.crash()
 			r.h.waitServers(b, "orders", l.id+" out of the picks", func(s map[string]*haServer) bool { return s[name] == nil || s[name].maint() })
-			samples = append(samples, time.Since(t0))
-			b.StopTimer()
-			r.waitGone(b, l.id)
-		}
-		stop()
-		reportTimes(b, samples)
-		b.ReportMetric(float64(r.failed.Load()), "failed")
+			return time.Since(t0)
+		})
 	})
 	b.Run("crash-process", func(b *testing.B) {
 		if testing.Short() {
