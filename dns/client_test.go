@@ -143,10 +143,7 @@ func TestClientSource(t *testing.T) {
 
 // dig, the real client: A, SRV with its additional section, TCP.
 func TestDig(t *testing.T) {
-	dig, err := exec.LookPath("dig")
-	if err != nil {
-		testutil.Missing(t, "dig is not installed (Debian: apt-get install dnsutils)")
-	}
+	dig := testutil.Tool(t, "dig", "dnsutils")
 	srv := natstest.Start(t)
 	c := startClient(t, srv, pushlb.Config{})
 	s := startServer(t, dns.ClientSource(c), dns.Config{TTL: time.Second})

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -101,10 +100,7 @@ func followThroughProxy(t *testing.T, addrs [3]string, start func(t *testing.T, 
 // records: ports from the records, addresses from their additional
 // section.
 func TestHAProxyFollowsSRV(t *testing.T) {
-	bin, err := exec.LookPath("haproxy")
-	if err != nil {
-		testutil.Missing(t, "haproxy is not installed (Debian: apt-get install haproxy)")
-	}
+	bin := testutil.Tool(t, "haproxy", "haproxy")
 	followThroughProxy(t, [3]string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}, func(t *testing.T, dnsAddr string) string {
 		listen := testutil.FreeAddr(t)
 		cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
@@ -148,13 +144,7 @@ backend orders
 // proxy_pass, which makes it resolve the name at run time. A records carry
 // no port: the instances share one on different loopback addresses.
 func TestNginxFollowsA(t *testing.T) {
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
-		bin = "/usr/sbin/nginx"
-		if _, err := os.Stat(bin); err != nil {
-			testutil.Missing(t, "nginx is not installed (Debian: apt-get install nginx-light)")
-		}
-	}
+	bin := testutil.Tool(t, "nginx", "nginx-light")
 	port := testutil.FreePort(t)
 	var addrs [3]string
 	for i := range addrs {

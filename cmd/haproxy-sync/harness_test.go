@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
@@ -57,25 +56,11 @@ type haproxyConfig struct {
 	global       string // more lines of the global section
 }
 
-// needHAProxy returns the haproxy binary, or ends the test (skipped on a
-// developer's machine, failed under CI=true).
-func needHAProxy(t testing.TB) string {
-	t.Helper()
-	path, err := exec.LookPath("haproxy")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/haproxy"); serr == nil { // a PATH without sbin
-			return "/usr/sbin/haproxy"
-		}
-		testutil.Missing(t, "haproxy is not installed (apt-get install haproxy): %v", err)
-	}
-	return path
-}
-
 // startHAProxy starts HAProxy with c and waits until its runtime API
 // answers.
 func startHAProxy(t testing.TB, c haproxyConfig) *haproxy {
 	t.Helper()
-	bin := needHAProxy(t)
+	bin := testutil.Tool(t, "haproxy", "haproxy")
 	// A unix socket's path is limited to ~100 bytes: t.TempDir's may be
 	// longer.
 	dir, err := os.MkdirTemp("", "hx")
@@ -146,7 +131,7 @@ func (h *haproxy) restart(t testing.TB) {
 	h.mu.Unlock()
 	p.Kill(t)
 	p.Wait(t, 10*time.Second)
-	h.start(t, needHAProxy(t))
+	h.start(t, testutil.Tool(t, "haproxy", "haproxy"))
 }
 
 // reload asks the master of a master-worker HAProxy to reload (SIGUSR2)

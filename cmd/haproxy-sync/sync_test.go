@@ -301,7 +301,7 @@ var _ = context.Background
 // TestDocConfigIsValid: docs/haproxy.md's haproxy.cfg passes haproxy -c,
 // and its -config file is read.
 func TestDocConfigIsValid(t *testing.T) {
-	bin := needHAProxy(t)
+	bin := tu.Tool(t, "haproxy", "haproxy")
 	doc, err := os.ReadFile("../../docs/haproxy.md")
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@ package testutil
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 )
 
@@ -22,4 +24,25 @@ func Missing(t testing.TB, format string, args ...any) {
 		return // Fatalf ends the test; a recording TB's may not
 	}
 	t.Skip(msg)
+}
+
+// Tool returns the path of the program name (haproxy, nginx, dig), from
+// PATH or, for a PATH without it (Debian puts daemons there), /usr/sbin;
+// when neither has it, it ends the test as Missing does, naming the
+// Debian package that installs it.
+func Tool(t testing.TB, name, debianPackage string) string {
+	t.Helper()
+	if path, err := exec.LookPath(name); err == nil {
+		return path
+	}
+	if path := filepath.Join("/usr/sbin", name); isExecutable(path) {
+		return path
+	}
+	Missing(t, "%s is not installed (Debian: apt-get install %s)", name, debianPackage)
+	return ""
+}
+
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
