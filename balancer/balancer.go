@@ -15,6 +15,8 @@ type Balancer struct {
 	cfg    Config
 	rule   Rule
 	filter *zoneFilter
+	// loc orders the servers by region (Config.Region), nil without one.
+	loc *locality
 	// avoidZones turns the zone-aware choice on (Config.ZoneAware or a rule
 	// that avoids zones: ZoneAvoidance).
 	avoidZones bool
@@ -113,6 +115,7 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 		return nil, fmt.Errorf("balancer %q: %w", name, err)
 	}
 	b.avoidZones = cfg.ZoneAware || avoidsZones(b.rule)
+	b.loc = newLocality(&cfg)
 	if b.source == nil && len(cfg.ListOfServers) > 0 {
 		servers, err := cfg.StaticServers()
 		if err != nil {

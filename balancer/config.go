@@ -21,6 +21,17 @@ type Config struct {
 	// Zone is the client's own zone, used by the zone filters. Empty turns
 	// them off.
 	Zone string `yaml:"zone"`
+	// Region is the client's own region. With it, picks go to the nearest
+	// region with a reachable server: this one (servers whose Region is
+	// empty or this one), then RegionPriority's in order, then any other
+	// (the package doc, "Regions"). Empty ignores the servers' regions.
+	Region string `yaml:"region"`
+	// RegionPriority lists other regions in the order picks fail over to
+	// them; regions not listed come after, in name order.
+	RegionPriority []string `yaml:"regionPriority"`
+	// LocalRegionOnly keeps the service in Region: servers of other
+	// regions are left out of its list, even when Region has none left.
+	LocalRegionOnly bool `yaml:"localRegionOnly"`
 	// ZoneAware enables the zone-aware choice of ZoneAwareLoadBalancer:
 	// avoid blacked-out or overloaded zones, then pick a zone weighted by its
 	// instance count. Default true.
@@ -286,6 +297,9 @@ func (c *Config) Validate() error {
 	if err := c.SlowStart.validate(bad); err != nil {
 		return err
 	}
+	if err := c.validateRegions(bad); err != nil {
+		return err
+	}
 	for i, s := range c.ListOfServers {
 		if _, err := ParseServer(s); err != nil {
 			field := fmt.Sprintf("listOfServers[%d]", i)
@@ -320,4 +334,26 @@ func (c *Config) StaticServers() ([]Server, error) {
 		out = append(out, srv)
 	}
 	return out, nil
+}
+
+// validateRegions checks Region, RegionPriority and LocalRegionOnly.
+func (c *Config) validateRegions(bad func(field string, v any, why string) error) error {
+	if c.Region == "" && (len(c.RegionPriority) > 0 || c.LocalRegionOnly) {
+		return bad("region", `""`, "must be set with regionPriority or localRegionOnly")
+	}
+	seen := map[string]bool{lowerASCII(c.Region): true}
+	for i, r := range c.RegionPriority {
+		field := fmt.Sprintf("regionPriority[%d]", i)
+		switch k := lowerASCII(r); {
+		case r == "":
+			return bad(field, `""`, "must not be empty")
+		case k == lowerASCII(c.Region):
+			return bad(field, r, "is the own region, which always comes first")
+		case seen[k]:
+			return bad(field, r, "is listed twice")
+		default:
+			seen[k] = true
+		}
+	}
+	return nil
 }

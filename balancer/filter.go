@@ -1,5 +1,7 @@
 package balancer
 
+import "slices"
+
 // zoneFilter narrows the servers a pick considers: all of them, or those
 // of the client's zone. It is Ribbon's ServerListFilter, evaluated with the
 // zone decision (zone.go) from the zone statistics instead of once per
@@ -37,8 +39,9 @@ func (f *zoneFilter) needsStats() bool {
 	return f.kind == FilterZoneAffinity && !f.affinity.Exclusive
 }
 
-// scope returns the full view or the view of the client's zone. stats
-// holds the statistics of every zone of s, by zoneGroup.idx.
+// scope returns base (the full view, or the nearest region's: locality.go)
+// or the view of the client's zone, when base holds it. stats holds the
+// statistics of every zone of s, by zoneGroup.idx.
 //
 //   - None (Ribbon's DefaultNIWSServerListFilter) keeps every server.
 //   - ZoneAffinity (Ribbon's ZoneAffinityServerListFilter) keeps the
@@ -58,24 +61,24 @@ func (f *zoneFilter) needsStats() bool {
 // decision is remade when a breaker trips or resets, so the zone is
 // preferred again once a blackout ends (its server then gets the one
 // request that probes it).
-func (f *zoneFilter) scope(s *Snapshot, stats []ZoneSnapshot) *View {
+func (f *zoneFilter) scope(s *Snapshot, stats []ZoneSnapshot, base *View) *View {
 	if f.kind == FilterNone {
-		return &s.full
+		return base
 	}
 	g := s.byZone[f.zone]
-	if g == nil {
-		return &s.full
+	if g == nil || !slices.Contains(base.zones, g) {
+		return base
 	}
 	exclusive := f.kind == FilterZoneAffinity && f.affinity.Exclusive
 	if st := stats[g.idx]; !exclusive && st.InstanceCount > 0 && st.TrippedCount >= st.InstanceCount {
-		return &s.full
+		return base
 	}
 	if f.needsStats() {
 		st := stats[g.idx]
 		if float64(st.TrippedCount)/float64(st.InstanceCount) >= f.affinity.MaxBlackoutPercentage ||
 			st.LoadPerServer >= f.affinity.MaxLoadPerServer ||
 			st.InstanceCount-st.TrippedCount < f.affinity.MinAvailableServers {
-			return &s.full
+			return base
 		}
 	}
 	return &g.view

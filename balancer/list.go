@@ -8,8 +8,10 @@ import (
 // SetServers replaces the list. Servers are identified by ID (host:port
 // when empty); the first of duplicate IDs wins. Invalid entries are left out
 // and reported in the returned error; if every entry of a non-empty list is
-// invalid, the current list is kept. An equal list changes nothing. Stats
-// of servers that stay are kept; servers new to the list start alive.
+// invalid, the current list is kept. Under Config.LocalRegionOnly the
+// servers of other regions are left out without error (a list of them
+// alone empties it). An equal list changes nothing. Stats of servers that
+// stay are kept; servers new to the list start alive.
 func (b *Balancer) SetServers(servers []Server) error {
 	b.mu.Lock()
 	if b.closed {
@@ -17,7 +19,7 @@ func (b *Balancer) SetServers(servers []Server) error {
 		return ErrClosed
 	}
 	list, byID, err := b.adopt(servers)
-	if len(list) == 0 && len(servers) > 0 {
+	if len(list) == 0 && err != nil {
 		b.mu.Unlock()
 		return fmt.Errorf("balancer %q: no valid server, list kept: %w", b.name, err)
 	}
@@ -94,7 +96,9 @@ func (b *Balancer) installLocked(list []*Server, byID serverIndex) {
 // swapLocked installs a new snapshot of list. Called with b.mu held.
 func (b *Balancer) swapLocked(list []*Server) {
 	b.version++
-	snap := buildSnapshot(b.version, list, b.slow.rampAt(list, b.shared))
+	r := b.slow.rampAt(list, b.shared)
+	snap := buildSnapshot(b.version, list, r)
+	snap.tiers = b.loc.tiersOf(snap, r)
 	prepareRule(b, b.rule, snap) // BestAvailable's and Maglev's indexes (rules.go)
 	// The zone decision is made with the snapshot (zone.go). A breaker
 	// change while it was made, or a refresh of the old snapshot's, is

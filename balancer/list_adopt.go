@@ -26,6 +26,9 @@ func (b *Balancer) adopt(servers []Server) ([]*Server, serverIndex, error) {
 			errs = append(errs, indexedError{i, err})
 			continue
 		}
+		if b.loc.excludes(s.Region) {
+			continue // another region's, under LocalRegionOnly
+		}
 		// A list mostly comes in the order of the one before: the server
 		// at the same position is the likely one, then a search.
 		var old *Server

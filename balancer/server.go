@@ -32,6 +32,12 @@ type Server struct {
 	// Zones are compared without regard to case, as Ribbon does. Empty means
 	// the default zone.
 	Zone string
+	// Region is the instance's region, compared without regard to case.
+	// Empty means the balancer's own (Config.Region). A balancer with a
+	// Region picks from the nearest region that has a reachable server
+	// (locality.go, the package doc's "Regions"); without one, regions are
+	// ignored.
+	Region string
 	// Metadata holds free-form key/value pairs from the registry.
 	Metadata map[string]string
 	// Weight is the instance's share of traffic relative to the other
@@ -59,8 +65,8 @@ type Server struct {
 }
 
 // zoneName is a zone name in lower case, interned: a server holds one
-// pointer (8 bytes less than a string, which makes a Server a 144-byte
-// allocation instead of 160), and the servers of a zone share one string.
+// pointer (8 bytes less than a string, which makes a Server a 160-byte
+// allocation instead of 176), and the servers of a zone share one string.
 // The zero value is the empty name.
 type zoneName struct{ h unique.Handle[string] }
 
@@ -172,7 +178,7 @@ func (s *Server) normalize() error {
 // sameAs reports whether two servers describe the same instance identically.
 func (s *Server) sameAs(o *Server) bool {
 	return s.ID == o.ID && s.Host == o.Host && s.Port == o.Port &&
-		s.URLScheme() == o.URLScheme() && s.Zone == o.Zone &&
+		s.URLScheme() == o.URLScheme() && s.Zone == o.Zone && s.Region == o.Region &&
 		s.EffectiveWeight() == o.EffectiveWeight() && maps.Equal(s.Metadata, o.Metadata) &&
 		s.Value == o.Value && s.Incarnation == o.Incarnation
 }

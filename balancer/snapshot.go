@@ -16,6 +16,10 @@ type Snapshot struct {
 	full    View      // the alive servers, all zones
 	zones   []*zoneGroup
 	byZone  map[string]*zoneGroup // key: lower-case zone
+	// tiers is the alive servers by region, nearest first, under
+	// Config.Region when they span several regions; nil otherwise
+	// (locality.go).
+	tiers []*regionTier
 	// decision is the zone choice of the picks over this snapshot (zone.go),
 	// made with it and remade when its inputs change; never nil once the
 	// snapshot is installed.

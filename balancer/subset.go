@@ -445,6 +445,7 @@ func (b *Balancer) subsetSnapshot(parent *Snapshot, list []*Server, now int64, e
 	if len(s.full.servers) == 0 {
 		return nil
 	}
+	s.tiers = b.loc.tiersOf(s, r)
 	s.replaced = parent.replaced
 	if prepare {
 		prepareRule(b, b.rule, s)

@@ -161,7 +161,15 @@ func (b *Balancer) decideZones(snap *Snapshot, now int64) *zoneDecision {
 		stats[i] = zoneSnapshotOf(g.view.servers, now, false)
 		tripped = tripped || stats[i].TrippedCount > 0
 	}
-	if d.panic, d.healthy, d.alive = b.panicOf(stats); d.panic {
+	// The nearest region with a reachable server (locality.go): the base
+	// of the filter's scope, and of the panic threshold.
+	base, zonesOK := &snap.full, true
+	panicStats := stats
+	if t := snap.chooseTier(now); t != nil {
+		base, zonesOK = &t.view, t.pure
+		panicStats = []ZoneSnapshot{zoneSnapshotOf(t.view.servers, now, false)}
+	}
+	if d.panic, d.healthy, d.alive = b.panicOf(panicStats); d.panic {
 		// Every alive server counts as healthy, its load included.
 		for i, g := range snap.zones {
 			stats[i] = zoneSnapshotOf(g.view.servers, now, true)
@@ -171,10 +179,13 @@ func (b *Balancer) decideZones(snap *Snapshot, now int64) *zoneDecision {
 		d.usable[i] = st.TrippedCount < st.InstanceCount
 		active = active || st.ActiveRequests > 0
 	}
-	d.scope = b.filter.scope(snap, stats)
+	d.scope = base
+	if zonesOK {
+		d.scope = b.filter.scope(snap, stats, base)
+	}
 	d.view = d.scope
 	loadMatters := b.filter.needsStats()
-	if zones := d.scope.zones; b.avoidZones && len(zones) > 1 && len(zones) <= maxZoneAwareZones {
+	if zones := d.scope.zones; zonesOK && b.avoidZones && len(zones) > 1 && len(zones) <= maxZoneAwareZones {
 		loadMatters = true
 		b.avoidZonesOf(d, zones, stats)
 	}

@@ -161,7 +161,7 @@ func decodeClients(n *yaml.Node) (*balancer.ClientsConfig, error) {
 		}
 		seen[name] = k.Line
 		cfg := out.Defaults
-		cfg.ListOfServers = slices.Clone(cfg.ListOfServers)
+		cfg.ListOfServers, cfg.RegionPriority = slices.Clone(cfg.ListOfServers), slices.Clone(cfg.RegionPriority)
 		if err := decodeConfig(v, &cfg, path, k); err != nil {
 			errs = append(errs, err)
 			continue
@@ -182,6 +182,9 @@ func decodeConfig(n *yaml.Node, cfg *balancer.Config, path string, at *yaml.Node
 	canonicalNames(cfg)
 	if len(cfg.ListOfServers) == 0 {
 		cfg.ListOfServers = nil // [] and null both mean none; keep one form
+	}
+	if len(cfg.RegionPriority) == 0 {
+		cfg.RegionPriority = nil
 	}
 	e := validationError(n, cfg, path, at)
 	if e == nil || slices.ContainsFunc(yamlx.Errors(decodeErr), func(d *yamlx.Error) bool { return d.Path == e.Path }) {

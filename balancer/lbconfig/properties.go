@@ -377,7 +377,7 @@ func ribbonConfig(props []property) (*balancer.ClientsConfig, error) {
 	}
 	for _, name := range clients {
 		cfg := out.Defaults
-		cfg.ListOfServers = slices.Clone(cfg.ListOfServers)
+		cfg.ListOfServers, cfg.RegionPriority = slices.Clone(cfg.ListOfServers), slices.Clone(cfg.RegionPriority)
 		apply(&cfg, perClient[name])
 		out.Clients[name] = cfg
 	}
