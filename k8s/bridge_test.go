@@ -33,6 +33,8 @@ func TestBridge(t *testing.T) {
 		{"PodLabels", testPodLabels},
 		{"Renewal", testRenewal},
 		{"HandOver", testHandOver},
+		{"Manifests", testManifests},
+		{"CommandCrash", testCommandCrash},
 		{"APIServerRestart", testAPIServerRestart},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

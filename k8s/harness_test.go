@@ -115,6 +115,12 @@ var electionFast = pushlbk8s.ElectionConfig{LeaseDuration: 4 * time.Second, Rene
 // empty). It is stopped at cleanup if the test did not.
 func (h *harness) startBridge(cfg pushlbk8s.Config) *bridge {
 	h.t.Helper()
+	return h.startBridgeWith(h.kube, cfg)
+}
+
+// startBridgeWith is startBridge with another Kubernetes client.
+func (h *harness) startBridgeWith(kube kubernetes.Interface, cfg pushlbk8s.Config) *bridge {
+	h.t.Helper()
 	if cfg.Namespaces == nil {
 		cfg.Namespaces = []string{h.ns}
 	}
@@ -126,7 +132,7 @@ func (h *harness) startBridge(cfg pushlbk8s.Config) *bridge {
 	}
 	cfg.Logger = zerolog.New(zerolog.NewTestWriter(h.t)).Level(zerolog.InfoLevel)
 	nc := h.srv.Connect(h.t)
-	b, err := pushlbk8s.New(h.kube, nc, h.reg, cfg)
+	b, err := pushlbk8s.New(kube, nc, h.reg, cfg)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -60,6 +60,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		prefix         = fs.String("prefix", "", "subject prefix of events and registry (default lb)")
 		leaseNamespace = fs.String("lease-namespace", "default", "namespace of the leader-election Lease")
 		leaseName      = fs.String("lease-name", "pushlb-k8s", "name of the leader-election Lease")
+		leaseDuration  = fs.Duration("lease-duration", 15*time.Second, "leader-election Lease duration: a crashed leader is replaced within it (renew deadline 2/3 of it, retries every 2/15)")
 		id             = fs.String("id", "", "this replica's identity in the election (its pod name); empty: host name and a random suffix")
 		metricsAddr    = fs.String("metrics", "", "address serving /metrics and /healthz; empty: none")
 		debug          = fs.Bool("debug", false, "debug logs")
@@ -120,7 +121,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		PodLabels:  splitList(*podLabels),
 		Owner:      *owner,
 		Prefix:     *prefix,
-		Election:   pushlbk8s.ElectionConfig{Namespace: *leaseNamespace, Name: *leaseName, Identity: *id},
+		Election: pushlbk8s.ElectionConfig{Namespace: *leaseNamespace, Name: *leaseName, Identity: *id,
+			LeaseDuration: *leaseDuration, RenewDeadline: *leaseDuration * 2 / 3, RetryPeriod: *leaseDuration * 2 / 15},
 		Logger:     log,
 		Registerer: promReg,
 	})

@@ -27,11 +27,12 @@ import (
 const (
 	// AdminToken authenticates "admin" in system:masters.
 	AdminToken = "pushlb-test-admin-token"
-	// BridgeToken authenticates BridgeUser, in no group: it may do only
-	// what RBAC grants it.
+	// BridgeToken authenticates BridgeUser, the service account of
+	// k8s/deploy/rbac.yaml: it may do only what RBAC grants it.
 	BridgeToken = "pushlb-test-bridge-token"
-	// BridgeUser is the user name of BridgeToken.
-	BridgeUser = "pushlb-k8s-bridge"
+	// BridgeUser is the user name of BridgeToken: service account
+	// pushlb-k8s of namespace pushlb, as the API server names it.
+	BridgeUser = "system:serviceaccount:pushlb:pushlb-k8s"
 )
 
 // readyTimeout bounds the start of etcd and of kube-apiserver (about 2 s
@@ -115,7 +116,7 @@ func Start(tb testing.TB) *Env {
 	writeFile(tb, keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
 	writeFile(tb, pubFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}))
 	writeFile(tb, tokens, []byte(AdminToken+",admin,admin-uid,system:masters\n"+
-		BridgeToken+","+BridgeUser+","+BridgeUser+"-uid\n"))
+		BridgeToken+","+BridgeUser+",pushlb-k8s-uid,\"system:serviceaccounts,system:serviceaccounts:pushlb\"\n"))
 
 	e := &Env{apiserverBin: apiserverBin, port: testutil.FreePort(tb)}
 	e.apiserverArg = []string{
