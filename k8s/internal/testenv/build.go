@@ -45,12 +45,15 @@ type binary struct {
 	version string // cache key
 	module  func(ctx context.Context) (goMod string, err error)
 	main    string
+	ldflags string // go build -ldflags
 }
 
 var kubeAPIServer = binary{
 	name:    "kube-apiserver",
 	version: KubernetesVersion,
 	module:  kubeAPIServerModule,
+	// The version the release build stamps (--version, /version).
+	ldflags: "-X k8s.io/component-base/version.gitVersion=" + KubernetesVersion,
 	main: `package main
 
 import (
@@ -179,7 +182,7 @@ func (b binary) ensure(ctx context.Context, logf func(string, ...any)) (string, 
 		return "", err
 	}
 	tmp := path + ".tmp"
-	if _, err := goCmd(ctx, src, "build", "-trimpath", "-o", tmp, "."); err != nil {
+	if _, err := goCmd(ctx, src, "build", "-trimpath", "-ldflags", b.ldflags, "-o", tmp, "."); err != nil {
 		return "", err
 	}
 	if err := os.Rename(tmp, path); err != nil {
