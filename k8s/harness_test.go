@@ -50,7 +50,7 @@ func leakOptions() []goleak.Option {
 // NATS server with the registry, a gateway (pushlb client) following
 // "web", and bridges started on demand.
 type harness struct {
-	t    *testing.T
+	t    testing.TB
 	env  *testenv.Env
 	kube kubernetes.Interface
 	ns   string
@@ -65,7 +65,7 @@ type harness struct {
 var nsSeq atomic.Int64
 
 // newHarness builds a harness; ttl is the registry's lease.
-func newHarness(t *testing.T, env *testenv.Env, ttl time.Duration) *harness {
+func newHarness(t testing.TB, env *testenv.Env, ttl time.Duration) *harness {
 	t.Helper()
 	h := &harness{t: t, env: env, kube: env.Client}
 	h.ns = fmt.Sprintf("t%d-%d", time.Now().UnixNano()%1e6, nsSeq.Add(1))
@@ -277,7 +277,7 @@ func (h *harness) records() map[string]serverlist.Instance {
 }
 
 // waitStats waits until cond holds of b's stats.
-func waitStats(t *testing.T, b *bridge, what string, cond func(pushlbk8s.Stats) bool) pushlbk8s.Stats {
+func waitStats(t testing.TB, b *bridge, what string, cond func(pushlbk8s.Stats) bool) pushlbk8s.Stats {
 	t.Helper()
 	var s pushlbk8s.Stats
 	testutil.Eventually(t, what, func() bool { s = b.Stats(); return cond(s) })
