@@ -146,6 +146,7 @@ func testCommandCrash(t *testing.T, env *testenv.Env) {
 		}
 		return *l.Spec.HolderIdentity
 	}
+	g := watchGateway(h)
 	first := start("first")
 	testutil.Eventually(t, "first holds the Lease", func() bool { return holder() == "first" })
 	start("second")
@@ -170,4 +171,12 @@ func testCommandCrash(t *testing.T, env *testenv.Env) {
 	h.waitListed("a", "b")
 	h.putSlice("web-1", "web", readyEP("a", "10.11.0.1", "z1"), readyEP("b", "10.11.0.2", "z2"), readyEP("c", "10.11.0.3", "z1"))
 	h.waitListed("a", "b", "c")
+	// Every list the gateway had since a and b were first listed held them.
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, p := range []string{"a", "b"} {
+		if at, ok := g.left[h.id(p)]; ok {
+			t.Errorf("the gateway's list lost %s at %v, %v after the SIGKILL", p, at.Format(time.RFC3339Nano), at.Sub(killed))
+		}
+	}
 }
