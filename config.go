@@ -2,6 +2,8 @@ package pushlb
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/pushlb/pushlb/balancer"
@@ -31,6 +33,15 @@ type Config struct {
 	// balancer whose configuration names no zone of its own prefer it.
 	// Default none.
 	Zone string
+	// Region is the region this process runs in, and RegionPriority the
+	// other regions in the order it fails over to them: the defaults of
+	// every balancer whose configuration names no region of its own
+	// (balancer.Config's Region and RegionPriority: picks go to the
+	// nearest region with a reachable instance; instances carry their
+	// region in their records, announce -region). Default none: regions
+	// are ignored.
+	Region         string
+	RegionPriority []string
 	// Follow is what the client follows (mirrors the records of, receives
 	// the events of, holds a balancer for; docs/embedding.md, "What a
 	// client follows"):
@@ -354,13 +365,45 @@ func (c Config) resolve() (Config, error) {
 		}
 		c.Gossip = &g
 	}
+	if c.Region == "" && len(c.RegionPriority) > 0 {
+		bad("RegionPriority", "%v without a Region", c.RegionPriority)
+	}
 	if len(errs) > 0 {
 		return c, errors.Join(errs...)
 	}
 	if c.Zone != "" {
 		applyZone(c.Balancers, c.Zone)
 	}
+	if c.Region != "" {
+		applyRegion(c.Balancers, c.Region, c.RegionPriority)
+	}
+	unset := func(name string) error {
+		return fmt.Errorf("%w: Balancers: %s: regionPriority or localRegionOnly without a region (Config.Region, or the balancer's own)", ErrInvalidOption, name)
+	}
+	if c.Balancers.Defaults.RegionsUnset() {
+		return c, unset("defaults")
+	}
+	for _, name := range c.Balancers.Names() {
+		if cc := c.Balancers.Clients[name]; cc.RegionsUnset() {
+			return c, unset(name)
+		}
+	}
 	return c, nil
+}
+
+// applyRegion makes region and priority those of the defaults and of
+// every client that sets no region of its own.
+func applyRegion(c *balancer.ClientsConfig, region string, priority []string) {
+	set := func(cc *balancer.Config) {
+		if cc.Region == "" {
+			cc.Region, cc.RegionPriority = region, slices.Clone(priority)
+		}
+	}
+	set(&c.Defaults)
+	for name, cc := range c.Clients {
+		set(&cc)
+		c.Clients[name] = cc
+	}
 }
 
 // applyZone makes zone the zone of the defaults and of every client that

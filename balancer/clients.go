@@ -122,5 +122,6 @@ func (c *ClientsConfig) Clone() *ClientsConfig {
 // share nothing.
 func cloneConfig(c Config) Config {
 	c.ListOfServers = slices.Clone(c.ListOfServers)
+	c.RegionPriority = slices.Clone(c.RegionPriority)
 	return c
 }

@@ -31,6 +31,7 @@ type Config struct {
 	RegionPriority []string `yaml:"regionPriority"`
 	// LocalRegionOnly keeps the service in Region: servers of other
 	// regions are left out of its list, even when Region has none left.
+	// RegionPriority and LocalRegionOnly need a Region (RegionsUnset).
 	LocalRegionOnly bool `yaml:"localRegionOnly"`
 	// ZoneAware enables the zone-aware choice of ZoneAwareLoadBalancer:
 	// avoid blacked-out or overloaded zones, then pick a zone weighted by its
@@ -336,11 +337,10 @@ func (c *Config) StaticServers() ([]Server, error) {
 	return out, nil
 }
 
-// validateRegions checks Region, RegionPriority and LocalRegionOnly.
+// validateRegions checks RegionPriority against Region. Without a Region
+// (which pushlb.Config.Region may fill in later), RegionPriority and
+// LocalRegionOnly do nothing: RegionsUnset tells.
 func (c *Config) validateRegions(bad func(field string, v any, why string) error) error {
-	if c.Region == "" && (len(c.RegionPriority) > 0 || c.LocalRegionOnly) {
-		return bad("region", `""`, "must be set with regionPriority or localRegionOnly")
-	}
 	seen := map[string]bool{lowerASCII(c.Region): true}
 	for i, r := range c.RegionPriority {
 		field := fmt.Sprintf("regionPriority[%d]", i)
@@ -356,4 +356,10 @@ func (c *Config) validateRegions(bad func(field string, v any, why string) error
 		}
 	}
 	return nil
+}
+
+// RegionsUnset reports whether c sets RegionPriority or LocalRegionOnly
+// without a Region, where they would do nothing.
+func (c *Config) RegionsUnset() bool {
+	return c.Region == "" && (len(c.RegionPriority) > 0 || c.LocalRegionOnly)
 }

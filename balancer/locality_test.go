@@ -124,8 +124,6 @@ func TestRegionConfigErrors(t *testing.T) {
 		name string
 		set  func(*Config)
 	}{
-		{"priority without region", func(c *Config) { c.RegionPriority = []string{"us"} }},
-		{"local only without region", func(c *Config) { c.LocalRegionOnly = true }},
 		{"own region listed", func(c *Config) { c.Region, c.RegionPriority = "eu", []string{"EU"} }},
 		{"listed twice", func(c *Config) { c.Region, c.RegionPriority = "eu", []string{"us", "US"} }},
 		{"empty entry", func(c *Config) { c.Region, c.RegionPriority = "eu", []string{""} }},

@@ -221,6 +221,6 @@ func server(in serverlist.Instance) balancer.Server {
 	}
 	return balancer.Server{
 		ID: in.InstanceID, Host: in.Host, Port: in.Port, Scheme: scheme,
-		Zone: in.Zone, Metadata: in.Metadata, Weight: in.Weight, Incarnation: in.Incarnation,
+		Zone: in.Zone, Region: in.Region, Metadata: in.Metadata, Weight: in.Weight, Incarnation: in.Incarnation,
 	}
 }

@@ -28,6 +28,11 @@ type Instance struct {
 	Secure bool `json:"secure"`
 	// Zone is the instance's availability zone; empty means unknown.
 	Zone string `json:"zone"`
+	// Region is the instance's region (announce -region); empty means
+	// the registry's own. A gateway with a region of its own routes to
+	// the nearest region that has a reachable instance (balancer.Config's
+	// Region). Optional: records written before regions have none.
+	Region string `json:"region,omitempty"`
 	// Metadata holds free-form labels: at most MaxMetadataEntries, keys of
 	// at most MaxMetadataKeyLen bytes, values of at most
 	// MaxMetadataValueLen bytes.
@@ -109,8 +114,8 @@ func (in Instance) Validate() error {
 	if in.Port < 1 || in.Port > 65535 {
 		return fmt.Errorf("%w: port %d out of range 1..65535", ErrInvalidInstance, in.Port)
 	}
-	if len(in.Host) > maxHostLen || len(in.Zone) > maxZoneLen {
-		return fmt.Errorf("%w: host or zone longer than %d / %d bytes", ErrInvalidInstance, maxHostLen, maxZoneLen)
+	if len(in.Host) > maxHostLen || len(in.Zone) > maxZoneLen || len(in.Region) > maxZoneLen {
+		return fmt.Errorf("%w: host, zone or region longer than %d / %d / %d bytes", ErrInvalidInstance, maxHostLen, maxZoneLen, maxZoneLen)
 	}
 	if len(in.NATSServerID) > maxServerIDLen {
 		return fmt.Errorf("%w: NATS server ID longer than %d bytes", ErrInvalidInstance, maxServerIDLen)
@@ -200,6 +205,7 @@ func (in Instance) Equal(other Instance) bool {
 		in.Port == other.Port &&
 		in.Secure == other.Secure &&
 		in.Zone == other.Zone &&
+		in.Region == other.Region &&
 		in.EffectiveWeight() == other.EffectiveWeight() &&
 		in.Incarnation == other.Incarnation &&
 		in.Owner == other.Owner &&

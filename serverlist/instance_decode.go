@@ -27,6 +27,7 @@ const (
 	fieldOwner
 	fieldNATSServerID
 	fieldNATSClientID
+	fieldRegion
 )
 
 // parseInstance decodes value, the record stored under the key of
@@ -95,6 +96,8 @@ func (s *scanner) field(name string, in *Instance, service, id string, x *intern
 		return fieldSecure, ok
 	case "zone":
 		return fieldZone, s.text(&in.Zone, x)
+	case "region":
+		return fieldRegion, s.text(&in.Region, x)
 	case "metadata":
 		in.Metadata, ok = s.labels(x)
 		return fieldMetadata, ok

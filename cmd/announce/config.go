@@ -105,6 +105,7 @@ var errHelp = errors.New("help requested")
 // flagValues holds the raw flag values before they are checked.
 type flagValues struct {
 	service, addr, id, zone string
+	region                  string
 	meta                    metaFlag
 	weight                  int
 	secure                  bool
@@ -123,7 +124,7 @@ type flagValues struct {
 
 // flag groups, in the order the help lists them.
 var (
-	instanceFlags = []string{"service", "addr", "id", "zone", "weight", "meta", "secure", "health", "health-interval", "health-failures", "ready-timeout", "drain", "lease", "registry-replicas", "replace", "gossip", "gossip-bind", "gossip-profile", "gossip-key", "gossip-key-file", "gossip-label"}
+	instanceFlags = []string{"service", "addr", "id", "zone", "region", "weight", "meta", "secure", "health", "health-interval", "health-failures", "ready-timeout", "drain", "lease", "registry-replicas", "replace", "gossip", "gossip-bind", "gossip-profile", "gossip-key", "gossip-key-file", "gossip-label"}
 	offlineFlags  = []string{"service", "id", "reason", "incarnation"}
 	commonFlags   = []string{"nats", "nats-timeout", "nats-ping-interval", "creds", "nkey", "user", "password", "password-file", "token", "token-file", "tls-ca", "tls-cert", "tls-key", "prefix", "log-level"}
 )
@@ -142,6 +143,7 @@ func newFlagSet(m mode, v *flagValues, nc *natsconn.Config) *flag.FlagSet {
 		fs.StringVar(&v.addr, "addr", "", "`host:port` gateways dial (required); an empty, 0.0.0.0 or :: host registers the host name")
 		fs.StringVar(&v.id, "id", "", "instance `ID` (default host:service:port, as Eureka)")
 		fs.StringVar(&v.zone, "zone", "", "availability `zone`")
+		fs.StringVar(&v.region, "region", "", "the instance's `region`: gateways with a region of their own route to the nearest one with a reachable instance (empty: the registry's own)")
 		fs.IntVar(&v.weight, "weight", serverlist.DefaultWeight, fmt.Sprintf("the instance's share of traffic `N`, relative to the service's other instances (%d to %d); change it by announcing again", serverlist.MinWeight, serverlist.MaxWeight))
 		fs.Var(&v.meta, "meta", "metadata label `k=v`, repeatable")
 		fs.BoolVar(&v.secure, "secure", false, "the instance speaks TLS")
@@ -317,6 +319,7 @@ func (v *flagValues) checkInstance(cfg *config) error {
 		Port:       port,
 		Secure:     v.secure,
 		Zone:       v.zone,
+		Region:     v.region,
 		Metadata:   v.meta.labels(),
 	}
 	if v.weight != serverlist.DefaultWeight {

@@ -43,6 +43,12 @@ type Config struct {
 	// Zone is the gateway's own zone, for the zone filters of every client
 	// that does not set one.
 	Zone string `yaml:"zone"`
+	// Region is the gateway's own region and RegionPriority the other
+	// regions in the order it fails over to them, for every client that
+	// sets no region (pushlb.Config's Region; docs/balancer.md, "Regions").
+	// Default none: the instances' regions are ignored.
+	Region         string   `yaml:"region"`
+	RegionPriority []string `yaml:"regionPriority"`
 	// Prefix is the NATS subject prefix. Default "lb".
 	Prefix string `yaml:"prefix"`
 	// Lease is the registry's lease (the bucket's TTL), which the bucket

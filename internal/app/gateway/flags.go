@@ -22,6 +22,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "JetStream data `directory` of the embedded server (default: a temporary directory)")
 	fs.StringVar(&c.DataSync, "data-sync", c.DataSync, "JetStream sync `policy` of the embedded server, when it forces writes to disk: always (each write, before acknowledging it) or a duration (at most that long after a write, at least 1s); default 2m (docs/reliability.md)")
 	fs.StringVar(&c.Zone, "zone", c.Zone, "the gateway's `zone`, for zone affinity and preference")
+	fs.StringVar(&c.Region, "region", c.Region, "the gateway's `region`: requests go to the nearest region with a reachable instance, this one first, then regionPriority's (empty: regions ignored)")
 	fs.StringVar(&c.Prefix, "prefix", c.Prefix, "NATS subject `prefix`")
 	fs.DurationVar(&c.Lease, "lease", c.Lease, "registry lease (the bucket's TTL): 0 takes the bucket's, or 30s when this gateway creates it; a lease given here must match an existing bucket's")
 	fs.StringVar(&c.Report.ID, "report-id", c.Report.ID, "publish what this gateway applied of each service on <prefix>.report.`ID`, for a fleet view (report.id)")

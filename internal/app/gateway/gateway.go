@@ -178,6 +178,8 @@ func (g *Gateway) clientConfig() pushlb.Config {
 	cc := pushlb.Config{
 		Prefix:           c.Prefix,
 		Zone:             c.Zone,
+		Region:           c.Region,
+		RegionPriority:   c.RegionPriority,
 		Follow:           c.follow(wholeFleet(g.pending)),
 		Services:         c.Subscriber.Services,
 		IdleUnfollow:     c.IdleUnfollow,
