@@ -35,6 +35,7 @@ func TestBridge(t *testing.T) {
 		{"HandOver", testHandOver},
 		{"Manifests", testManifests},
 		{"CommandCrash", testCommandCrash},
+		{"NATSPermissions", testNATSPermissions},
 		{"APIServerRestart", testAPIServerRestart},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -68,10 +68,7 @@ var nsSeq atomic.Int64
 func newHarness(t testing.TB, env *testenv.Env, ttl time.Duration) *harness {
 	t.Helper()
 	h := &harness{t: t, env: env, kube: env.Client}
-	h.ns = fmt.Sprintf("t%d-%d", time.Now().UnixNano()%1e6, nsSeq.Add(1))
-	if _, err := h.kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: h.ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	h.ns = newNamespace(t, env)
 	h.srv = natstest.Start(t)
 	nc := h.srv.Connect(t)
 	js, err := jetstream.New(nc)
@@ -101,6 +98,16 @@ func newHarness(t testing.TB, env *testenv.Env, ttl time.Duration) *harness {
 	return h
 }
 
+// newNamespace creates a namespace of its own for a test.
+func newNamespace(t testing.TB, env *testenv.Env) string {
+	t.Helper()
+	ns := fmt.Sprintf("t%d-%d", time.Now().UnixNano()%1e6, nsSeq.Add(1))
+	if _, err := env.Client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
 // bridge is a running Bridge; stop ends it and waits for Run to return.
 type bridge struct {
 	*pushlbk8s.Bridge
@@ -121,6 +128,17 @@ func (h *harness) startBridge(cfg pushlbk8s.Config) *bridge {
 // startBridgeWith is startBridge with another Kubernetes client.
 func (h *harness) startBridgeWith(kube kubernetes.Interface, cfg pushlbk8s.Config) *bridge {
 	h.t.Helper()
+	return h.start(kube, h.srv.Connect(h.t), cfg)
+}
+
+// startBridgeOn is startBridge on the NATS connection nc.
+func (h *harness) startBridgeOn(nc *nats.Conn, cfg pushlbk8s.Config) *bridge {
+	h.t.Helper()
+	return h.start(h.kube, nc, cfg)
+}
+
+func (h *harness) start(kube kubernetes.Interface, nc *nats.Conn, cfg pushlbk8s.Config) *bridge {
+	h.t.Helper()
 	if cfg.Namespaces == nil {
 		cfg.Namespaces = []string{h.ns}
 	}
@@ -131,7 +149,6 @@ func (h *harness) startBridgeWith(kube kubernetes.Interface, cfg pushlbk8s.Confi
 		cfg.Election.Namespace = h.ns
 	}
 	cfg.Logger = zerolog.New(zerolog.NewTestWriter(h.t)).Level(zerolog.InfoLevel)
-	nc := h.srv.Connect(h.t)
 	b, err := pushlbk8s.New(kube, nc, h.reg, cfg)
 	if err != nil {
 		h.t.Fatal(err)

@@ -20,6 +20,11 @@ const (
 	ReasonGone        = "k8s: endpoint gone or not ready"
 )
 
+// writeTimeout bounds one record's writes (and a read-back): a write the
+// server never answers (a permission refused, NATS away) fails, is counted
+// and retried, instead of holding a worker.
+const writeTimeout = 10 * time.Second
+
 // rec is a record the leader holds: as written, with its revision (0 when
 // read back from a listing, unknown until the next write).
 type rec struct {
@@ -155,7 +160,9 @@ func (w *writer) apply(ctx context.Context, svcKey, service string, wants map[st
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			r, err := w.do(ctx, o)
+			octx, cancel := context.WithTimeout(ctx, writeTimeout)
+			r, err := w.do(octx, o)
+			cancel()
 			mu.Lock()
 			defer mu.Unlock()
 			k := recordKey(o.in.Service, o.in.InstanceID)
@@ -272,6 +279,8 @@ func (w *writer) remove(ctx context.Context, cur rec) error {
 // svcKey (a previous leader's, or this replica's in an earlier term), so
 // that this term re-asserts or removes them.
 func (w *writer) readBack(ctx context.Context, st *svcState, svcKey, service string) error {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
 	list, err := w.reg.List(ctx, service)
 	if err != nil {
 		return fmt.Errorf("pushlbk8s: read back %s: %w", service, err)
@@ -320,7 +329,9 @@ func (w *writer) renew(ctx context.Context) {
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				r, err := w.renewOne(ctx, cur)
+				octx, cancel := context.WithTimeout(ctx, writeTimeout)
+				r, err := w.renewOne(octx, cur)
+				cancel()
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
