@@ -1,15 +1,22 @@
 package pushlbk8s_test
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,9 +24,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 
+	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
 	pushlbk8s "github.com/pushlb/pushlb/k8s"
 	"github.com/pushlb/pushlb/k8s/internal/testenv"
+	"github.com/pushlb/pushlb/lbhttp"
 )
 
 // apply creates the objects of a manifest of deploy/ with client (those
@@ -122,9 +131,15 @@ current-context: test
 	return path
 }
 
-// testCommandCrash: two pushlb-k8s processes; the leader is SIGKILLed;
-// the other takes over within the Lease, withdraws nothing, re-asserts the
-// records and follows the next change.
+// testCommandCrash: two pushlb-k8s processes; the leader is SIGKILLed
+// while requests flow through the gateway to real backends; the other
+// replica takes over within the Lease, withdraws nothing (no request
+// fails, no ready pod leaves the gateway's list), re-asserts the records
+// and follows the next change. The API server refuses loopback addresses
+// in IPv4 slices, so the backends are FQDN endpoints "<pod>.pushlb.test",
+// one slice per backend port (as pods with different target port numbers
+// get), which the loaded gateway's dialer (standing in for cluster DNS)
+// sends to 127.0.0.1.
 func testCommandCrash(t *testing.T, env *testenv.Env) {
 	paths, remove, err := testutil.BuildBinaries("./cmd/pushlb-k8s")
 	if err != nil {
@@ -133,7 +148,18 @@ func testCommandCrash(t *testing.T, env *testenv.Env) {
 	t.Cleanup(remove)
 	h := newHarness(t, env, 0)
 	h.service("web", nil)
-	h.putSlice("web-1", "web", readyEP("a", "10.11.0.1", "z1"), readyEP("b", "10.11.0.2", "z2"))
+	backend := func(name string) int32 {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, name) }))
+		t.Cleanup(srv.Close)
+		return int32(srv.Listener.Addr().(*net.TCPAddr).Port)
+	}
+	putBackend := func(pod string) {
+		h.putSliceWith("web-"+pod, "web", discoveryv1.AddressTypeFQDN,
+			[]discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(backend(pod)), Protocol: ptr(corev1.ProtocolTCP)}},
+			readyEP(pod, pod+".pushlb.test", "z1"))
+	}
+	putBackend("a")
+	putBackend("b")
 	cfg := kubeconfig(t, env)
 	start := func(id string) *testutil.Proc {
 		return testutil.Start(t, paths[0], "-kubeconfig", cfg, "-nats", h.srv.URL(), "-namespaces", h.ns,
@@ -160,16 +186,72 @@ func testCommandCrash(t *testing.T, env *testenv.Env) {
 	}
 	before := rev()
 
+	// Steady load through the gateway: one request at a time, until the
+	// takeover is done (at most 60 s or 100,000 requests).
+	loopback := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, net.JoinHostPort("127.0.0.1", port))
+	}
+	gw, err := pushlb.New(h.srv.Connect(t), pushlb.Config{Follow: pushlb.FollowListed, Services: []string{"web"}},
+		pushlb.WithTransportOptions(lbhttp.WithTransportTemplate(&http.Transport{DialContext: loopback})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gw.Close() })
+	client := &http.Client{Transport: gw.Transport(), Timeout: 5 * time.Second}
+	var ok, failed atomic.Int64
+	stop := make(chan struct{})
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		deadline := time.Now().Add(60 * time.Second)
+		for i := 0; i < 100_000 && time.Now().Before(deadline); i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			resp, err := client.Get("http://web/")
+			if err == nil {
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err == nil && resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("status %d", resp.StatusCode)
+				}
+			}
+			if err != nil {
+				failed.Add(1)
+				continue
+			}
+			ok.Add(1)
+		}
+	}()
+	testutil.Eventually(t, "requests flow", func() bool { return ok.Load() > 100 })
+
 	killed := time.Now()
+	okAtKill := ok.Load()
 	first.Kill(t)
 	testutil.EventuallyWithin(t, 30*time.Second, "second holds the Lease", func() bool { return holder() == "second" })
 	testutil.Eventually(t, "the new leader re-asserts a", func() bool { return rev() > before })
-	t.Logf("leader SIGKILLed; the other replica took over and re-asserted in %v", time.Since(killed).Round(time.Millisecond))
+	took := time.Since(killed)
+	testutil.Eventually(t, "requests flow after the takeover", func() bool { return ok.Load() > okAtKill+100 })
+	close(stop)
+	<-loadDone
+	t.Logf("leader SIGKILLed; the other replica took over and re-asserted in %v; %d requests succeeded, %d failed", took.Round(time.Millisecond), ok.Load(), failed.Load())
+	if n := failed.Load(); n != 0 {
+		t.Errorf("%d requests failed over the leader's crash, want 0", n)
+	}
 	if n := h.offline.Load(); n != 0 {
 		t.Fatalf("%d offline events over the crash, want 0", n)
 	}
 	h.waitListed("a", "b")
-	h.putSlice("web-1", "web", readyEP("a", "10.11.0.1", "z1"), readyEP("b", "10.11.0.2", "z2"), readyEP("c", "10.11.0.3", "z1"))
+	putBackend("c")
 	h.waitListed("a", "b", "c")
 	// Every list the gateway had since a and b were first listed held them.
 	g.mu.Lock()
