@@ -101,6 +101,17 @@ func (w *writer) apply(ctx context.Context, svcKey, service string, wants map[st
 	st := w.state(svcKey)
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	defer func() {
+		// A Service gone with all its records is forgotten (lock order:
+		// st.mu, then w.mu).
+		if service == "" && len(st.records) == 0 {
+			w.mu.Lock()
+			if w.states[svcKey] == st {
+				delete(w.states, svcKey)
+			}
+			w.mu.Unlock()
+		}
+	}()
 	if service != "" && !st.listed[service] {
 		if err := w.readBack(ctx, st, svcKey, service); err != nil {
 			return err
