@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
 	listersdiscoveryv1 "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -52,7 +54,7 @@ type nsListers struct {
 	namespace string
 	services  listerscorev1.ServiceLister
 	slices    listersdiscoveryv1.EndpointSliceLister
-	pods      listerscorev1.PodLister // nil without Config.PodLabels
+	pods      cache.GenericLister // Pods' metadata; nil without Config.PodLabels
 }
 
 // New builds a Bridge that watches kube and writes into reg, publishing
@@ -117,18 +119,30 @@ func (b *Bridge) Run(ctx context.Context) error {
 
 // startInformers starts the informers of every namespace watched and waits
 // for their caches.
-func (b *Bridge) startInformers(ctx context.Context) ([]informers.SharedInformerFactory, error) {
+// factory is what Run needs of an informer factory (typed or metadata).
+type factory interface {
+	Start(stopCh <-chan struct{})
+	Shutdown()
+}
+
+func (b *Bridge) startInformers(ctx context.Context) ([]factory, error) {
 	nss := b.cfg.Namespaces
 	if len(nss) == 0 {
 		nss = []string{metav1.NamespaceAll}
 	}
 	selector := b.cfg.Selector.String()
-	var factories []informers.SharedInformerFactory
+	var (
+		factories []factory
+		synced    []func() bool // each factory's cache sync, waited for below
+	)
 	for _, ns := range nss {
 		svcF := informers.NewSharedInformerFactoryWithOptions(b.kube, 0, informers.WithNamespace(ns),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 		otherF := informers.NewSharedInformerFactoryWithOptions(b.kube, 0, informers.WithNamespace(ns))
 		factories = append(factories, svcF, otherF)
+		for _, f := range []informers.SharedInformerFactory{svcF, otherF} {
+			synced = append(synced, func() bool { return allSynced(f.WaitForCacheSync(ctx.Done())) })
+		}
 		l := nsListers{namespace: ns}
 		svcInf := svcF.Core().V1().Services()
 		if _, err := svcInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -149,7 +163,10 @@ func (b *Bridge) startInformers(ctx context.Context) ([]informers.SharedInformer
 		}
 		l.slices = sliceInf.Lister()
 		if len(b.cfg.PodLabels) > 0 {
-			podInf := otherF.Core().V1().Pods()
+			podF := metadatainformer.NewFilteredSharedInformerFactory(b.cfg.Metadata, 0, ns, nil)
+			factories = append(factories, podF)
+			synced = append(synced, func() bool { return allSynced(podF.WaitForCacheSync(ctx.Done())) })
+			podInf := podF.ForResource(corev1.SchemeGroupVersion.WithResource("pods"))
 			if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 				AddFunc:    func(o any) { b.enqueuePod(o) },
 				UpdateFunc: func(_, o any) { b.enqueuePod(o) },
@@ -164,11 +181,9 @@ func (b *Bridge) startInformers(ctx context.Context) ([]informers.SharedInformer
 	for _, f := range factories {
 		f.Start(ctx.Done())
 	}
-	for _, f := range factories {
-		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
-			if !ok {
-				return factories, fmt.Errorf("pushlbk8s: cache of %v not synced: %w", typ, ctx.Err())
-			}
+	for _, ok := range synced {
+		if !ok() {
+			return factories, fmt.Errorf("pushlbk8s: caches not synced: %w", ctx.Err())
 		}
 	}
 	b.cfg.Logger.Info().Strs("namespaces", nss).Str("selector", selector).Msg("pushlbk8s: caches synced")
@@ -369,11 +384,15 @@ func (b *Bridge) reconcile(ctx context.Context, w *writer, key string) error {
 	var pods podLabels
 	if l.pods != nil {
 		pods = func(pns, pname string) (map[string]string, bool) {
-			p, err := l.pods.Pods(pns).Get(pname)
+			o, err := l.pods.ByNamespace(pns).Get(pname)
 			if err != nil {
 				return nil, false
 			}
-			return p.Labels, true
+			m, ok := o.(*metav1.PartialObjectMetadata)
+			if !ok {
+				return nil, false
+			}
+			return m.Labels, true
 		}
 	}
 	service, wants, problems := desired(svc, sl, b.cfg.PodLabels, pods, b.cfg.Owner)
@@ -413,4 +432,14 @@ func (b *Bridge) notePods(svcKey string, sl []*discoveryv1.EndpointSlice) {
 			}
 		}
 	}
+}
+
+// allSynced reports whether every cache of a factory synced.
+func allSynced[K comparable](m map[K]bool) bool {
+	for _, ok := range m {
+		if !ok {
+			return false
+		}
+	}
+	return true
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/metadata"
 
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/serverlist"
@@ -56,6 +57,10 @@ type Config struct {
 	// PodLabels are the pod labels copied into each record's metadata
 	// (key as is). Empty: no Pod is watched.
 	PodLabels []string
+	// Metadata is the client of the Pods' metadata (labels), watched with
+	// a metadata-only informer (no pod specs in memory): required with
+	// PodLabels (metadata.NewForConfig of the clientset's configuration).
+	Metadata metadata.Interface
 	// Owner is the Owner token of the records the bridge writes, shared
 	// by its replicas: empty means DefaultOwner. Two bridges of different
 	// clusters writing into one registry need different owners.
@@ -117,6 +122,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.WriteConcurrency == 0 {
 		c.WriteConcurrency = 64
+	}
+	if len(c.PodLabels) > 0 && c.Metadata == nil {
+		return c, fmt.Errorf("%w: PodLabels need a Metadata client", ErrInvalidConfig)
 	}
 	if len(c.PodLabels) > maxPodLabels {
 		return c, fmt.Errorf("%w: %d pod labels, at most %d", ErrInvalidConfig, len(c.PodLabels), maxPodLabels)

@@ -4,7 +4,8 @@
 //
 // A [Bridge] watches, through informers (no polling), the Services chosen by
 // a label selector in chosen namespaces, their EndpointSlices and, when pod
-// labels are copied into the records, their Pods. It keeps the registry
+// labels are copied into the records, their Pods' metadata (a
+// metadata-only informer: no pod specs in memory). It keeps the registry
 // equal to them:
 //
 //   - an endpoint that is ready is announced: its record is written and the

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 
 	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
@@ -149,6 +150,13 @@ func (h *harness) start(kube kubernetes.Interface, nc *nats.Conn, cfg pushlbk8s.
 		cfg.Election.Namespace = h.ns
 	}
 	cfg.Logger = zerolog.New(zerolog.NewTestWriter(h.t)).Level(zerolog.InfoLevel)
+	if len(cfg.PodLabels) > 0 && cfg.Metadata == nil {
+		meta, err := metadata.NewForConfig(h.env.Config)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		cfg.Metadata = meta
+	}
 	b, err := pushlbk8s.New(kube, nc, h.reg, cfg)
 	if err != nil {
 		h.t.Fatal(err)

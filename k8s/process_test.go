@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 
 	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
@@ -91,18 +92,31 @@ func testManifests(t *testing.T, env *testenv.Env) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	metaAsBridge, err := metadata.NewForConfig(env.ConfigAs(testenv.BridgeToken))
+	if err != nil {
+		t.Fatal(err)
+	}
 	// RBAC grants no more than it should.
 	if _, err := asBridge.CoreV1().Services(h.ns).Create(t.Context(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "nope"},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 1}}}}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("the bridge's account created a Service (err %v)", err)
 	}
+	if _, err := env.Client.CoreV1().Pods(h.ns).Create(t.Context(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"version": "v1"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "none"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	h.service("web", nil)
 	h.putSlice("web-1", "web", readyEP("a", "10.10.0.1", ""))
-	b := h.startBridgeWith(asBridge, pushlbk8s.Config{PodLabels: []string{"version"},
+	b := h.startBridgeWith(asBridge, pushlbk8s.Config{PodLabels: []string{"version"}, Metadata: metaAsBridge,
 		Election: pushlbk8s.ElectionConfig{Namespace: "pushlb", Name: "pushlb-k8s-" + h.ns,
 			LeaseDuration: electionFast.LeaseDuration, RenewDeadline: electionFast.RenewDeadline, RetryPeriod: electionFast.RetryPeriod}})
 	waitStats(t, b, "the bridge leads under its RBAC", func(s pushlbk8s.Stats) bool { return s.Leading })
 	h.waitListed("a")
+	testutil.Eventually(t, "the pod's label read under the bridge's RBAC", func() bool {
+		return h.records()[h.id("a")].Metadata["version"] == "v1"
+	})
 }
 
 // kubeconfig writes a kubeconfig that reaches env's API server as admin.

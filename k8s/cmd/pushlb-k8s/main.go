@@ -31,6 +31,7 @@ import (
 	"github.com/rs/zerolog"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -97,6 +98,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		log.Error().Err(err).Msg("pushlb-k8s: Kubernetes client")
 		return 1
 	}
+	meta, err := metadata.NewForConfig(restCfg)
+	if err != nil {
+		log.Error().Err(err).Msg("pushlb-k8s: Kubernetes metadata client")
+		return 1
+	}
 	nc.Name = "pushlb-k8s"
 	conn, err := natsconn.Connect(ctx, nc, log)
 	if err != nil {
@@ -119,6 +125,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		Namespaces: splitList(*namespaces),
 		Selector:   sel,
 		PodLabels:  splitList(*podLabels),
+		Metadata:   meta,
 		Owner:      *owner,
 		Prefix:     *prefix,
 		Election: pushlbk8s.ElectionConfig{Namespace: *leaseNamespace, Name: *leaseName, Identity: *id,
