@@ -429,6 +429,14 @@ func (c *Client) FollowMode() FollowMode { return c.opts.Follow }
 // was set: the zone an adapter (the gRPC balancer) prefers by default.
 func (c *Client) Zone() string { return c.opts.Zone }
 
+// Region returns the region the client runs in and the other regions in
+// failover order (Config.Region, Config.RegionPriority): what an adapter
+// that orders localities itself (the xDS server) takes by default. The
+// slice is the caller's own.
+func (c *Client) Region() (region string, priority []string) {
+	return c.opts.Region, slices.Clone(c.opts.RegionPriority)
+}
+
 // started returns the parts of a started client, or nil.
 func (c *Client) started() *parts {
 	c.mu.Lock()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -16,11 +15,11 @@ import (
 var errFetch = errors.New("pushlbxds: fetch is not supported; open an ADS stream")
 
 // zonedCache is the server's cache.Cache: one LinearCache per resource
-// type, and for ClusterLoadAssignments one LinearCache per client zone
-// (the zone of the request's node), since priorities depend on it. The
-// caches of zones are made when a client of a new zone asks, from the
-// current lists, up to a bound; clients of further zones get the
-// ClusterLoadAssignments of a client without a zone.
+// type, and for ClusterLoadAssignments one LinearCache per client
+// locality (the region and zone of the request's node), since priorities
+// depend on it. The caches of localities are made when a client of a new
+// one asks, from the current lists, up to a bound; clients of further
+// localities get the ClusterLoadAssignments of a client without one.
 //
 // Lock order: mu, then a LinearCache's own lock. Watches are created
 // without holding mu.
@@ -28,18 +27,18 @@ type zonedCache struct {
 	lds, rds, cds *cache.LinearCache
 	prefix        string // version prefix of every cache
 	maxZones      int
-	onZone        func(zone string, admitted bool) // told of each new zone; under mu
+	onZone        func(loc clientLocality, admitted bool) // told of each new locality; under mu
 
 	mu    sync.Mutex
-	lists map[string][]endpoint         // the services' current lists
-	eds   map[string]*cache.LinearCache // by lower-case client zone; "" for clients without one
-	build func(service string, eps []endpoint, zone string) types.Resource
+	lists map[string][]endpoint                 // the services' current lists
+	eds   map[clientLocality]*cache.LinearCache // by client locality; the zero one for clients without one
+	build func(service string, eps []endpoint, loc clientLocality) types.Resource
 }
 
 // newZonedCache returns the caches with no resource. build makes the
 // ClusterLoadAssignment of a service for a client zone, or nil when it
 // cannot (the previous one then stays).
-func newZonedCache(prefix string, maxZones int, build func(string, []endpoint, string) types.Resource, onZone func(string, bool)) *zonedCache {
+func newZonedCache(prefix string, maxZones int, build func(string, []endpoint, clientLocality) types.Resource, onZone func(clientLocality, bool)) *zonedCache {
 	z := &zonedCache{
 		lds:      cache.NewLinearCache(resource.ListenerType, cache.WithVersionPrefix(prefix)),
 		rds:      cache.NewLinearCache(resource.RouteType, cache.WithVersionPrefix(prefix)),
@@ -48,37 +47,36 @@ func newZonedCache(prefix string, maxZones int, build func(string, []endpoint, s
 		maxZones: maxZones,
 		onZone:   onZone,
 		lists:    map[string][]endpoint{},
-		eds:      map[string]*cache.LinearCache{},
+		eds:      map[clientLocality]*cache.LinearCache{},
 		build:    build,
 	}
-	z.eds[""] = cache.NewLinearCache(resource.EndpointType, cache.WithVersionPrefix(prefix+"z0-"))
+	z.eds[clientLocality{}] = cache.NewLinearCache(resource.EndpointType, cache.WithVersionPrefix(prefix+"z0-"))
 	return z
 }
 
-// zoneCache returns the ClusterLoadAssignment cache of clients in zone,
+// zoneCache returns the ClusterLoadAssignment cache of clients at loc,
 // making it from the current lists the first time.
-func (z *zonedCache) zoneCache(zone string) *cache.LinearCache {
-	zone = strings.ToLower(zone)
+func (z *zonedCache) zoneCache(loc clientLocality) *cache.LinearCache {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	if c, ok := z.eds[zone]; ok {
+	if c, ok := z.eds[loc]; ok {
 		return c
 	}
-	if len(z.eds) > z.maxZones { // "" does not count
-		z.onZone(zone, false)
-		return z.eds[""]
+	if len(z.eds) > z.maxZones { // the zero locality does not count
+		z.onZone(loc, false)
+		return z.eds[clientLocality{}]
 	}
 	// A list whose resource cannot be built for zone (never seen: the
 	// resources are validated) gets the one of clients without a zone.
 	initial := make(map[string]types.Resource, len(z.lists))
 	var neutral map[string]types.Resource
 	for service, eps := range z.lists {
-		if r := z.build(service, eps, zone); r != nil {
+		if r := z.build(service, eps, loc); r != nil {
 			initial[service] = r
 			continue
 		}
 		if neutral == nil {
-			neutral = z.eds[""].GetResources()
+			neutral = z.eds[clientLocality{}].GetResources()
 		}
 		if r, ok := neutral[service]; ok {
 			initial[service] = r
@@ -86,8 +84,8 @@ func (z *zonedCache) zoneCache(zone string) *cache.LinearCache {
 	}
 	c := cache.NewLinearCache(resource.EndpointType, cache.WithVersionPrefix(z.prefix+"z"+strconv.Itoa(len(z.eds))+"-"),
 		cache.WithInitialResources(initial))
-	z.eds[zone] = c
-	z.onZone(zone, true)
+	z.eds[loc] = c
+	z.onZone(loc, true)
 	return c
 }
 
@@ -98,8 +96,8 @@ func (z *zonedCache) setList(service string, eps []endpoint) bool {
 	defer z.mu.Unlock()
 	z.lists[service] = eps
 	ok := true
-	for zone, c := range z.eds {
-		r := z.build(service, eps, zone)
+	for loc, c := range z.eds {
+		r := z.build(service, eps, loc)
 		if r == nil {
 			ok = false
 			continue
@@ -135,16 +133,16 @@ func (z *zonedCache) removeList(service string) {
 	}
 }
 
-// zones returns the number of client zones with a cache of their own.
+// zones returns the number of client localities with a cache of their own.
 func (z *zonedCache) zones() int {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	return len(z.eds) - 1
 }
 
-// typeCache returns the cache of a type URL and a client zone, or nil for
-// a type this server does not serve.
-func (z *zonedCache) typeCache(typeURL, zone string) *cache.LinearCache {
+// typeCache returns the cache of a type URL and a client locality, or nil
+// for a type this server does not serve.
+func (z *zonedCache) typeCache(typeURL string, loc clientLocality) *cache.LinearCache {
 	switch typeURL {
 	case resource.ListenerType:
 		return z.lds
@@ -153,7 +151,7 @@ func (z *zonedCache) typeCache(typeURL, zone string) *cache.LinearCache {
 	case resource.ClusterType:
 		return z.cds
 	case resource.EndpointType:
-		return z.zoneCache(zone)
+		return z.zoneCache(loc)
 	}
 	return nil
 }
@@ -162,7 +160,7 @@ func (z *zonedCache) typeCache(typeURL, zone string) *cache.LinearCache {
 // serve gets a watch that never answers, so that the stream stays open for
 // the types it does.
 func (z *zonedCache) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan cache.Response) (func(), error) {
-	c := z.typeCache(req.GetTypeUrl(), req.GetNode().GetLocality().GetZone())
+	c := z.typeCache(req.GetTypeUrl(), localityOf(req.GetNode().GetLocality().GetRegion(), req.GetNode().GetLocality().GetZone()))
 	if c == nil {
 		return func() {}, nil
 	}
@@ -171,7 +169,7 @@ func (z *zonedCache) CreateWatch(req *cache.Request, sub cache.Subscription, ch 
 
 // CreateDeltaWatch implements cache.ConfigWatcher, as CreateWatch.
 func (z *zonedCache) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription, ch chan cache.DeltaResponse) (func(), error) {
-	c := z.typeCache(req.GetTypeUrl(), req.GetNode().GetLocality().GetZone())
+	c := z.typeCache(req.GetTypeUrl(), localityOf(req.GetNode().GetLocality().GetRegion(), req.GetNode().GetLocality().GetZone()))
 	if c == nil {
 		return func() {}, nil
 	}

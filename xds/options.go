@@ -2,6 +2,7 @@ package pushlbxds
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
@@ -15,10 +16,11 @@ const DefaultMaxClientZones = 64
 type Option func(*options) error
 
 type options struct {
-	log      zerolog.Logger
-	maxZones int
-	http2    bool
-	grpcOpts []grpc.ServerOption
+	log            zerolog.Logger
+	maxZones       int
+	regionPriority []string
+	http2          bool
+	grpcOpts       []grpc.ServerOption
 }
 
 func defaultOptions() options {
@@ -35,10 +37,11 @@ func WithLogger(l zerolog.Logger) Option {
 	}
 }
 
-// WithMaxClientZones bounds the client zones (the zone of an xDS client's
-// node) that get ClusterLoadAssignments of their own, with their zone
-// first (priority 0). A client of a further zone is served as a client
-// without a zone: every zone at priority 0. Zones are few in a
+// WithMaxClientZones bounds the client localities (the region and zone of
+// an xDS client's node) that get ClusterLoadAssignments of their own,
+// with their zone first (priority 0) and their region next. A client of
+// a further locality is served as a client without one: every locality
+// at priority 0. Zones are few in a
 // deployment; the bound keeps made-up ones from growing the server.
 // 0 serves every client as one without a zone. Default
 // DefaultMaxClientZones.
@@ -48,6 +51,26 @@ func WithMaxClientZones(n int) Option {
 			return fmt.Errorf("%w: WithMaxClientZones(%d): want 0 or more", ErrInvalidOption, n)
 		}
 		o.maxZones = n
+		return nil
+	}
+}
+
+// WithRegionPriority sets the order in which clients fail over to other
+// regions once their own has no instance they can reach: a client whose
+// node names its region (node.locality.region) gets its own region's
+// localities first (and those of instances announced without a region),
+// then these regions in order, then any other by name, each a priority of
+// its own (Envoy's locality failover). A client without a region ignores
+// the instances' regions. Default: the client's (pushlb.Config's
+// RegionPriority, the gateway's regionPriority).
+func WithRegionPriority(regions ...string) Option {
+	return func(o *options) error {
+		for _, r := range regions {
+			if r == "" {
+				return fmt.Errorf("%w: WithRegionPriority: an empty region", ErrInvalidOption)
+			}
+		}
+		o.regionPriority = slices.Clone(regions)
 		return nil
 	}
 }

@@ -46,13 +46,15 @@ const MetadataKey = "pushlb"
 // balancer's server when its list arrives, so that building resources
 // later reads nothing shared.
 type endpoint struct {
-	id       string
-	host     string
-	port     uint32
-	zone     string // as announced
-	zoneKey  string // lower case: zones compare without regard to case
-	weight   uint32 // 0: none announced
-	badValue string // a weight that was ignored, for the log
+	id        string
+	host      string
+	port      uint32
+	zone      string // as announced
+	zoneKey   string // lower case: zones compare without regard to case
+	region    string // as announced; "" for the registry's own
+	regionKey string
+	weight    uint32 // 0: none announced
+	badValue  string // a weight that was ignored, for the log
 }
 
 // endpoints converts a balancer's list. An endpoint's weight is its
@@ -71,7 +73,7 @@ func endpoints(servers []*balancer.Server) []endpoint {
 	}
 	eps := make([]endpoint, 0, len(servers))
 	for _, s := range servers {
-		e := endpoint{id: s.ID, host: s.Host, port: uint32(s.Port), zone: s.Zone, zoneKey: strings.ToLower(s.Zone)}
+		e := endpoint{id: s.ID, host: s.Host, port: uint32(s.Port), zone: s.Zone, zoneKey: strings.ToLower(s.Zone), region: s.Region, regionKey: strings.ToLower(s.Region)}
 		if s.Weight != 0 {
 			e.weight = uint32(s.EffectiveWeight())
 		} else if v, ok := s.Metadata[WeightKey]; ok {
@@ -194,34 +196,58 @@ type dropped struct {
 	id, reason string
 }
 
+// clientLocality is where an xDS client runs, from its node's locality:
+// its region and zone, lower case (they compare without regard to case).
+// The ClusterLoadAssignments' priorities depend on it.
+type clientLocality struct{ region, zone string }
+
+func localityOf(region, zone string) clientLocality {
+	return clientLocality{strings.ToLower(region), strings.ToLower(zone)}
+}
+
+// String is the locality for logs: "zone", or "region/zone".
+func (l clientLocality) String() string {
+	if l.region == "" {
+		return l.zone
+	}
+	return l.region + "/" + l.zone
+}
+
 // loadAssignmentFor returns the service's ClusterLoadAssignment as a
-// client in clientZone sees it: one locality per zone (sorted by zone),
-// every endpoint HEALTHY (the list holds the live instances only), with
-// its weight when it announced one. The locality's weight is the sum of
-// its endpoints' (1 each without one), so that clients split the load
-// between zones by capacity.
+// client at loc sees it: one locality per region and zone (sorted by
+// region, then zone), every endpoint HEALTHY (the list holds the live
+// instances only), with its weight when it announced one. The locality's
+// weight is the sum of its endpoints' (1 each without one), so that
+// clients split the load between zones by capacity.
 //
-// Priorities: when clientZone (compared without regard to case) is one of
-// the service's zones, that zone's locality has priority 0 and the others
-// priority 1, so a client stays in its zone and fails over to the others
-// when its zone has no instance left or none it can reach. Otherwise every
-// locality has priority 0.
+// Priorities, Envoy's locality failover (lower first, contiguous from 0):
+//   - regions, when the client names its region: its own region's
+//     localities (those of endpoints without a region too), then the
+//     regions of regionPriority in order, then the others by name; a
+//     client without a region ignores the endpoints' regions;
+//   - within the nearest level, when the client's zone has endpoints
+//     there: that zone's locality first, the other zones of its region
+//     next.
+//
+// So a client stays in its zone, then its region, and fails over level by
+// level when the nearer ones have no instance left or none it can reach.
 //
 // An instance whose address another instance already has (an ID re-used
 // by a restart with another ID while the old record lingers) is left out,
 // as is one with no host or port: both would make the whole resource
 // rejected by grpc-go. The dropped instances are returned.
-func loadAssignmentFor(service string, eps []endpoint, clientZone string) (*endpointpb.ClusterLoadAssignment, []dropped, error) {
-	clientZone = strings.ToLower(clientZone)
+func loadAssignmentFor(service string, eps []endpoint, loc clientLocality, regionPriority []string) (*endpointpb.ClusterLoadAssignment, []dropped, error) {
 	type locality struct {
-		zone, key string
-		weight    uint64
-		endpoints []*endpointpb.LbEndpoint
+		region, zone       string
+		regionKey, zoneKey string
+		weight             uint64
+		endpoints          []*endpointpb.LbEndpoint
 	}
+	type key struct{ region, zone string }
 	var (
-		byZone = map[string]*locality{}
-		addrs  = map[string]string{} // address -> instance ID
-		drops  []dropped
+		byKey = map[key]*locality{}
+		addrs = map[string]string{} // address -> instance ID
+		drops []dropped
 	)
 	for _, e := range eps {
 		if e.host == "" || e.port == 0 || e.port > 65535 {
@@ -234,10 +260,11 @@ func loadAssignmentFor(service string, eps []endpoint, clientZone string) (*endp
 			continue
 		}
 		addrs[addr] = e.id
-		l := byZone[e.zoneKey]
+		k := key{e.regionKey, e.zoneKey}
+		l := byKey[k]
 		if l == nil {
-			l = &locality{zone: e.zone, key: e.zoneKey}
-			byZone[e.zoneKey] = l
+			l = &locality{region: e.region, zone: e.zone, regionKey: e.regionKey, zoneKey: e.zoneKey}
+			byKey[k] = l
 		}
 		lb := &endpointpb.LbEndpoint{
 			HostIdentifier: &endpointpb.LbEndpoint_Endpoint{Endpoint: &endpointpb.Endpoint{
@@ -260,27 +287,72 @@ func loadAssignmentFor(service string, eps []endpoint, clientZone string) (*endp
 		l.weight += w
 		l.endpoints = append(l.endpoints, lb)
 	}
-	localities := make([]*locality, 0, len(byZone))
-	for _, l := range byZone {
+	localities := make([]*locality, 0, len(byKey))
+	for _, l := range byKey {
 		localities = append(localities, l)
 	}
-	slices.SortFunc(localities, func(a, b *locality) int { return cmp.Compare(a.key, b.key) })
-	_, preferred := byZone[clientZone]
-	preferred = preferred && clientZone != ""
+	slices.SortFunc(localities, func(a, b *locality) int {
+		return cmp.Or(cmp.Compare(a.regionKey, b.regionKey), cmp.Compare(a.zoneKey, b.zoneKey))
+	})
+
+	// The level of each locality: (region tier, zone preference).
+	tier := func(l *locality) int { return 0 }
+	if loc.region != "" {
+		rank := map[string]int{loc.region: 0, "": 0}
+		for _, r := range regionPriority {
+			if k := strings.ToLower(r); k != loc.region {
+				if _, ok := rank[k]; !ok {
+					rank[k] = len(rank) - 1
+				}
+			}
+		}
+		listed := len(rank) - 1
+		var others []string
+		for _, l := range localities {
+			if _, ok := rank[l.regionKey]; !ok && !slices.Contains(others, l.regionKey) {
+				others = append(others, l.regionKey) // in name order: localities are sorted
+			}
+		}
+		for i, r := range others {
+			rank[r] = listed + i
+		}
+		tier = func(l *locality) int { return rank[l.regionKey] }
+	}
+	zonePreferred := false
+	if loc.zone != "" {
+		for _, l := range localities {
+			if tier(l) == 0 && l.zoneKey == loc.zone {
+				zonePreferred = true
+			}
+		}
+	}
+	level := func(l *locality) int {
+		if !zonePreferred {
+			return 2 * tier(l)
+		}
+		if t := tier(l); t > 0 || l.zoneKey != loc.zone {
+			return 2*t + 1
+		}
+		return 0
+	}
+	var levels []int
+	for _, l := range localities {
+		if lv := level(l); !slices.Contains(levels, lv) {
+			levels = append(levels, lv)
+		}
+	}
+	slices.Sort(levels)
+
 	cla := &endpointpb.ClusterLoadAssignment{ClusterName: service, Endpoints: make([]*endpointpb.LocalityLbEndpoints, 0, len(localities))}
 	for _, l := range localities {
 		if l.weight > 1<<32-1 {
 			return nil, drops, fmt.Errorf("zone %q: the sum of its weights, %d, exceeds 2^32-1", l.zone, l.weight)
 		}
-		var priority uint32
-		if preferred && l.key != clientZone {
-			priority = 1
-		}
 		cla.Endpoints = append(cla.Endpoints, &endpointpb.LocalityLbEndpoints{
-			Locality:            &corepb.Locality{Zone: l.zone},
+			Locality:            &corepb.Locality{Region: l.region, Zone: l.zone},
 			LbEndpoints:         l.endpoints,
 			LoadBalancingWeight: wrapperspb.UInt32(uint32(l.weight)),
-			Priority:            priority,
+			Priority:            uint32(slices.Index(levels, level(l))),
 		})
 	}
 	return cla, drops, cla.Validate()

@@ -1,6 +1,7 @@
 package pushlbxds
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -117,7 +118,7 @@ func TestLoadAssignment(t *testing.T) {
 		{name: "no host", list: []*balancer.Server{server("nohost", "", 1, "z", nil)}, want: nil, drops: []string{"nohost"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cla, drops, err := loadAssignmentFor("orders", endpoints(tc.list), tc.clientZone)
+			cla, drops, err := loadAssignmentFor("orders", endpoints(tc.list), localityOf("", tc.clientZone), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -244,5 +245,52 @@ func TestServiceResources(t *testing.T) {
 	// A name Validate refuses is an error, not a resource.
 	if _, err := routeFor(""); err == nil || !strings.Contains(err.Error(), "Name") {
 		t.Fatalf("routeFor(\"\"): %v", err)
+	}
+}
+
+// Regions: a client that names its region gets its zone first, its
+// region's other zones next, then the listed regions in order, then the
+// others by name, each a priority of its own; one without a region
+// ignores them.
+func TestLoadAssignmentRegions(t *testing.T) {
+	at := func(id, host, region, zone string) *balancer.Server {
+		return &balancer.Server{ID: id, Host: host, Port: 80, Region: region, Zone: zone}
+	}
+	list := []*balancer.Server{
+		at("eu1", "10.0.0.1", "eu", "eu-a"),
+		at("eu2", "10.0.0.2", "EU", "eu-b"),
+		at("us1", "10.0.1.1", "us", "us-a"),
+		at("ap1", "10.0.2.1", "ap", "ap-a"),
+		at("sa1", "10.0.3.1", "sa", "sa-a"),
+		at("old", "10.0.0.3", "", "eu-b"), // announced before regions: the registry's own
+	}
+	priorities := func(loc clientLocality, priority ...string) map[string]uint32 {
+		t.Helper()
+		cla, _, err := loadAssignmentFor("orders", endpoints(list), loc, priority)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkGRPCRules(t, cla)
+		out := map[string]uint32{}
+		for _, l := range cla.GetEndpoints() {
+			out[l.GetLocality().GetRegion()+"/"+l.GetLocality().GetZone()] = l.GetPriority()
+		}
+		return out
+	}
+	got := priorities(localityOf("eu", "EU-B"), "sa")
+	want := map[string]uint32{"EU/eu-b": 0, "/eu-b": 0, "eu/eu-a": 1, "sa/sa-a": 2, "ap/ap-a": 3, "us/us-a": 4}
+	if !maps.Equal(got, want) {
+		t.Errorf("client eu/eu-b, priority [sa]:\n got %v\nwant %v", got, want)
+	}
+	got = priorities(localityOf("us", ""))
+	want = map[string]uint32{"us/us-a": 0, "/eu-b": 0, "ap/ap-a": 1, "EU/eu-b": 2, "eu/eu-a": 2, "sa/sa-a": 3}
+	if !maps.Equal(got, want) {
+		t.Errorf("client us, no zone:\n got %v\nwant %v", got, want)
+	}
+	got = priorities(localityOf("", "eu-a"))
+	for l, p := range got {
+		if want := uint32(1); l != "eu/eu-a" && p != want || l == "eu/eu-a" && p != 0 {
+			t.Errorf("client without a region, zone eu-a: %s at %d; want eu-a 0, the rest 1 (%v)", l, p, got)
+		}
 	}
 }

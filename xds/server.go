@@ -133,6 +133,9 @@ func NewServer(c *pushlb.Client, opts ...Option) (*Server, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	if o.regionPriority == nil {
+		_, o.regionPriority = c.Region()
+	}
 	s := &Server{
 		c: c, o: o,
 		stop:         make(chan struct{}),
@@ -389,9 +392,9 @@ func (s *Server) install(service string, eps []endpoint) {
 // nil when the resource is invalid (logged and counted). The instances
 // left out are logged and counted once per list, with the resource of
 // clients without a zone (which every list builds).
-func (s *Server) buildLoadAssignment(service string, eps []endpoint, zone string) types.Resource {
-	cla, drops, err := loadAssignmentFor(service, eps, zone)
-	if zone == "" {
+func (s *Server) buildLoadAssignment(service string, eps []endpoint, loc clientLocality) types.Resource {
+	cla, drops, err := loadAssignmentFor(service, eps, loc, s.o.regionPriority)
+	if loc == (clientLocality{}) {
 		for _, d := range drops {
 			s.dropped.Add(1)
 			s.o.log.Warn().Str("service", service).Str("instance", d.id).Str("reason", d.reason).
@@ -400,21 +403,21 @@ func (s *Server) buildLoadAssignment(service string, eps []endpoint, zone string
 	}
 	if err != nil {
 		s.invalid.Add(1)
-		s.o.log.Error().Err(err).Str("service", service).Str("client_zone", zone).
+		s.o.log.Error().Err(err).Str("service", service).Stringer("client_locality", loc).
 			Msg("xds: endpoints not updated: the new resource is invalid")
 		return nil
 	}
 	return cla
 }
 
-// newZone logs a client zone the first time it is seen.
-func (s *Server) newZone(zone string, admitted bool) {
+// newZone logs a client locality the first time it is seen.
+func (s *Server) newZone(loc clientLocality, admitted bool) {
 	if admitted {
-		s.o.log.Info().Str("client_zone", zone).Msg("xds: serving clients of a new zone, their zone first")
+		s.o.log.Info().Stringer("client_locality", loc).Msg("xds: serving clients of a new locality, their zone and region first")
 		return
 	}
-	s.o.log.Warn().Str("client_zone", zone).Int("max", s.o.maxZones).
-		Msg("xds: too many client zones: this one is served as a client without a zone")
+	s.o.log.Warn().Stringer("client_locality", loc).Int("max", s.o.maxZones).
+		Msg("xds: too many client localities: this one is served as a client without a zone or region")
 }
 
 // callbacks counts the streams and the responses, and logs and counts the
