@@ -44,6 +44,14 @@ func (v Balancer) Reachable() []*balancer.Server {
 	return slices.DeleteFunc(slices.Clone(v.b.ReachableServers()), unreachable)
 }
 
+// Nearest is Reachable over the nearest region that has a reachable
+// server (balancer.Config.Region; docs/balancer.md, "Regions"): the
+// servers picks choose from now. Without regions it is Reachable. The
+// slice is the caller's.
+func (v Balancer) Nearest() []*balancer.Server {
+	return slices.DeleteFunc(slices.Clone(v.b.NearestServers()), unreachable)
+}
+
 // reachable counts the servers Reachable returns, without a copy, and
 // those of the others that are ejected.
 func (v Balancer) reachable() (reachable, ejected int) {

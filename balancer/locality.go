@@ -165,3 +165,16 @@ func (s *Snapshot) chooseTier(now int64) *regionTier {
 	}
 	return s.tiers[0]
 }
+
+// NearestServers returns the alive servers of the nearest region that has
+// a reachable server (Config.Region), as picks choose it now: all of
+// ReachableServers without regions. What answers for the balancer
+// without picking (the dns package) takes it, so that it fails over
+// between regions as picks do. The slice is shared: do not modify it.
+func (b *Balancer) NearestServers() []*Server {
+	snap := b.snap.Load()
+	if t := snap.chooseTier(b.shared.nanotime()); t != nil {
+		return t.view.servers
+	}
+	return snap.full.servers
+}

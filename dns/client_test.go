@@ -264,3 +264,21 @@ func liveHeap() int64 {
 
 // goroutines counts the process's goroutines.
 func goroutines() int { return runtime.NumGoroutine() }
+
+// A client with a region answers from the nearest region that has an
+// instance: its own, then the next; back to its own when one returns.
+func TestClientSourceRegions(t *testing.T) {
+	srv := natstest.Start(t)
+	c := startClient(t, srv, pushlb.Config{Region: "eu", RegionPriority: []string{"us"}})
+	s := startServer(t, dns.ClientSource(c), dns.Config{})
+	eu := announceAt(t, srv, "127.0.0.1:9001", serverlist.Instance{Service: "orders", InstanceID: "eu-1", Region: "eu"})
+	announceAt(t, srv, "127.0.0.2:9001", serverlist.Instance{Service: "orders", InstanceID: "us-1", Region: "us"})
+	announceAt(t, srv, "127.0.0.3:9001", serverlist.Instance{Service: "orders", InstanceID: "ap-1", Region: "ap"})
+	answerAddrs(t, s.Addr(), "orders.service.pushlb.", "127.0.0.1")
+	if err := eu.Withdraw(t.Context(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	answerAddrs(t, s.Addr(), "orders.service.pushlb.", "127.0.0.2")
+	announceAt(t, srv, "127.0.0.4:9001", serverlist.Instance{Service: "orders", InstanceID: "eu-2", Region: "EU"})
+	answerAddrs(t, s.Addr(), "orders.service.pushlb.", "127.0.0.4")
+}

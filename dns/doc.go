@@ -14,7 +14,8 @@
 // A and AAAA answer the reachable instances (alive, breaker closed, not
 // ejected; when none is reachable, the alive ones, as a balancer in panic
 // does) whose host is an address of that family, rotated from one answer
-// to the next. With a zone (a zone label in the name, else Config.Zone)
+// to the next; with regions (pushlb.Config.Region), those of the nearest
+// region that has a reachable one, as picks go. With a zone (a zone label in the name, else Config.Zone)
 // they answer the zone's instances while it has a reachable one, and every
 // instance otherwise. An instance whose host is a name is left out of A
 // and AAAA (a CNAME may not stand beside other records of its name) and is

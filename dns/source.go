@@ -40,7 +40,7 @@ func (s clientSource) Servers(ctx context.Context, service string) ([]*balancer.
 		}
 		return nil, err
 	}
-	if r := b.Reachable(); len(r) > 0 {
+	if r := b.Nearest(); len(r) > 0 { // the nearest region's, as picks go
 		return r, nil
 	}
 	var alive []*balancer.Server
