@@ -76,11 +76,12 @@ func (r *benchRig) waitGone(b *testing.B, id string) {
 }
 
 // departures measures b.N departures beside two instances that stay,
-// under a load of 4 workers: each iteration announces an instance (ID
-// prefix-i), waits until HAProxy routes to it, and times depart, which
-// returns the sample; the instance is then waited out of the backend. It
-// reports the samples and the failed requests.
-func (r *benchRig) departures(b *testing.B, prefix string, depart func(l *backend) time.Duration) {
+// under a load of 4 workers: each iteration calls arrive (untimed), which
+// starts the i-th instance, waits until HAProxy routes to it and returns
+// its ID and its departure; it times the departure, which returns the
+// sample, then waits the instance out of the backend. It reports the
+// samples and the failed requests.
+func (r *benchRig) departures(b *testing.B, arrive func(i int) (id string, depart func() time.Duration)) {
 	announce(b, r.ns, "orders", "stay-1", "", 0)
 	announce(b, r.ns, "orders", "stay-2", "", 0)
 	r.h.waitServers(b, "orders", "2 instances", func(s map[string]*haServer) bool { return len(ours(s)) == 2 })
@@ -90,16 +91,25 @@ func (r *benchRig) departures(b *testing.B, prefix string, depart func(l *backen
 	b.ResetTimer()
 	for i := range b.N {
 		b.StopTimer()
-		l := announce(b, r.ns, "orders", fmt.Sprintf("%s-%d", prefix, i), "", 0)
-		r.waitRouted(b, l)
+		id, depart := arrive(i)
 		b.StartTimer()
-		samples = append(samples, depart(l))
+		samples = append(samples, depart())
 		b.StopTimer()
-		r.waitGone(b, l.id)
+		r.waitGone(b, id)
 	}
 	stop()
 	reportTimes(b, samples)
 	b.ReportMetric(float64(r.failed.Load()), "failed")
+}
+
+// inProcess is an arrive of departures: an in-process backend announced
+// as prefix-i, routed; depart takes it away and returns the sample.
+func (r *benchRig) inProcess(b *testing.B, prefix string, depart func(l *backend) time.Duration) func(i int) (string, func() time.Duration) {
+	return func(i int) (string, func() time.Duration) {
+		l := announce(b, r.ns, "orders", fmt.Sprintf("%s-%d", prefix, i), "", 0)
+		r.waitRouted(b, l)
+		return l.id, func() time.Duration { return depart(l) }
+	}
 }
 
 func reportTimes(b *testing.B, samples []time.Duration) {
@@ -133,22 +143,22 @@ func reportTimes(b *testing.B, samples []time.Duration) {
 func BenchmarkHAProxy(b *testing.B) {
 	b.Run("graceful", func(b *testing.B) {
 		r := newBenchRig(b, false, "")
-		r.departures(b, "g", func(l *backend) time.Duration {
+		r.departures(b, r.inProcess(b, "g", func(l *backend) time.Duration {
 			t0 := time.Now()
 			l.withdraw(b)
 			r.waitGone(b, l.id)
 			return max(0, time.Duration(l.last.Load()-t0.UnixNano()))
-		})
+		}))
 	})
 	b.Run("crash", func(b *testing.B) {
 		r := newBenchRig(b, true, "")
-		r.departures(b, "c", func(l *backend) time.Duration {
+		r.departures(b, r.inProcess(b, "c", func(l *backend) time.Duration {
 			name := defaultNamePrefix + l.id
 			t0 := time.Now()
 			l.crash()
 			r.h.waitServers(b, "orders", l.id+" out of the picks", func(s map[string]*haServer) bool { return s[name] == nil || s[name].maint() })
 			return time.Since(t0)
-		})
+		}))
 	})
 	b.Run("crash-process", func(b *testing.B) {
 		if testing.Short() {
@@ -160,33 +170,21 @@ func BenchmarkHAProxy(b *testing.B) {
 		}
 		b.Cleanup(remove)
 		r := newBenchRig(b, true, "")
-		announce(b, r.ns, "orders", "stay-1", "", 0)
-		announce(b, r.ns, "orders", "stay-2", "", 0)
-		r.h.waitServers(b, "orders", "2 instances", func(s map[string]*haServer) bool { return len(ours(s)) == 2 })
-		stop := r.load(4)
-		defer stop()
-		samples := make([]time.Duration, 0, b.N)
-		b.ResetTimer()
-		for i := range b.N {
-			b.StopTimer()
+		r.departures(b, func(i int) (string, func() time.Duration) {
 			id := fmt.Sprintf("p-%d", i)
 			addr := testutil.FreeAddr(b)
 			backend := testutil.Start(b, bins[1], "-addr", addr, "-name", id)
 			ann := testutil.Start(b, bins[0], "-nats", r.ns.URL(), "-service", "orders", "-addr", addr, "-id", id, "-health-interval", "0")
 			name := defaultNamePrefix + id
 			r.h.waitServers(b, "orders", id+" added", func(s map[string]*haServer) bool { return s[name] != nil && !s[name].maint() })
-			b.StartTimer()
-			t0 := time.Now()
-			ann.Kill(b)
-			backend.Kill(b)
-			r.h.waitServers(b, "orders", id+" out of the picks", func(s map[string]*haServer) bool { return s[name] == nil || s[name].maint() })
-			samples = append(samples, time.Since(t0))
-			b.StopTimer()
-			r.waitGone(b, id)
-		}
-		stop()
-		reportTimes(b, samples)
-		b.ReportMetric(float64(r.failed.Load()), "failed")
+			return id, func() time.Duration {
+				t0 := time.Now()
+				ann.Kill(b)
+				backend.Kill(b)
+				r.h.waitServers(b, "orders", id+" out of the picks", func(s map[string]*haServer) bool { return s[name] == nil || s[name].maint() })
+				return time.Since(t0)
+			}
+		})
 	})
 	b.Run("rolling", func(b *testing.B) {
 		r := newBenchRig(b, false, "")
