@@ -3,6 +3,7 @@ package permtest
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -49,9 +50,11 @@ const (
 	billing  role = "ANNOUNCE_BILLING"
 	reaper   role = "REAPER"
 	viewer   role = "VIEWER"
+	// The Kubernetes bridge (pushlb-k8s) bridging service web.
+	bridge role = "BRIDGE_WEB"
 )
 
-var roles = []role{operator, gateway, orders, billing, reaper, viewer}
+var roles = []role{operator, gateway, orders, billing, reaper, viewer, bridge}
 
 // user is the user name users.conf gives a role: pushlb-announce-orders.
 func (r role) user() string {
@@ -245,7 +248,8 @@ func event(kind events.Kind, service, id string) (string, []byte) {
 // shows that the push path works under it and that no role can do more
 // than docs/security.md says: an announcer cannot forge another service's
 // events or registry entries, nor change the bucket; a gateway cannot write
-// at all. Each refusal is the server's own (a permissions violation naming
+// at all; the Kubernetes bridge writes the services it bridges and no
+// other, and no announcer writes them. Each refusal is the server's own (a permissions violation naming
 // the subject), waited for, never inferred from silence.
 func TestPermissions(t *testing.T) {
 	for _, st := range styles {
@@ -425,6 +429,153 @@ func testPermissions(t *testing.T, st style) {
 		if body, err := get("http://orders/x"); err != nil || body != "orders-1 /x" {
 			t.Fatalf("orders after the attempts: %q, %v", body, err)
 		}
+	})
+
+	t.Run("the bridge writes the services it bridges, and only it", func(t *testing.T) {
+		// The bridge's user writes a record of web as pushlb-k8s does: a
+		// create-only write, a read of whose it is, a renewal by
+		// compare-and-set, the listing of the service when it starts
+		// leading, and web's online event.
+		x := connect(t, srv, creds[bridge])
+		reg, err := serverlist.Open(ctx, x.js, serverlist.RegistryConfig{Prefix: prefix})
+		if err != nil {
+			t.Fatalf("the bridge opens the bucket: %v", err)
+		}
+		webBackend := testpub.Backend(t, "web-1")
+		addr := webBackend.Listener.Addr().(*net.TCPAddr)
+		web := serverlist.Instance{Service: "web", InstanceID: "shop/web-1:http", Host: addr.IP.String(), Port: addr.Port,
+			Owner: "pushlb-k8s", Incarnation: time.Now().UnixNano()}
+		rev, err := reg.Create(ctx, web)
+		if err != nil {
+			t.Fatalf("the bridge creates web's record: %v", err)
+		}
+		if e, err := reg.GetEntry(ctx, web.Service, web.InstanceID); err != nil || e.Revision != rev || e.Owner != web.Owner {
+			t.Fatalf("the bridge reads web's record back: %+v, %v", e, err)
+		}
+		if rev, err = reg.Update(ctx, web, rev); err != nil {
+			t.Fatalf("the bridge renews web's record: %v", err)
+		}
+		if list, err := reg.List(ctx, web.Service); err != nil || len(list) != 1 || list[0].InstanceID != web.InstanceID {
+			t.Fatalf("the bridge lists web: %+v, %v", list, err)
+		}
+		follower := connect(t, srv, creds[gateway])
+		sub, err := follower.nc.SubscribeSync(events.Subject(prefix, web.Service, events.Online))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := follower.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		subject, data, err := events.EncodeMessage(prefix, events.Event{Kind: events.Online, Service: web.Service,
+			InstanceID: web.InstanceID, Incarnation: web.Incarnation, At: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.nc.Publish(subject, data); err != nil {
+			t.Fatal(err)
+		}
+		msg, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("web's online event from the bridge: %v", err)
+		}
+		if ev, err := events.DecodeMessage(prefix, msg.Subject, msg.Data); err != nil || ev.InstanceID != web.InstanceID {
+			t.Fatalf("web's online event: %+v, %v", ev, err)
+		}
+		testutil.Eventually(t, "web routed", func() bool {
+			body, err := get("http://web/x")
+			return err == nil && body == "web-1 /x"
+		})
+
+		// Not the records of orders, announce's service: neither over the
+		// live instance's record nor a new one, nor its removal ...
+		ordersKey := instanceKey(t, "orders", "orders-1")
+		xkv := reg.KeyValue()
+		x.refusedRequest(t, "$KV."+bucket+"."+ordersKey, func(ctx context.Context) error {
+			_, err := xkv.Put(ctx, ordersKey, instanceValue("orders", "orders-1", 1))
+			return err
+		})
+		x.refusedRequest(t, "$KV."+bucket+"."+instanceKey(t, "orders", "evil"), func(ctx context.Context) error {
+			_, err := reg.Create(ctx, serverlist.Instance{Service: "orders", InstanceID: "evil", Host: "127.0.0.1", Port: 1,
+				Owner: web.Owner, Incarnation: time.Now().UnixNano()})
+			return err
+		})
+		x.refusedRequest(t, "$KV."+bucket+"."+ordersKey, func(ctx context.Context) error { return xkv.Purge(ctx, ordersKey) })
+		// ... nor orders' events ...
+		x.forgedEvent(t, events.Offline, "orders", "orders-1")
+		x.forgedEvent(t, events.Online, "orders", "evil")
+		// ... nor any lease: orders', nor even web's (the bridge's records
+		// carry their own, the bucket's TTL) ...
+		for _, in := range []serverlist.Instance{{Service: "orders", InstanceID: "orders-1"}, web} {
+			lease, err := serverlist.LeaseKey(in.Service, in.InstanceID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x.refusedRequest(t, "$KV."+bucket+"."+lease, func(ctx context.Context) error {
+				_, err := reg.PutLease(ctx, in.Service, in.InstanceID, web.Owner)
+				return err
+			})
+		}
+		// ... nor an advisory. Nothing the bridge did before was refused:
+		// each refusal above waited for its own report, and failed on any
+		// other.
+		x.refusedPublish(t, events.DisconnectAdvisorySubject(prefix), []byte(`{"type":"io.nats.server.advisory.v1.client_disconnect"}`))
+		x.sentinel(t)
+
+		// The orders announcer may not write the bridged service's
+		// records: over the bridge's record, nor a new one.
+		a := connect(t, srv, creds[orders])
+		akv, err := a.js.KeyValue(ctx, bucket)
+		if err != nil {
+			t.Fatalf("an announcer opens the bucket: %v", err)
+		}
+		webKey, evilKey := instanceKey(t, web.Service, web.InstanceID), instanceKey(t, web.Service, "evil")
+		a.refusedRequest(t, "$KV."+bucket+"."+webKey, func(ctx context.Context) error {
+			_, err := akv.Put(ctx, webKey, instanceValue(web.Service, web.InstanceID, 1))
+			return err
+		})
+		a.refusedRequest(t, "$KV."+bucket+"."+evilKey, func(ctx context.Context) error {
+			_, err := akv.Create(ctx, evilKey, instanceValue(web.Service, "evil", 1))
+			return err
+		})
+		a.sentinel(t)
+
+		// Orders' record and web's are as their writers left them.
+		var held serverlist.Instance
+		e, err := kv.Get(ctx, ordersKey)
+		if err != nil || json.Unmarshal(e.Value(), &held) != nil || held.Port != ordersBackend.Listener.Addr().(*net.TCPAddr).Port {
+			t.Fatalf("orders' entry: %v %s", err, valueOf(e))
+		}
+		if _, err := kv.Get(ctx, instanceKey(t, "orders", "evil")); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatalf("the bridge's orders entry: %v, want none", err)
+		}
+		if e, err := reg.GetEntry(ctx, web.Service, web.InstanceID); err != nil || e.Revision != rev || e.Port != web.Port {
+			t.Fatalf("web's entry: %+v, %v", e, err)
+		}
+		if _, err := kv.Get(ctx, evilKey); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatalf("the announcer's web entry: %v, want none", err)
+		}
+		if body, err := get("http://orders/x"); err != nil || body != "orders-1 /x" {
+			t.Fatalf("orders after the attempts: %q, %v", body, err)
+		}
+
+		// The bridge removes its record (and would its owner's lease) as
+		// it withdraws a pod, and the gateway drops it.
+		if err := reg.DeregisterOwned(ctx, web.Service, web.InstanceID, web.Owner); err != nil {
+			t.Fatalf("the bridge removes web's record: %v", err)
+		}
+		subject, data, err = events.EncodeMessage(prefix, events.Event{Kind: events.Offline, Service: web.Service,
+			InstanceID: web.InstanceID, Incarnation: web.Incarnation, At: time.Now(), Reason: "k8s: endpoint gone or not ready"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.nc.Publish(subject, data); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, "web dropped after the bridge's removal", func() bool {
+			b, err := lb.Balancer(web.Service)
+			return err == nil && len(b.Servers()) == 0
+		})
+		x.sentinel(t)
 	})
 
 	t.Run("a gateway reports under its own ID, and only viewers read the reports", func(t *testing.T) {
