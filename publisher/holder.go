@@ -42,7 +42,7 @@ func sameAddr(a, b string) bool {
 
 // holderAnswers returns the claim's probe of the holder of the ID self
 // claims (serverlist.ClaimOptions.HolderAnswers): true when the holder's
-// probe target accepts connections, now and over probe.Confirm. A
+// probe target accepts connections, now and over probe.ConfirmFor. A
 // target that is self's own address is not probed (false: the claim then
 // watches the record for a renewal), nor does a probe that fails prove the
 // holder dead.

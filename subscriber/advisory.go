@@ -33,7 +33,7 @@ import (
 // the instance is taken offline at once (CauseAdvisory), for the record's
 // revision, so that any later write of the record (the instance
 // re-asserting itself after a reconnect) brings it back. Answered, and
-// answered again over probe.Confirm: the instance is kept; its publisher
+// answered again over probe.ConfirmFor: the instance is kept; its publisher
 // reconnects and rewrites its record with the new connection.
 
 // Advisory defaults.

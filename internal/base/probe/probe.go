@@ -17,18 +17,27 @@ import (
 // DefaultTimeout bounds one connect unless the caller says otherwise.
 const DefaultTimeout = 250 * time.Millisecond
 
-// Confirm are the delays, after a first connect that succeeded, of the
-// connects that confirm the address answers.
-var Confirm = []time.Duration{20 * time.Millisecond, 80 * time.Millisecond, 200 * time.Millisecond}
+// ConfirmEvery and ConfirmFor: after a first connect that succeeded, the
+// address is connected to again every ConfirmEvery for ConfirmFor. Dense,
+// so that a process restarted at once on the same address (systemd's
+// Restart=always, a crash loop) is not taken for the one that died: the
+// new process can only bind the port once the old one's listener is gone,
+// and a connect in between is refused. 40 connects over 200 ms.
+const (
+	ConfirmEvery = 5 * time.Millisecond
+	ConfirmFor   = 200 * time.Millisecond
+)
 
 // Answers connects to addr, each connect bounded by timeout, then again
-// after each of Confirm's delays while it answers. It returns nil when
+// every ConfirmEvery for ConfirmFor while it answers. It returns nil when
 // every connect answered, else the first failure, or ctx's error when ctx
 // ended.
 func Answers(ctx context.Context, addr string, timeout time.Duration) error {
 	d := net.Dialer{Timeout: timeout}
-	var waited time.Duration
-	for i := 0; ; i++ {
+	deadline := time.Now().Add(ConfirmFor)
+	t := time.NewTicker(ConfirmEvery)
+	defer t.Stop()
+	for {
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -37,16 +46,13 @@ func Answers(ctx context.Context, addr string, timeout time.Duration) error {
 			return err
 		}
 		c.Close()
-		if i == len(Confirm) {
+		if !time.Now().Before(deadline) {
 			return nil
 		}
-		t := time.NewTimer(Confirm[i] - waited)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return ctx.Err()
 		case <-t.C:
 		}
-		waited = Confirm[i]
 	}
 }
