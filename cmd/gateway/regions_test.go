@@ -29,6 +29,9 @@ func TestRegionFailover(t *testing.T) {
 		anns[name] = announceHold(t, g, "orders", backends[name].Listener.Addr().String(), "-region", name, "-id", name)
 	}
 	testutil.Eventually(t, "three regions listed", func() bool { return strings.Count(g.state(t), `"id"`) == 3 })
+	if st := g.state(t); !strings.Contains(st, `"region": "us"`) {
+		t.Errorf("/-/lb does not show the instances' regions: %s", st)
+	}
 	if seen := g.reached(t, "/orders/", 50); !maps.Equal(seen, map[string]int{"eu": 50}) {
 		t.Fatalf("before any change: %v, want eu alone", seen)
 	}

@@ -70,10 +70,13 @@ type ZoneState struct {
 
 // ServerState is one instance in a balancer.
 type ServerState struct {
-	ID       string            `json:"id"`
-	Addr     string            `json:"addr"`
-	Scheme   string            `json:"scheme"`
-	Zone     string            `json:"zone"`
+	ID     string `json:"id"`
+	Addr   string `json:"addr"`
+	Scheme string `json:"scheme"`
+	Zone   string `json:"zone"`
+	// Region is the instance's region, empty for the registry's own
+	// (docs/balancer.md, "Regions").
+	Region   string            `json:"region,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Status is "up", "tripped" (alive, but its circuit breaker is open:
 	// it gets no request until the blackout ends), "ejected" (alive, but
@@ -165,7 +168,7 @@ func (g *Gateway) serviceState(name string) (ServiceState, bool) {
 		stats := s.Stats()
 		rt, _ := stats.ResponseTime()
 		srv := ServerState{
-			ID: s.ID, Addr: s.Addr(), Scheme: s.URLScheme(), Zone: s.Zone, Metadata: s.Metadata, Alive: s.Alive(),
+			ID: s.ID, Addr: s.Addr(), Scheme: s.URLScheme(), Zone: s.Zone, Region: s.Region, Metadata: s.Metadata, Alive: s.Alive(),
 			ActiveRequests: stats.ActiveRequests(), Requests: stats.Requests(),
 			ResponseTimeMs: float64(rt.Microseconds()) / 1000, Failures: stats.SuccessiveFailures(),
 			Tripped: stats.CircuitTripped(), BlackoutMs: stats.BlackoutRemaining().Milliseconds(),
