@@ -486,16 +486,11 @@ func (r *Registry) MayHold(ctx context.Context, service string) (bool, error) {
 	if err := events.ValidateService(service); err != nil {
 		return false, fmt.Errorf("serverlist: %w", err)
 	}
-	stp := r.stream.Load()
-	if stp == nil {
-		st, err := r.js.Stream(ctx, "KV_"+r.cfg.Bucket)
-		if err != nil {
-			return true, fmt.Errorf("serverlist: the registry's stream: %w", err)
-		}
-		stp = &st
-		r.stream.Store(stp)
+	st, err := r.bucketStream(ctx)
+	if err != nil {
+		return true, fmt.Errorf("serverlist: %w", err)
 	}
-	_, err := (*stp).GetLastMsgForSubject(ctx, "$KV."+r.cfg.Bucket+"."+service+".*")
+	_, err = st.GetLastMsgForSubject(ctx, "$KV."+r.cfg.Bucket+"."+service+".*")
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return false, nil
@@ -538,6 +533,22 @@ func (r *Registry) List(ctx context.Context, service string) ([]Instance, error)
 	defer stopWatcher(w)
 
 	var out []Instance
+	seen := map[string]bool{}
+	at := map[string]int{} // a key's place in out: a rewrite during the list replaces it
+	add := func(key string, value []byte) {
+		in, err := decodeEntry(key, value)
+		if err != nil {
+			r.malformed.Add(1)
+			r.log.Warn().Err(err).Str("key", key).Msg("serverlist: skipping malformed registry entry")
+			return
+		}
+		if i, ok := at[key]; ok {
+			out[i] = in
+			return
+		}
+		at[key] = len(out)
+		out = append(out, in)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -546,19 +557,70 @@ func (r *Registry) List(ctx context.Context, service string) ([]Instance, error)
 			if !ok {
 				return nil, fmt.Errorf("serverlist: list %q: watcher closed", service)
 			}
-			if e == nil { // all current values delivered
-				slices.SortFunc(out, compareInstances)
-				return out, nil
-			}
-			in, err := decodeEntry(e.Key(), e.Value())
-			if err != nil {
-				r.malformed.Add(1)
-				r.log.Warn().Err(err).Str("key", e.Key()).Msg("serverlist: skipping malformed registry entry")
+			if e != nil {
+				seen[e.Key()] = true
+				add(e.Key(), e.Value())
 				continue
 			}
-			out = append(out, in)
+			// All current values delivered, but for a record rewritten
+			// as the watch started: nats-server can leave it out of the
+			// initial values and deliver its new revision after the
+			// marker (about 1 % of lists during a write of one of their
+			// records). The stream's subjects name the keys it has; those
+			// the watch did not give are read one by one.
+			missed, err := r.keysBesides(ctx, filter, seen)
+			if err != nil {
+				return nil, fmt.Errorf("serverlist: list %q: %w", service, err)
+			}
+			for _, key := range missed {
+				e, err := r.kv.Get(ctx, key)
+				switch {
+				case errors.Is(err, jetstream.ErrKeyNotFound):
+					// Deleted or purged: a tombstone's subject.
+				case err != nil:
+					return nil, fmt.Errorf("serverlist: list %q: %w", service, err)
+				default:
+					add(key, e.Value())
+				}
+			}
+			slices.SortFunc(out, compareInstances)
+			return out, nil
 		}
 	}
+}
+
+// keysBesides returns the keys matching filter that the bucket's stream
+// holds a message for (a value or a tombstone), less those in seen.
+func (r *Registry) keysBesides(ctx context.Context, filter string, seen map[string]bool) ([]string, error) {
+	st, err := r.bucketStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	prefix := "$KV." + r.cfg.Bucket + "."
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+filter))
+	if err != nil {
+		return nil, fmt.Errorf("the registry's stream: %w", err)
+	}
+	var keys []string
+	for subject := range info.State.Subjects {
+		if key := strings.TrimPrefix(subject, prefix); !seen[key] {
+			keys = append(keys, key)
+		}
+	}
+	return keys, nil
+}
+
+// bucketStream returns the bucket's stream, fetched once.
+func (r *Registry) bucketStream(ctx context.Context) (jetstream.Stream, error) {
+	if stp := r.stream.Load(); stp != nil {
+		return *stp, nil
+	}
+	st, err := r.js.Stream(ctx, "KV_"+r.cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("the registry's stream: %w", err)
+	}
+	r.stream.Store(&st)
+	return st, nil
 }
 
 // Malformed is the number of malformed entries List has skipped.
