@@ -15,6 +15,7 @@ import (
 
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/convergence"
+	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/gossip"
 	"github.com/pushlb/pushlb/lbhttp"
 	"github.com/pushlb/pushlb/lbvisitor"
@@ -162,7 +163,7 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	p := &parts{}
 	p.sub, err = subscriber.New(c.nc, reg, c.services.Handle, subscriber.Config{
 		Prefix: o.Prefix, Services: o.subscribed(), Scoped: o.Follow != FollowAll, Coalesce: o.Coalesce, AntiEntropy: o.AntiEntropy,
-		Logger: o.log, OnEvent: o.onEvent,
+		Logger: o.log, OnEvent: c.onEvent,
 		AdvisorySubject: o.advisorySubject(), ProbeTimeout: o.Advisories.ProbeTimeout,
 		ConfirmWithin: o.Limits.ConfirmWithin, MaxUnconfirmed: o.Limits.UnconfirmedInstances,
 		MaxServices: o.Limits.Services, MaxInstancesPerService: o.Limits.InstancesPerService,
@@ -459,5 +460,17 @@ func panicLogger(log zerolog.Logger) balancer.PanicListener {
 			return
 		}
 		log.Info().Str("service", b.Name()).Int("healthy", healthy).Int("alive", alive).Msg("panic over")
+	}
+}
+
+// onEvent is the subscriber's OnEvent: an offline event ends a hold of its
+// service (subscriber.EmptyGuard.Offline), then the caller's WithOnEvent
+// sees it.
+func (c *Client) onEvent(ev events.Event) {
+	if ev.Kind == events.Offline {
+		c.guard.Offline(ev.Service)
+	}
+	if c.opts.onEvent != nil {
+		c.opts.onEvent(ev)
 	}
 }

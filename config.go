@@ -111,7 +111,8 @@ type Config struct {
 	// instance is enough then). The hold ends when the registry shows the
 	// service's instances again, when gossip finds every held instance's
 	// node gone, or after this long. A real mass offline (each instance
-	// announcing it) still empties the list at once. Default 2 min;
+	// announcing it) still empties the list at once, also when the
+	// registry's removals reach the client before the offline events. Default 2 min;
 	// negative turns the protection off (docs/balancer.md, "Empty-push
 	// protection").
 	EmptyListHold time.Duration

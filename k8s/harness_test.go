@@ -88,12 +88,7 @@ func newHarness(t testing.TB, env *testenv.Env, ttl time.Duration) *harness {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	// EmptyListHold off: the bridge withdraws every instance of a service
-	// at once in some tests (offline events, then the records removed),
-	// and a gateway that applies the removals before the events holds the
-	// last list back (pushlb's empty-push protection, for a registry that
-	// loses everything) instead of emptying it.
-	h.gw, err = pushlb.New(h.srv.Connect(t), pushlb.Config{Follow: pushlb.FollowListed, Services: []string{"web"}, EmptyListHold: -1})
+	h.gw, err = pushlb.New(h.srv.Connect(t), pushlb.Config{Follow: pushlb.FollowListed, Services: []string{"web"}})
 	if err != nil {
 		t.Fatal(err)
 	}

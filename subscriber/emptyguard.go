@@ -96,11 +96,13 @@ type gossipNode struct {
 	name, addr  string
 }
 
-// holdState is a held list: since when, and the service's size before
-// the run that emptied it.
+// holdState is a held list: since when, the service's size before the
+// run that emptied it, and whether an instance of it was announced offline
+// since (Offline).
 type holdState struct {
-	since  time.Time
-	before int
+	since     time.Time
+	before    int
+	announced bool
 }
 
 // lossRun is a run of lists that only removed instances the registry lost.
@@ -153,7 +155,7 @@ func (g *EmptyGuard) Admit(lc events.ListChanged, listed []*balancer.Server) err
 	empty := lost && !slices.ContainsFunc(lc.InstanceIDs, func(id string) bool { return g.registered(svc, id) })
 	now := g.now()
 	if h, holding := g.held[svc]; holding {
-		return g.whileHeld(lc, listed, h, lost && empty, now)
+		return g.whileHeld(lc, listed, h, lost && empty && !h.announced, now)
 	}
 	run, inRun := g.losing[svc]
 	switch {
@@ -177,6 +179,21 @@ func (g *EmptyGuard) Admit(lc events.ListChanged, listed []*balancer.Server) err
 	}
 	g.forget(lc)
 	return nil
+}
+
+// Offline tells the guard that an instance of service was announced
+// offline (an event). The gateway may apply the registry's removals before
+// the offline events that preceded them (they come on other
+// subscriptions): a mass offline whose removals came first is held, and
+// its events, arriving next, end the hold at the list's next offer, as a
+// removal with their cause would have.
+func (g *EmptyGuard) Offline(service string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if h, ok := g.held[service]; ok && !h.announced {
+		h.announced = true
+		g.held[service] = h
+	}
 }
 
 // whileHeld decides on the next list of a held service; stillLost says
