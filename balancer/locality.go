@@ -116,6 +116,7 @@ func (l *locality) tiersOf(s *Snapshot, r *ramp) []*regionTier {
 		return nil
 	}
 	byName := map[string]*regionTier{}
+	zonesOf := map[*regionTier]map[string]bool{} // the zones each tier's servers are in
 	var tiers []*regionTier
 	for _, srv := range s.full.servers {
 		k := l.key(srv.Region)
@@ -124,9 +125,11 @@ func (l *locality) tiersOf(s *Snapshot, r *ramp) []*regionTier {
 			t = &regionTier{name: k}
 			t.view.snap = s
 			byName[k] = t
+			zonesOf[t] = map[string]bool{}
 			tiers = append(tiers, t)
 		}
 		t.view.servers = append(t.view.servers, srv)
+		zonesOf[t][srv.zoneKey()] = true
 	}
 	slices.SortFunc(tiers, func(a, b *regionTier) int { return l.compare(a.name, b.name) })
 	weighted := s.full.wt != nil
@@ -134,7 +137,7 @@ func (l *locality) tiersOf(s *Snapshot, r *ramp) []*regionTier {
 		t.view.setServers(t.view.servers)
 		inZones := 0
 		for _, g := range s.zones { // in the snapshot's zone order
-			if slices.ContainsFunc(t.view.servers, func(srv *Server) bool { return srv.zoneKey() == g.name }) {
+			if zonesOf[t][g.name] {
 				t.view.zones = append(t.view.zones, g)
 				inZones += len(g.view.servers)
 			}
@@ -177,4 +180,18 @@ func (b *Balancer) NearestServers() []*Server {
 		return t.view.servers
 	}
 	return snap.full.servers
+}
+
+// RegionOrder is the order in which a balancer of region own, with
+// priority as its RegionPriority, fails over between regions (the own
+// region first, an empty name counting as it; then priority's; then the
+// others by name), as a comparison of region names without regard to case:
+// for an adapter that orders localities itself (the xds module). Without
+// own every region compares equal.
+func RegionOrder(own string, priority []string) func(a, b string) int {
+	l := newLocality(&Config{Region: own, RegionPriority: priority})
+	if l == nil {
+		return func(string, string) int { return 0 }
+	}
+	return func(a, b string) int { return l.compare(l.key(a), l.key(b)) }
 }

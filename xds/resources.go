@@ -295,28 +295,18 @@ func loadAssignmentFor(service string, eps []endpoint, loc clientLocality, regio
 		return cmp.Or(cmp.Compare(a.regionKey, b.regionKey), cmp.Compare(a.zoneKey, b.zoneKey))
 	})
 
-	// The level of each locality: (region tier, zone preference).
-	tier := func(l *locality) int { return 0 }
-	if loc.region != "" {
-		rank := map[string]int{loc.region: 0, "": 0}
-		for _, r := range regionPriority {
-			if k := strings.ToLower(r); k != loc.region {
-				if _, ok := rank[k]; !ok {
-					rank[k] = len(rank) - 1
-				}
-			}
+	// The level of each locality: (region tier, zone preference); the
+	// tiers in the order pushlb's balancers fail over in.
+	order := balancer.RegionOrder(loc.region, regionPriority)
+	var regions []string // one region key per tier, nearest first
+	for _, l := range localities {
+		if !slices.ContainsFunc(regions, func(r string) bool { return order(r, l.regionKey) == 0 }) {
+			regions = append(regions, l.regionKey)
 		}
-		listed := len(rank) - 1
-		var others []string
-		for _, l := range localities {
-			if _, ok := rank[l.regionKey]; !ok && !slices.Contains(others, l.regionKey) {
-				others = append(others, l.regionKey) // in name order: localities are sorted
-			}
-		}
-		for i, r := range others {
-			rank[r] = listed + i
-		}
-		tier = func(l *locality) int { return rank[l.regionKey] }
+	}
+	slices.SortStableFunc(regions, order)
+	tier := func(l *locality) int {
+		return slices.IndexFunc(regions, func(r string) bool { return order(r, l.regionKey) == 0 })
 	}
 	zonePreferred := false
 	if loc.zone != "" {
