@@ -533,16 +533,18 @@ func (r *Registry) List(ctx context.Context, service string) ([]Instance, error)
 	defer stopWatcher(w)
 
 	var out []Instance
-	seen := map[string]bool{}
-	at := map[string]int{} // a key's place in out: a rewrite during the list replaces it
+	// A key's place in out (a rewrite during the list replaces it), -1
+	// for a malformed value: every key the watch gave.
+	at := map[string]int{}
 	add := func(key string, value []byte) {
 		in, err := decodeEntry(key, value)
 		if err != nil {
 			r.malformed.Add(1)
 			r.log.Warn().Err(err).Str("key", key).Msg("serverlist: skipping malformed registry entry")
+			at[key] = -1
 			return
 		}
-		if i, ok := at[key]; ok {
+		if i, ok := at[key]; ok && i >= 0 {
 			out[i] = in
 			return
 		}
@@ -558,7 +560,6 @@ func (r *Registry) List(ctx context.Context, service string) ([]Instance, error)
 				return nil, fmt.Errorf("serverlist: list %q: watcher closed", service)
 			}
 			if e != nil {
-				seen[e.Key()] = true
 				add(e.Key(), e.Value())
 				continue
 			}
@@ -568,7 +569,7 @@ func (r *Registry) List(ctx context.Context, service string) ([]Instance, error)
 			// marker (about 1 % of lists during a write of one of their
 			// records). The stream's subjects name the keys it has; those
 			// the watch did not give are read one by one.
-			missed, err := r.keysBesides(ctx, filter, seen)
+			missed, err := r.keysBesides(ctx, filter, at)
 			if err != nil {
 				return nil, fmt.Errorf("serverlist: list %q: %w", service, err)
 			}
@@ -591,7 +592,7 @@ func (r *Registry) List(ctx context.Context, service string) ([]Instance, error)
 
 // keysBesides returns the keys matching filter that the bucket's stream
 // holds a message for (a value or a tombstone), less those in seen.
-func (r *Registry) keysBesides(ctx context.Context, filter string, seen map[string]bool) ([]string, error) {
+func (r *Registry) keysBesides(ctx context.Context, filter string, seen map[string]int) ([]string, error) {
 	st, err := r.bucketStream(ctx)
 	if err != nil {
 		return nil, err
@@ -603,7 +604,8 @@ func (r *Registry) keysBesides(ctx context.Context, filter string, seen map[stri
 	}
 	var keys []string
 	for subject := range info.State.Subjects {
-		if key := strings.TrimPrefix(subject, prefix); !seen[key] {
+		key := strings.TrimPrefix(subject, prefix)
+		if _, ok := seen[key]; !ok {
 			keys = append(keys, key)
 		}
 	}
