@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/pushlb/pushlb/events"
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
 	"github.com/pushlb/pushlb/internal/testkit/testpub"
@@ -27,11 +25,7 @@ func TestLateOfflinesEndAHold(t *testing.T) {
 	c := start(t, srv.Connect(t))
 	listed := func() int { return listedOf(c, "orders") }
 	testutil.Eventually(t, "two listed", func() bool { return listed() == 2 })
-	js, _ := jetstream.New(srv.Connect(t))
-	reg, err := serverlist.Open(t.Context(), js, serverlist.RegistryConfig{Bucket: serverlist.BucketName("lb")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg := openRegistry(t, srv)
 	var ins []serverlist.Instance
 	for _, p := range pubs {
 		ins = append(ins, p.Instance())

@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -57,9 +56,9 @@ func TestSecureInstance(t *testing.T) {
 		fmt.Fprintf(w, "tls=%v", r.TLS != nil)
 	}))
 	t.Cleanup(plain.Close)
-	host, port := splitAddr(t, plain.Listener.Addr().String())
+	at := plain.Listener.Addr().(*net.TCPAddr)
 	in := pub.Instance()
-	in.Secure, in.Host, in.Port = false, host, port
+	in.Secure, in.Host, in.Port = false, at.IP.String(), at.Port
 	if err := pub.Announce(t.Context(), in); err != nil {
 		t.Fatal(err)
 	}
@@ -70,17 +69,4 @@ func TestSecureInstance(t *testing.T) {
 		code, body, err := get(client, h.url("/y"))
 		return err == nil && code == 200 && strings.HasPrefix(body, "tls=false")
 	})
-}
-
-func splitAddr(t testing.TB, addr string) (string, int) {
-	t.Helper()
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return host, p
 }
