@@ -61,6 +61,13 @@ func TestKeyExample(t *testing.T) {
 	if want := "orders.MTAuMC4wLjE6b3JkZXJzOjkwMDE"; key != want {
 		t.Fatalf("EncodeKey = %q, want %q", key, want)
 	}
+	key, err = serverlist.EncodeRegionalKey("orders", "eu", "a")
+	if err != nil || key != "orders.YQ=eu" {
+		t.Fatalf("EncodeRegionalKey = %q, %v, want orders.YQ=eu", key, err)
+	}
+	if service, id, err := serverlist.DecodeKey(key); err != nil || service != "orders" || id != "a@eu" {
+		t.Fatalf("DecodeKey(%q) = %q, %q, %v", key, service, id, err)
+	}
 }
 
 func TestDecodeKeyRejects(t *testing.T) {
@@ -80,6 +87,11 @@ func TestDecodeKeyRejects(t *testing.T) {
 		"orders.gA",     // invalid UTF-8
 		"orders.a+b/",   // standard, not URL alphabet
 		"orders.YQ\r\n", // decoder would skip these
+		"orders.YQ=",    // a regional key without its region
+		"orders.=eu",    // nor its ID
+		"orders.YQ=e u", // a region outside [A-Za-z0-9_-]
+		"orders.YQ=eu=x",
+		"orders.YR=eu", // non-canonical, regional
 	} {
 		if _, _, err := serverlist.DecodeKey(key); !errors.Is(err, serverlist.ErrInvalidKey) {
 			t.Errorf("DecodeKey(%q) = %v, want ErrInvalidKey", key, err)
@@ -104,9 +116,20 @@ func FuzzKeyRoundTrip(f *testing.F) {
 		} else if !errors.Is(err, serverlist.ErrInvalidInstance) {
 			t.Fatalf("EncodeKey error %v does not wrap ErrInvalidInstance", err)
 		}
+		// A copy of region eu's record decodes to its qualified ID.
+		if k, err := serverlist.EncodeRegionalKey(service, "eu", id); err == nil {
+			s, i, err := serverlist.DecodeKey(k)
+			if !kvKey.MatchString(k) || !serverlist.IsRegionalKey(k) || err != nil || s != service || i != serverlist.QualifiedID(id, "eu") {
+				t.Fatalf("DecodeKey(EncodeRegionalKey(%q, eu, %q)) = %q, %q, %v", service, id, s, i, err)
+			}
+		}
 		// Whatever DecodeKey accepts is canonical: it encodes back to the key.
 		if s, i, err := serverlist.DecodeKey(key); err == nil {
 			k, err := serverlist.EncodeKey(s, i)
+			if serverlist.IsRegionalKey(key) {
+				at := strings.LastIndex(i, "@")
+				k, err = serverlist.EncodeRegionalKey(s, i[at+1:], i[:at])
+			}
 			if err != nil || k != key {
 				t.Fatalf("EncodeKey(DecodeKey(%q)) = %q, %v", key, k, err)
 			}

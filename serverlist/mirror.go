@@ -95,6 +95,9 @@ type MirrorStats struct {
 	// MalformedValues those whose value is not a valid Instance for its key.
 	MalformedKeys   uint64 `json:"malformedKeys"`
 	MalformedValues uint64 `json:"malformedValues"`
+	// Collisions counts copies of another region's records skipped
+	// because this region's own record holds the same ID (QualifiedID).
+	Collisions uint64 `json:"collisions,omitempty"`
 	// Syncs counts completed (re)syncs: the first, then one per reconnect or
 	// broken watch.
 	Syncs uint64 `json:"syncs"`
@@ -163,6 +166,7 @@ type Mirror struct {
 	syncOnce sync.Once
 
 	puts, removals, malformedKeys, malformedValues atomic.Uint64
+	collisions                                     atomic.Uint64 // see displaces
 	syncs, watchErrors, revision                   atomic.Uint64
 	refreshes, recreated, wentBack                 atomic.Uint64
 	instances                                      atomic.Int64
@@ -321,6 +325,7 @@ func (m *Mirror) Stats() MirrorStats {
 		Removals:         m.removals.Load(),
 		MalformedKeys:    m.malformedKeys.Load(),
 		MalformedValues:  m.malformedValues.Load(),
+		Collisions:       m.collisions.Load(),
 		Syncs:            m.syncs.Load(),
 		WatchErrors:      m.watchErrors.Load(),
 		Refreshes:        m.refreshes.Load(),

@@ -7,6 +7,7 @@ package serverlist
 // Only the mirror's goroutine (mirror.go) runs it.
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -18,59 +19,92 @@ import (
 
 // entryChange decodes e into the change it makes: the instance to store, or
 // a removal. ok is false for a malformed entry, which is counted and logged.
-func (m *Mirror) entryChange(e jetstream.KeyValueEntry) (service, id string, in Instance, remove, ok bool) {
-	service, id, err := DecodeKey(e.Key())
+// regional tells a copy of another region's record (IsRegionalKey).
+func (m *Mirror) entryChange(e jetstream.KeyValueEntry) (c change, ok bool) {
+	service, id, regional, err := decodeKey(e.Key())
 	if err != nil {
 		m.malformedKeys.Add(1)
 		m.log.Warn().Err(err).Str("key", e.Key()).Msg("serverlist: skipping registry entry with malformed key")
-		return "", "", Instance{}, false, false
+		return change{}, false
 	}
+	c = change{service: service, id: id, regional: regional}
 	switch e.Operation() {
 	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
 		m.removals.Add(1)
-		return service, id, Instance{}, true, true
+		c.remove = true
+		return c, true
 	}
-	in, err = decodeValueShared(service, id, e.Value(), &m.shared)
+	in, err := decodeValueShared(service, id, e.Value(), &m.shared)
+	if err == nil && regional && (in.Region == "" || !strings.HasSuffix(id, "@"+in.Region)) {
+		err = fmt.Errorf("%w: %s/%s: a copy of region %q's record", ErrInvalidInstance, service, id, in.Region)
+	}
 	if err != nil {
 		m.malformedValues.Add(1)
 		m.log.Warn().Err(err).Str("key", e.Key()).Msg("serverlist: skipping malformed registry entry")
-		return "", "", Instance{}, false, false
+		return change{}, false
 	}
 	if !in.Routable() {
 		// Marked down (its health check fails): as absent to the mirror,
 		// so that no list holds it, until a record that serves again.
 		m.removals.Add(1)
-		return service, id, Instance{}, true, true
+		c.remove = true
+		return c, true
 	}
 	m.puts.Add(1)
-	return service, id, in, false, true
+	c.in = in
+	return c, true
+}
+
+// change is what entryChange decoded of an entry.
+type change struct {
+	service, id string
+	in          Instance // the instance to store, unless remove
+	remove      bool
+	regional    bool // the key of another region's record (IsRegionalKey)
+}
+
+// displaces reports whether c may change the entry held for its ID (nil:
+// none). A region's own record and another region's copy can share an ID
+// (an own ID "x@eu", eu's "x" copied): the own record wins. A copy never
+// replaces or removes it, and is counted as a collision when it would; an
+// own key's removal leaves a copy alone.
+func (m *Mirror) displaces(c change, held *mirrorEntry) bool {
+	if held == nil || held.rec.regional == c.regional {
+		return true
+	}
+	if c.regional && !c.remove {
+		m.collisions.Add(1)
+		m.log.Warn().Str("service", c.service).Str("id", c.id).
+			Msg("serverlist: another region's copy has the ID of this region's own record; the own record is kept")
+	}
+	return !c.regional && !c.remove
 }
 
 // applyFresh applies an initial value to the copy being built.
 func (m *Mirror) applyFresh(fresh map[string]map[string]*mirrorEntry, skipped map[string]struct{}, e jetstream.KeyValueEntry, rev uint64) {
-	service, id, in, remove, ok := m.entryChange(e)
-	setSkipped(skipped, e.Key(), skippedBy(e, remove, ok, func(service, id string) bool {
+	c, ok := m.entryChange(e)
+	setSkipped(skipped, e.Key(), skippedBy(e, c.remove, ok, func(service, id string) bool {
 		_, held := fresh[service][id]
 		return held
 	}))
-	if !ok {
+	if !ok || !m.displaces(c, fresh[c.service][c.id]) {
 		return
 	}
-	if remove {
-		delete(fresh[service], id)
-		if len(fresh[service]) == 0 {
-			delete(fresh, service)
+	if c.remove {
+		delete(fresh[c.service], c.id)
+		if len(fresh[c.service]) == 0 {
+			delete(fresh, c.service)
 		}
 		return
 	}
-	ids := fresh[service]
+	ids := fresh[c.service]
 	if ids == nil {
 		// Named by a copy: the key's name is part of a whole message's
 		// subject.
 		ids = make(map[string]*mirrorEntry)
-		fresh[strings.Clone(service)] = ids
+		fresh[strings.Clone(c.service)] = ids
 	}
-	ids[id] = m.compact(in, id, m.valueSum(e.Value()), rev)
+	ids[c.id] = m.compact(c.in, c.id, m.valueSum(e.Value()), rev, c.regional)
 }
 
 // apply applies a live entry at (mirror) revision rev and calls OnChange or
@@ -91,7 +125,8 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64, sw *scopeWatch) {
 		m.refresh(svc.name, old, rev)
 		return
 	}
-	service, id, in, remove, ok := m.entryChange(e)
+	c, ok := m.entryChange(e)
+	service, id, in, remove := c.service, c.id, c.in, c.remove
 	skip := skippedBy(e, remove, ok, func(service, id string) bool {
 		return m.state.Load().instances(service).find(id) != nil
 	})
@@ -108,6 +143,9 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64, sw *scopeWatch) {
 		ids = *svc.ids.Load()
 	}
 	old := ids.find(id)
+	if !m.displaces(c, old) {
+		return
+	}
 	had := old != nil
 	switch {
 	case remove && !had:
@@ -129,7 +167,7 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64, sw *scopeWatch) {
 		next = ids.without(id)
 		m.instances.Add(-1)
 	} else {
-		ne := m.compact(in, id, m.valueSum(e.Value()), rev)
+		ne := m.compact(in, id, m.valueSum(e.Value()), rev, c.regional)
 		curConn = ne.connection()
 		next = ids.with(ne)
 		if !had {

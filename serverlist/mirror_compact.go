@@ -231,6 +231,9 @@ type record struct {
 	// it by default, which the record derives instead of keeping it
 	// (gossipNode is then empty): see defaultGossipNode.
 	gossipDefault bool
+	// regional: a copy of another region's record (IsRegionalKey), never
+	// in the connection index, leased or reaped here.
+	regional bool
 }
 
 // defaultGossipNode is the gossip node name of an instance that names
@@ -263,9 +266,10 @@ func cutPart(s, part string) (string, bool) {
 	return s[len(part)+1:], true
 }
 
-// compact returns the entry of a decoded, valid instance of id: its strings
+// compact returns the entry of a decoded, valid instance of id (regional:
+// another region's copy): its strings
 // shared with the records that repeat them, its metadata as labels.
-func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64) *mirrorEntry {
+func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64, regional bool) *mirrorEntry {
 	e := &mirrorEntry{rec: record{
 		id: id, host: in.Host, place: m.places.of(in.Zone, in.Region, &m.shared),
 		owner: in.Owner, gossipNode: in.GossipNode, gossipAddr: in.GossipAddr,
@@ -274,7 +278,13 @@ func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64) *mirr
 		meta: m.labelSets.of(in.Metadata, &m.shared),
 		// Validated: 1 to 65535, 0 to MaxWeight.
 		port: uint16(in.Port), weight: uint16(in.Weight), secure: in.Secure,
+		regional: regional,
 	}, sum: sum}
+	if regional {
+		// Another region's connection: its advisories are not this
+		// region's (a copy is written without it; this keeps it so).
+		e.rec.natsServer, e.rec.natsClient = nil, 0
+	}
 	if isDefaultGossipNode(in.GossipNode, in.Service, id, in.Incarnation) {
 		e.rec.gossipNode, e.rec.gossipDefault = "", true
 	}

@@ -269,7 +269,7 @@ func TestDefaultGossipNode(t *testing.T) {
 	var m Mirror
 	for _, node := range []string{name, "node-a", ""} {
 		in := Instance{Service: service, InstanceID: id, Host: "10.0.0.1", Port: 8080, Incarnation: inc, GossipNode: node, GossipAddr: "10.0.0.1:7946"}
-		e := m.compact(in, id, valueSum{}, 1)
+		e := m.compact(in, id, valueSum{}, 1, false)
 		if e.rec.gossipDefault != (node == name) {
 			t.Errorf("%q: kept as the default name: %v", node, e.rec.gossipDefault)
 		}

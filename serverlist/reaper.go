@@ -37,6 +37,11 @@ type ReaperConfig struct {
 	// a batch of services at a time (sweepBatch), so that the messages
 	// queued for the leader stay few. Nil: every sweep lists the bucket.
 	Mirror *Mirror
+	// OnLead, when set, runs in a goroutine of its own for each term this
+	// reaper leads, with a context that ends with the term; the term waits
+	// for it to return before the next election. A region's Replicator
+	// runs so (Replicator.Lead): one process of the region at a time.
+	OnLead func(ctx context.Context)
 }
 
 // ReaperStats count what a reaper did. Safe to read at any time.
@@ -110,8 +115,7 @@ type Reaper struct {
 // NewReaper returns a reaper over reg. It starts nothing until Start.
 func NewReaper(reg *Registry, cfg ReaperConfig) *Reaper {
 	if cfg.Node == "" {
-		host, _ := os.Hostname()
-		cfg.Node = host + "-" + strconv.Itoa(os.Getpid())
+		cfg.Node = defaultNode()
 	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = DefaultSweepInterval
@@ -182,4 +186,11 @@ func (r *Reaper) failed(ctx context.Context, err error) *zerolog.Event {
 	}
 	r.errorsSeen.Add(1)
 	return r.log.Warn().Err(err)
+}
+
+// defaultNode names this process in a lock or a status:
+// "<hostname>-<pid>".
+func defaultNode() string {
+	host, _ := os.Hostname()
+	return host + "-" + strconv.Itoa(os.Getpid())
 }

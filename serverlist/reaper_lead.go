@@ -40,6 +40,17 @@ func (r *Reaper) lead(ctx context.Context, rev uint64) {
 		_ = ctxutil.Sleep(ctx, reaperRetry)
 		return
 	}
+	if r.cfg.OnLead != nil {
+		// The term's other duties (a Replicator): they end with the term,
+		// which waits for them.
+		tctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			r.cfg.OnLead(tctx)
+		}()
+		defer func() { cancel(); <-done }()
+	}
 
 	ttl := r.reg.cfg.TTL
 	renew := time.NewTicker(max(ttl/3, 100*time.Millisecond))

@@ -122,7 +122,7 @@ func (r *Reaper) sweep(ctx context.Context, prev map[string]uint64) (next map[st
 	}
 	var orphans []string
 	for key := range lister.Keys() {
-		if !live.holdsLeaseOf(key) {
+		if !IsRegionalKey(key) && !live.holdsLeaseOf(key) {
 			orphans = append(orphans, key)
 		}
 	}
@@ -173,13 +173,13 @@ func (r *Reaper) sweepMirrored(ctx context.Context, m *Mirror, prev map[string]u
 	unindexed := make(map[string]struct{}, len(skipped))
 	for _, key := range skipped {
 		unindexed[key] = struct{}{}
-		if !live.holdsLeaseOf(key) {
+		if !IsRegionalKey(key) && !live.holdsLeaseOf(key) {
 			orphans = append(orphans, key)
 		}
 	}
 	for name, svc := range services {
 		for _, e := range *svc.ids.Load() {
-			if live.holdsLeaseOfInstance(name, e.rec.id) {
+			if e.rec.regional || live.holdsLeaseOfInstance(name, e.rec.id) {
 				continue
 			}
 			if key, err := EncodeKey(name, e.rec.id); err == nil {
@@ -194,7 +194,9 @@ func (r *Reaper) sweepMirrored(ctx context.Context, m *Mirror, prev map[string]u
 
 // sweepOrphans reads again the records found without a lease (orphans),
 // removes those that had none at the previous sweep either (prev) at the
-// same revision, and returns the others with their revisions.
+// same revision, and returns the others with their revisions. Another
+// region's copies (IsRegionalKey) have no lease here and are never
+// orphans: the callers leave them out.
 func (r *Reaper) sweepOrphans(ctx context.Context, orphans []string, prev map[string]uint64) (next map[string]uint64) {
 	next = make(map[string]uint64, len(orphans))
 	for _, key := range orphans {

@@ -1,0 +1,239 @@
+package serverlist_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
+	"github.com/pushlb/pushlb/serverlist"
+)
+
+// lead runs rep's Lead until the end of the test (as a reaper's leader
+// would) and waits for it there.
+func lead(t *testing.T, rep *serverlist.Replicator) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { rep.Lead(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+func newReplicator(t *testing.T, reg *serverlist.Registry, region string, remotes ...serverlist.RemoteRegion) *serverlist.Replicator {
+	t.Helper()
+	rep, err := serverlist.NewReplicator(reg, serverlist.ReplicatorConfig{Region: region, Remotes: remotes, Probe: 50 * time.Millisecond, StatusInterval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// openBucket opens another registry bucket on e's server: another region's
+// registry where regions share one JetStream domain (a supercluster).
+func (e *env) openBucket(t *testing.T, bucket string) *serverlist.Registry {
+	t.Helper()
+	reg, err := serverlist.Open(testCtx(t, 10*time.Second), e.js, serverlist.RegistryConfig{Bucket: bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+func waitInstance(t *testing.T, m *serverlist.Mirror, what, service, id string, ok func(serverlist.Instance, bool) bool) {
+	t.Helper()
+	testutil.Eventually(t, what, func() bool {
+		in, held := m.Get(service, id)
+		return ok(in, held)
+	})
+}
+
+// TestReplicatorCopiesAnotherRegion: eu's records reach us's registry as
+// read-only copies (qualified IDs, the region, no connection, no gossip
+// node): added, changed, marked down, removed; eu's own copies of other
+// regions are not copied again; us's status key says eu is linked.
+func TestReplicatorCopiesAnotherRegion(t *testing.T) {
+	us := newEnv(t, serverlist.RegistryConfig{Bucket: "reg_us"})
+	eu := us.openBucket(t, "reg_eu")
+	a, b := inst("orders", "a", 1001), inst("orders", "b", 1002)
+	a.NATSServerID, a.NATSClientID, a.GossipNode, a.GossipAddr = "NSRV", 7, "orders/a/1", "127.0.0.1:7946"
+	register(t, eu, a, b)
+	// A copy eu holds of another region: eu's replicator's, not eu's own.
+	ap := inst("orders", "c@ap", 1003)
+	ap.Region = "ap"
+	ctx := testCtx(t, 5*time.Second)
+	if err := us.js.Conn().Publish("$KV.reg_eu."+mustRegionalKey(t, "orders", "ap", "c"), mustJSON(t, ap)); err != nil {
+		t.Fatal(err)
+	}
+
+	m := startMirror(t, us.reg, serverlist.MirrorConfig{})
+	rep := newReplicator(t, us.reg, "us", serverlist.RemoteRegion{Name: "eu", Bucket: "reg_eu"})
+	lead(t, rep)
+
+	waitInstance(t, m, "eu's a copied", "orders", "a@eu", func(in serverlist.Instance, ok bool) bool { return ok })
+	got, _ := m.Get("orders", "a@eu")
+	if got.Region != "eu" || got.Port != 1001 || got.NATSServerID != "" || got.NATSClientID != 0 || got.GossipNode != "" || got.GossipAddr != "" {
+		t.Fatalf("copy of a: %+v", got)
+	}
+	waitInstance(t, m, "eu's b copied", "orders", "b@eu", func(in serverlist.Instance, ok bool) bool { return ok })
+
+	a.Weight = 500
+	register(t, eu, a)
+	waitInstance(t, m, "a's new weight copied", "orders", "a@eu", func(in serverlist.Instance, ok bool) bool { return ok && in.Weight == 500 })
+
+	b.Status = serverlist.StatusDown
+	register(t, eu, b)
+	waitInstance(t, m, "b marked down: gone", "orders", "b@eu", func(in serverlist.Instance, ok bool) bool { return !ok })
+	b.Status = ""
+	register(t, eu, b)
+	waitInstance(t, m, "b back", "orders", "b@eu", func(in serverlist.Instance, ok bool) bool { return ok })
+
+	if err := eu.Deregister(ctx, "orders", "a"); err != nil {
+		t.Fatal(err)
+	}
+	waitInstance(t, m, "a's removal copied", "orders", "a@eu", func(in serverlist.Instance, ok bool) bool { return !ok })
+
+	testutil.Eventually(t, "eu linked in us's status", func() bool {
+		st := rep.Stats()
+		return len(st.Remotes) == 1 && st.Remotes[0].Linked && st.Remotes[0].Copies == 1
+	})
+	if _, ok := m.Get("orders", "c@ap@eu"); ok {
+		t.Fatal("eu's copy of ap's record was copied again")
+	}
+	if st := rep.Stats().Remotes[0]; st.Written < 4 || st.Removed < 2 {
+		t.Fatalf("stats: %+v", st)
+	}
+	w := serverlist.WatchRegions(t.Context(), us.reg, 200*time.Millisecond, zerolog.Nop())
+	defer w.Close()
+	testutil.Eventually(t, "the status watch to see eu linked", func() bool {
+		v := w.Regions()
+		return len(v) == 1 && v[0].Region == "eu" && v[0].Linked && !v[0].Stale && v[0].Copies == 1
+	})
+}
+
+// TestReplicatorResyncs: a replicator that starts (a new leader) over
+// copies written by an earlier one removes those of records gone
+// meanwhile and writes only what changed; copies of a region no longer
+// configured are removed.
+func TestReplicatorResyncs(t *testing.T) {
+	us := newEnv(t, serverlist.RegistryConfig{Bucket: "reg_us"})
+	eu := us.openBucket(t, "reg_eu")
+	ap := us.openBucket(t, "reg_ap")
+	register(t, eu, inst("orders", "a", 1001), inst("orders", "b", 1002))
+	register(t, ap, inst("orders", "a", 2001))
+	m := startMirror(t, us.reg, serverlist.MirrorConfig{})
+
+	first := newReplicator(t, us.reg, "us", serverlist.RemoteRegion{Name: "eu", Bucket: "reg_eu"}, serverlist.RemoteRegion{Name: "ap", Bucket: "reg_ap"})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { first.Lead(ctx) })
+	waitInstance(t, m, "ap's a copied", "orders", "a@ap", func(in serverlist.Instance, ok bool) bool { return ok })
+	waitInstance(t, m, "eu's b copied", "orders", "b@eu", func(in serverlist.Instance, ok bool) bool { return ok })
+	cancel()
+	wg.Wait()
+
+	if err := eu.Deregister(testCtx(t, 5*time.Second), "orders", "b"); err != nil {
+		t.Fatal(err)
+	}
+	second := newReplicator(t, us.reg, "us", serverlist.RemoteRegion{Name: "eu", Bucket: "reg_eu"})
+	lead(t, second)
+	waitInstance(t, m, "eu's b, gone while no replicator ran, removed", "orders", "b@eu", func(in serverlist.Instance, ok bool) bool { return !ok })
+	waitInstance(t, m, "ap's copies removed (ap no longer configured)", "orders", "a@ap", func(in serverlist.Instance, ok bool) bool { return !ok })
+	if _, ok := m.Get("orders", "a@eu"); !ok {
+		t.Fatal("eu's a lost")
+	}
+	testutil.Eventually(t, "the second term's stats", func() bool {
+		st := second.Stats()
+		return st.Forgotten == 1 && st.Remotes[0].Linked
+	})
+	if st := second.Stats().Remotes[0]; st.Written != 0 || st.Removed != 1 || st.Copies != 1 {
+		t.Fatalf("the second term rewrote copies it held: %+v", st)
+	}
+}
+
+// TestCopyNeverDisplacesAnOwnRecord: an own record whose ID is a copy's
+// qualified ID ("a@eu" registered in us, eu's "a" copied) is kept, and
+// the collision counted.
+func TestCopyNeverDisplacesAnOwnRecord(t *testing.T) {
+	us := newEnv(t, serverlist.RegistryConfig{Bucket: "reg_us"})
+	eu := us.openBucket(t, "reg_eu")
+	own := inst("orders", "a@eu", 3001)
+	register(t, us.reg, own)
+	m := startMirror(t, us.reg, serverlist.MirrorConfig{})
+	register(t, eu, inst("orders", "a", 1001))
+	lead(t, newReplicator(t, us.reg, "us", serverlist.RemoteRegion{Name: "eu", Bucket: "reg_eu"}))
+	testutil.Eventually(t, "the collision counted", func() bool { return m.Stats().Collisions == 1 })
+	if got, _ := m.Get("orders", "a@eu"); got.Port != 3001 {
+		t.Fatalf("the own record was displaced: %+v", got)
+	}
+	if err := eu.Deregister(testCtx(t, 5*time.Second), "orders", "a"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the copy's removal applied", func() bool { return m.Stats().Removals >= 1 })
+	if got, ok := m.Get("orders", "a@eu"); !ok || got.Port != 3001 {
+		t.Fatalf("the copy's removal removed the own record: %+v %v", got, ok)
+	}
+}
+
+// TestReaperNeverReapsACopy: copies have no lease in this region; the
+// reaper's sweeps, listed and mirrored, leave them alone.
+func TestReaperNeverReapsACopy(t *testing.T) {
+	for _, mirrored := range []bool{false, true} {
+		t.Run(map[bool]string{false: "listed", true: "mirrored"}[mirrored], func(t *testing.T) {
+			us := newEnv(t, serverlist.RegistryConfig{Bucket: "reg_us", TTL: time.Second})
+			eu := us.openBucket(t, "reg_eu")
+			register(t, eu, inst("orders", "a", 1001))
+			rep := newReplicator(t, us.reg, "us", serverlist.RemoteRegion{Name: "eu", Bucket: "reg_eu"})
+			m := startMirror(t, us.reg, serverlist.MirrorConfig{})
+			cfg := serverlist.ReaperConfig{SweepInterval: 100 * time.Millisecond, Logger: zerolog.Nop(), OnLead: rep.Lead}
+			if mirrored {
+				cfg.Mirror = m
+			}
+			reaper := startReaper(t, us.reg, cfg)
+			waitInstance(t, m, "eu's a copied", "orders", "a@eu", func(in serverlist.Instance, ok bool) bool { return ok })
+			// A copy would be removed at its second sweep without a lease.
+			sweeps := reaper.Stats().Sweeps
+			testutil.Eventually(t, "three more sweeps", func() bool { return reaper.Stats().Sweeps >= sweeps+3 })
+			if _, ok := m.Get("orders", "a@eu"); !ok {
+				t.Fatal("the reaper removed a copy")
+			}
+			if st := reaper.Stats(); st.Reaped != 0 {
+				t.Fatalf("reaped %d", st.Reaped)
+			}
+		})
+	}
+}
+
+func TestReplicatorConfigErrors(t *testing.T) {
+	for name, cfg := range map[string]serverlist.ReplicatorConfig{
+		"no region":    {Remotes: []serverlist.RemoteRegion{{Name: "eu"}}},
+		"own region":   {Region: "us", Remotes: []serverlist.RemoteRegion{{Name: "us"}}},
+		"twice":        {Region: "us", Remotes: []serverlist.RemoteRegion{{Name: "eu"}, {Name: "eu"}}},
+		"invalid name": {Region: "us", Remotes: []serverlist.RemoteRegion{{Name: "e.u"}}},
+	} {
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func mustRegionalKey(t *testing.T, service, region, id string) string {
+	t.Helper()
+	key, err := serverlist.EncodeRegionalKey(service, region, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
