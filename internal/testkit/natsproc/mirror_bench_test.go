@@ -2,33 +2,30 @@ package natsproc_test
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/pushlb/pushlb/internal/testkit/natstest"
+	"github.com/pushlb/pushlb/internal/testkit/natsproc"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 // BenchmarkStockMirrorAcrossRegions measures what stock JetStream gives
 // a registry replicated between two regions, the baseline of the
 // multi-region design: two nats-server processes, each its own JetStream
-// domain (a, b), b a leaf node of a through a Link the benchmark can cut;
+// domain (a, b), b a leaf node of a through a Link the benchmark can cut
+// (natsproc.Regions);
 // a KV bucket in a, and in b a KV mirror of it. Reported, each beside the
 // other in the same run:
 //   - hop-p50/p99-µs: a plain publish in a to a subscriber in b;
 //   - mirror-p50/p99-µs: a put in a to the update of a watch of b's mirror;
 //   - link-back-ms: after a cut of 30 s (the servers ping every 2 s, so
 //     that the leaf node notices; with the default 2 minutes it stays
-//     down for minutes), until a publish crosses again;
+//     down for minutes), until a publish crosses again both ways and
+//     each domain's JetStream answers the other region (Regions.Heal);
 //   - mirror-back-ms: until b's mirror holds the last write made in a
 //     during the cut. nats-server 2.15.2 finds a stalled mirror every 10 s
 //     and retries with a backoff of 5 s or more (stream.go), which no
@@ -45,21 +42,10 @@ func BenchmarkStockMirrorAcrossRegions(b *testing.B) {
 }
 
 func stockMirror(b *testing.B) {
-	leaf := testutil.FreeAddr(b)
-	urlA := startRegion(b, "a", leaf, "")
-	link := natstest.NewLink(b, leaf)
-	urlB := startRegion(b, "b", "", "nats-leaf://"+link.Addr())
-	connect := func(url string) *nats.Conn {
-		var nc *nats.Conn
-		testutil.EventuallyWithin(b, time.Minute, "a connection to "+url, func() bool {
-			var err error
-			nc, err = nats.Connect(url)
-			return err == nil
-		})
-		b.Cleanup(nc.Close)
-		return nc
-	}
-	ncA, ncB := connect(urlA), connect(urlB)
+	// The servers ping every 2 s, and the leaf node dials again every
+	// second.
+	r := natsproc.StartRegionsWith(b, bin, natsproc.RegionsConfig{PingInterval: 2 * time.Second, Reconnect: time.Second}, "a", "b")
+	ncA, ncB := r.Connect(b, "a"), r.Connect(b, "b")
 	jsA, _ := jetstream.New(ncA)
 	jsB, _ := jetstream.New(ncB)
 	ctx := b.Context()
@@ -136,7 +122,7 @@ func stockMirror(b *testing.B) {
 		mirror = append(mirror, time.Since(t0))
 	}
 
-	link.Pause()
+	r.Cut(b, "b")
 	cutAt := time.Now()
 	for i := 0; time.Since(cutAt) < 30*time.Second; i++ {
 		if _, err := kvA.Put(context.Background(), "svc.cut", []byte("cut-"+strconv.Itoa(i))); err != nil {
@@ -149,9 +135,8 @@ func stockMirror(b *testing.B) {
 	if _, err := kvA.Put(ctx, "svc.cut", []byte("last")); err != nil {
 		b.Fatal(err)
 	}
-	link.Resume()
 	healed := time.Now()
-	testutil.EventuallyWithin(b, 5*time.Minute, "a publish to cross the healed link", func() bool { return crosses("back", 100*time.Millisecond) })
+	r.Heal(b, "b")
 	linkBack := time.Since(healed)
 	if !waitValue("last", 5*time.Minute) {
 		b.Fatal("the mirror never caught up")
@@ -164,27 +149,6 @@ func stockMirror(b *testing.B) {
 	b.ReportMetric(us(quantile(mirror, .99)), "mirror-p99-µs")
 	b.ReportMetric(float64(linkBack.Milliseconds()), "link-back-ms")
 	b.ReportMetric(float64(mirrorBack.Milliseconds()), "mirror-back-ms")
-}
-
-// startRegion starts one nats-server, the JetStream domain name, with
-// server pings every 2 s; a leaf node listener at leafListen (not
-// advertised: a leaf node connects only where it is told, through the
-// benchmark's Link), or a leaf node remote to remote.
-func startRegion(tb testing.TB, name, leafListen, remote string) string {
-	client := testutil.FreeAddr(tb)
-	conf := fmt.Sprintf("server_name: %s\nlisten: %s\nping_interval: \"2s\"\nping_max: 2\njetstream { store_dir: %q, domain: %s }\n", name, client, tb.TempDir(), name)
-	if leafListen != "" {
-		conf += fmt.Sprintf("leafnodes { listen: %s, no_advertise: true }\n", leafListen)
-	}
-	if remote != "" {
-		conf += fmt.Sprintf("leafnodes { reconnect: \"1s\", remotes: [ { url: %q } ] }\n", remote)
-	}
-	path := filepath.Join(tb.TempDir(), "nats.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		tb.Fatal(err)
-	}
-	testutil.StartCmd(tb, exec.Command(bin, "-c", path))
-	return "nats://" + client
 }
 
 func quantile(d []time.Duration, q float64) time.Duration {

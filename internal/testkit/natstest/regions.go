@@ -177,27 +177,51 @@ func (r *Regions) link(tb testing.TB, name string) *Link {
 	return l
 }
 
-// WaitLinked waits until regions a and b are linked: a publish on either
-// one's server reaches a subscriber on the other's, and the JetStream of
-// each one's domain answers a client of the other. It fails the test
-// after readyTimeout.
+// WaitLinked waits until regions a and b are linked (WaitDomainsLinked)
+// and fails the test after readyTimeout.
 func (r *Regions) WaitLinked(tb testing.TB, a, b string) {
 	tb.Helper()
-	pa, err := newProbe(r.URL(a))
-	if err != nil {
-		tb.Fatalf("natstest: region %s: %v", a, err)
-	}
+	WaitDomainsLinked(tb, readyTimeout, Domain{Name: a, URL: r.URL(a)}, Domain{Name: b, URL: r.URL(b)})
+}
+
+// Domain is a server with JetStream in domain Name, whose clients
+// connect to URL.
+type Domain struct {
+	Name, URL string
+}
+
+// WaitDomainsLinked waits until the servers of domains a and b are
+// linked: a publish on either one's reaches a subscriber on the other's,
+// and the JetStream of each one's domain answers a client of the other.
+// It fails the test after timeout. The servers may be processes.
+func WaitDomainsLinked(tb testing.TB, timeout time.Duration, a, b Domain) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	pa := waitProbe(tb, deadline, a)
 	defer pa.close()
-	pb, err := newProbe(r.URL(b))
-	if err != nil {
-		tb.Fatalf("natstest: region %s: %v", b, err)
-	}
+	pb := waitProbe(tb, deadline, b)
 	defer pb.close()
-	deadline := time.Now().Add(readyTimeout)
-	for !pa.reaches(pb) || !pb.reaches(pa) || !pa.answers(b) || !pb.answers(a) {
+	for !pa.reaches(pb) || !pb.reaches(pa) || !pa.answers(b.Name) || !pb.answers(a.Name) {
 		if time.Now().After(deadline) {
-			tb.Fatalf("natstest: regions %s and %s not linked after %v", a, b, readyTimeout)
+			tb.Fatalf("natstest: domains %s and %s not linked after %v", a.Name, b.Name, timeout)
 		}
+	}
+}
+
+// waitProbe returns a probe of d, connected as soon as d's server takes
+// connections (a process may still be starting), and fails the test at
+// deadline.
+func waitProbe(tb testing.TB, deadline time.Time, d Domain) *probe {
+	tb.Helper()
+	for {
+		p, err := newProbe(d.URL)
+		if err == nil {
+			return p
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("natstest: domain %s: %v", d.Name, err)
+		}
+		time.Sleep(20 * time.Millisecond) // the poll interval
 	}
 }
 
