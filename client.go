@@ -162,7 +162,7 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 	}
 	p := &parts{}
 	p.sub, err = subscriber.New(c.nc, reg, c.services.Handle, subscriber.Config{
-		Prefix: o.Prefix, Services: o.subscribed(), Scoped: o.Follow != FollowAll, Coalesce: o.Coalesce, AntiEntropy: o.AntiEntropy,
+		Prefix: o.Prefix, Region: o.Region, Services: o.subscribed(), Scoped: o.Follow != FollowAll, Coalesce: o.Coalesce, AntiEntropy: o.AntiEntropy,
 		Logger: o.log, OnEvent: c.onEvent,
 		AdvisorySubject: o.advisorySubject(), ProbeTimeout: o.Advisories.ProbeTimeout,
 		ConfirmWithin: o.Limits.ConfirmWithin, MaxUnconfirmed: o.Limits.UnconfirmedInstances,

@@ -13,8 +13,9 @@
 // [DecodeMessage] and [Event.Validate] turn events into payloads and back,
 // enforcing every rule of the contract: [MaxPayloadSize], service names that
 // are single NATS tokens ([ValidateService]), opaque instance IDs
-// ([ValidateInstanceID]), a positive incarnation, an RFC 3339 time and the
-// version field "v". The contract, written for clients in any language, is
+// ([ValidateInstanceID]), a positive incarnation, an RFC 3339 time, the
+// optional region of the instance ([ValidateRegion]) and the version field
+// "v". The contract, written for clients in any language, is
 // docs/protocol.md at the root of the repository; this package is its
 // reference implementation.
 //

@@ -24,7 +24,8 @@ var (
 
 	// ErrInvalidField reports a field of the right type with a value outside
 	// its rules: an incarnation that is not positive, a time that is not
-	// RFC 3339, an unknown kind, a reason too long or on an online event.
+	// RFC 3339, an unknown kind, a reason too long or on an online event, a
+	// region too long.
 	ErrInvalidField = errors.New("events: invalid field")
 
 	// ErrInvalidService reports a service name that is not a single NATS

@@ -83,6 +83,15 @@ type Event struct {
 	// "crash", ...). At most MaxReasonLength bytes; not allowed on Online
 	// events. JSON "reason".
 	Reason string
+
+	// Region optionally names the region of the instance (its registry
+	// record's region, announce -region): at most MaxRegionLength bytes of
+	// valid UTF-8, as a record's region. Empty means not stated: a receiver
+	// takes the event as of its own region, as events of announcers that
+	// predate regions are. A receiver with a region ignores events that
+	// name another (docs/protocol.md, "Regions"). JSON "region", written
+	// only when set.
+	Region string
 }
 
 // Validate checks e against the wire protocol's rules. The error wraps
@@ -123,6 +132,11 @@ func (e Event) Validate() error {
 	if e.Reason != "" && e.Kind == Online {
 		return fmt.Errorf("%w: reason: only offline events carry a reason", ErrInvalidField)
 	}
+	if e.Region != "" {
+		if err := ValidateRegion(e.Region); err != nil {
+			return fmt.Errorf("region: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -130,7 +144,7 @@ func (e Event) Validate() error {
 // compared as an instant (time.Time.Equal).
 func (e Event) Equal(o Event) bool {
 	return e.Kind == o.Kind && e.Service == o.Service && e.InstanceID == o.InstanceID &&
-		e.Incarnation == o.Incarnation && e.At.Equal(o.At) && e.Reason == o.Reason
+		e.Incarnation == o.Incarnation && e.At.Equal(o.At) && e.Reason == o.Reason && e.Region == o.Region
 }
 
 // wireEvent fixes the order of fields on the wire.
@@ -142,6 +156,7 @@ type wireEvent struct {
 	Incarnation int64     `json:"incarnation"`
 	At          time.Time `json:"at"`
 	Reason      string    `json:"reason,omitempty"`
+	Region      string    `json:"region,omitempty"`
 }
 
 // Encode validates e and returns its JSON payload, with "v" set to Version.
@@ -156,6 +171,7 @@ func Encode(e Event) ([]byte, error) {
 		Incarnation: e.Incarnation,
 		At:          e.At.UTC(),
 		Reason:      e.Reason,
+		Region:      e.Region,
 	}
 	if e.Kind != 0 {
 		w.Kind = e.Kind.String()
@@ -263,6 +279,9 @@ func Decode(data []byte) (Event, error) {
 		return Event{}, fmt.Errorf("%w: at: the zero time", ErrInvalidField)
 	}
 	if e.Reason, _, err = stringField(fields, "reason"); err != nil {
+		return Event{}, err
+	}
+	if e.Region, _, err = stringField(fields, "region"); err != nil {
 		return Event{}, err
 	}
 	if err := e.Validate(); err != nil {

@@ -62,6 +62,10 @@ func TestDecodeGoodTestdata(t *testing.T) {
 		"good-minimal.json": {
 			Service: "orders", InstanceID: "i-1", Incarnation: 1, At: mustTime(t, "2024-11-29T13:20:00Z"),
 		},
+		"good-region.json": {
+			Kind: Offline, Service: "orders", InstanceID: "orders-1", Incarnation: 1732886400000000000,
+			At: mustTime(t, "2024-11-29T14:05:07Z"), Reason: "shutdown", Region: "eu-west",
+		},
 		"good-unknown-fields.json": {
 			Service: "billing-api_v2", InstanceID: "pod/billing 7.eu-west", Incarnation: 42,
 			At: mustTime(t, "2024-11-29T13:20:00Z"),
@@ -108,6 +112,8 @@ func TestDecodeBadTestdata(t *testing.T) {
 		"bad-kind.json":                {ErrInvalidField, "kind"},
 		"bad-key-case.json":            {ErrMissingField, "service"},
 		"bad-too-large.json":           {ErrTooLarge, ""},
+		"bad-region-too-long.json":     {ErrInvalidField, "region"},
+		"bad-region-array.json":        {ErrMalformed, "region"},
 	}
 	checkCovered(t, "bad-*.json", cases)
 	for name, w := range cases {
@@ -161,6 +167,16 @@ func TestDecode(t *testing.T) {
 		{name: "reason without kind", data: payload(`"reason":"crash"`), want: with(func(e *Event) { e.Reason = "crash" })},
 		{name: "reason with newline", data: payload(`"kind":"offline","reason":"line1\nline2"`),
 			want: with(func(e *Event) { e.Kind, e.Reason = Offline, "line1\nline2" })},
+		{name: "region", data: payload(`"region":"eu-west"`), want: with(func(e *Event) { e.Region = "eu-west" })},
+		{name: "region null", data: payload(`"region":null`), want: base},
+		{name: "region empty means not stated", data: payload(`"region":""`), want: base},
+		{name: "region unicode", data: payload(`"region":"\u00e9t\u00e9 1"`), want: with(func(e *Event) { e.Region = "été 1" })},
+		{name: "region at limit", data: payload(`"region":"` + strings.Repeat("r", MaxRegionLength) + `"`),
+			want: with(func(e *Event) { e.Region = strings.Repeat("r", MaxRegionLength) })},
+		{name: "region too long", data: payload(`"region":"` + strings.Repeat("r", MaxRegionLength+1) + `"`), err: ErrInvalidField},
+		{name: "region number", data: payload(`"region":1`), err: ErrMalformed},
+		{name: "region object", data: payload(`"region":{}`), err: ErrMalformed},
+		{name: "region upper-case key is unknown", data: payload(`"Region":"eu"`), want: base},
 		{name: "kind upper case", data: payload(`"kind":"ONLINE"`), err: ErrInvalidField},
 		{name: "kind number", data: payload(`"kind":1`), err: ErrMalformed},
 		{name: "reason number", data: payload(`"reason":1`), err: ErrMalformed},
@@ -250,7 +266,9 @@ func TestEncodeRoundTrip(t *testing.T) {
 		{Kind: Online, Service: strings.Repeat("s", MaxServiceLength), InstanceID: strings.Repeat("<", MaxInstanceIDLength), Incarnation: 9, At: time.Unix(5, 0)},
 		// The worst case for size: every string at its limit, each byte escaped.
 		{Kind: Offline, Service: strings.Repeat("s", MaxServiceLength), InstanceID: strings.Repeat("\u2028", MaxInstanceIDLength/3),
-			Incarnation: 1<<63 - 1, At: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), Reason: strings.Repeat("\x01", MaxReasonLength)},
+			Incarnation: 1<<63 - 1, At: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), Reason: strings.Repeat("\x01", MaxReasonLength),
+			Region: strings.Repeat("\x01", MaxRegionLength)},
+		{Kind: Online, Service: "orders", InstanceID: "orders-1", Incarnation: 2, At: time.Unix(7, 0), Region: "eu-west"},
 	}
 	for _, e := range tests {
 		data, err := Encode(e)
@@ -280,9 +298,19 @@ func TestEncodeWire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Without a region, no "region" key: the payload of an announcer that
+	// predates regions.
 	const want = `{"v":1,"kind":"offline","service":"orders","instanceId":"10.0.0.5:orders:8080","incarnation":1732886400000000000,"at":"2024-11-29T14:05:07Z","reason":"shutdown"}`
 	if string(data) != want {
 		t.Errorf("Encode =\n%s\nwant\n%s", data, want)
+	}
+	e.Region = "eu-west"
+	if data, err = Encode(e); err != nil {
+		t.Fatal(err)
+	}
+	const wantRegion = `{"v":1,"kind":"offline","service":"orders","instanceId":"10.0.0.5:orders:8080","incarnation":1732886400000000000,"at":"2024-11-29T14:05:07Z","reason":"shutdown","region":"eu-west"}`
+	if string(data) != wantRegion {
+		t.Errorf("Encode =\n%s\nwant\n%s", data, wantRegion)
 	}
 }
 
@@ -313,6 +341,10 @@ func TestValidate(t *testing.T) {
 		{"reason on offline", func(e *Event) { e.Kind, e.Reason = Offline, "x" }, nil, ""},
 		{"reason too long", func(e *Event) { e.Kind, e.Reason = Offline, strings.Repeat("x", MaxReasonLength+1) }, ErrInvalidField, "reason"},
 		{"reason bad UTF-8", func(e *Event) { e.Kind, e.Reason = Offline, "\xff" }, ErrInvalidField, "reason"},
+		{"region", func(e *Event) { e.Region = "eu-west" }, nil, ""},
+		{"region at limit", func(e *Event) { e.Region = strings.Repeat("r", MaxRegionLength) }, nil, ""},
+		{"region too long", func(e *Event) { e.Region = strings.Repeat("r", MaxRegionLength+1) }, ErrInvalidField, "region"},
+		{"region bad UTF-8", func(e *Event) { e.Region = "eu\xff" }, ErrInvalidField, "region"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

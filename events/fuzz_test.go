@@ -53,7 +53,7 @@ func FuzzDecode(f *testing.F) {
 }
 
 // TestRoundTripProperty generates valid events of every shape, including
-// IDs and reasons at their byte limits, and checks Encode and Decode agree.
+// IDs, reasons and regions at their byte limits, and checks Encode and Decode agree.
 func TestRoundTripProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		idRune := rapid.Rune().Filter(func(r rune) bool { return !unicode.IsControl(r) })
@@ -68,6 +68,7 @@ func TestRoundTripProperty(t *testing.T) {
 		if e.Kind != Online {
 			e.Reason = rapid.StringOfN(rapid.Rune(), 0, -1, MaxReasonLength).Draw(t, "reason")
 		}
+		e.Region = rapid.StringOfN(rapid.Rune(), 0, -1, MaxRegionLength).Draw(t, "region")
 		data, err := Encode(e)
 		if err != nil {
 			t.Fatalf("Encode(%+v): %v", e, err)

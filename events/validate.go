@@ -21,6 +21,10 @@ const (
 
 	// MaxReasonLength bounds the optional reason of an offline event.
 	MaxReasonLength = 256
+
+	// MaxRegionLength bounds the optional region of an event: the bound of
+	// a registry record's zone and region.
+	MaxRegionLength = 128
 )
 
 // ValidateService reports whether s can be a service name: a single NATS
@@ -64,6 +68,23 @@ func ValidateInstanceID(id string) error {
 		if unicode.IsControl(r) {
 			return fmt.Errorf("%w: %q: control character %U at offset %d", ErrInvalidInstanceID, id, r, i)
 		}
+	}
+	return nil
+}
+
+// ValidateRegion reports whether r can be an event's region: 1 to
+// MaxRegionLength bytes of valid UTF-8, the rule of a registry record's
+// region (and zone). The empty region, "not stated", is valid in an Event
+// but not here. The error wraps ErrInvalidField.
+func ValidateRegion(r string) error {
+	if r == "" {
+		return fmt.Errorf("%w: empty region", ErrInvalidField)
+	}
+	if len(r) > MaxRegionLength {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrInvalidField, len(r), MaxRegionLength)
+	}
+	if !utf8.ValidString(r) {
+		return fmt.Errorf("%w: %.40q: not valid UTF-8", ErrInvalidField, r)
 	}
 	return nil
 }

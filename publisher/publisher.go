@@ -171,6 +171,13 @@ func (p *Publisher) Announce(ctx context.Context, in serverlist.Instance) error 
 	if err := in.Validate(); err != nil {
 		return fmt.Errorf("publisher: %w", err)
 	}
+	// The events carry the region: one they cannot carry is refused
+	// before anything is written.
+	if in.Region != "" {
+		if err := events.ValidateRegion(in.Region); err != nil {
+			return fmt.Errorf("publisher: %w: region: %w", serverlist.ErrInvalidInstance, err)
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -283,10 +290,14 @@ func (p *Publisher) announce(ctx context.Context, in serverlist.Instance, replac
 	return c, true, nil
 }
 
+// publish publishes an event of in. The event carries the instance's
+// region, so that a gateway of another region, to which NATS forwards it,
+// leaves its own instance of the same ID alone (docs/protocol.md,
+// "Regions").
 func (p *Publisher) publish(ctx context.Context, in serverlist.Instance, k events.Kind, reason string) error {
 	subject, data, err := events.EncodeMessage(p.cfg.Prefix, events.Event{
 		Kind: k, Service: in.Service, InstanceID: in.InstanceID,
-		Incarnation: in.Incarnation, At: time.Now(), Reason: reason,
+		Incarnation: in.Incarnation, At: time.Now(), Reason: reason, Region: in.Region,
 	})
 	if err != nil {
 		return err

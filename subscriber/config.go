@@ -38,6 +38,18 @@ const (
 type Config struct {
 	// Prefix is the subject prefix. Default events.DefaultPrefix ("lb").
 	Prefix string
+	// Region is the region this subscriber runs in (pushlb.Config.Region),
+	// at most events.MaxRegionLength bytes. With it, an event that names
+	// another region (events.Event.Region, compared without regard to
+	// ASCII case, as balancers compare regions) is dropped before it
+	// touches any state and counted (DropOtherRegion): NATS forwards
+	// events between regions' clusters, and instance IDs are unique within
+	// a region only, so another region's offline must not remove an
+	// instance of this one. Another region's instances come from the
+	// registry alone (their replicated records). An event that names no
+	// region is taken as of this region (announcers that predate regions).
+	// Empty: every event is taken.
+	Region string
 	// Services are services followed from the start and always: with
 	// Services or Scoped set, the subscriber follows these and those given
 	// to Follow only (their events, and their records: the mirror is
@@ -115,6 +127,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := events.ValidatePrefix(c.Prefix); err != nil {
 		return c, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if c.Region != "" {
+		if err := events.ValidateRegion(c.Region); err != nil {
+			return c, fmt.Errorf("%w: region: %w", ErrInvalidConfig, err)
+		}
 	}
 	for _, s := range c.Services {
 		if err := events.ValidateService(s); err != nil {

@@ -36,6 +36,17 @@
 // offline. A registry entry that expires (its lease ran out) or is deleted
 // is an offline for that instance.
 //
+// # Regions
+//
+// NATS forwards events between the clusters of regions (leaf nodes,
+// gateways), and instance IDs are unique within a region only. A subscriber
+// with a region (Config.Region) drops an event that names another region
+// (events.Event.Region) before it touches any state, counted as
+// DropOtherRegion ("other_region") and logged at debug only; an event that
+// names none is taken as of its own region, the reading of announcers that
+// predate regions. Another region's instances reach it through the registry
+// alone. A subscriber without a region takes every event.
+//
 // # Crash detection by advisories
 //
 // With Config.AdvisorySubject, the subscriber follows the NATS server's

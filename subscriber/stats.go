@@ -25,6 +25,7 @@ const (
 	DropUnsubscribed                   // a service this subscriber does not follow
 	DropFuture                         // incarnation beyond the clock + events.MaxIncarnationAhead
 	DropLimit                          // a new instance beyond the limits on unconfirmed instances, services or instances per service
+	DropOtherRegion                    // an event of an instance of another region than Config.Region
 
 	numDropReasons // the number of reasons; not a reason
 )
@@ -41,11 +42,13 @@ var dropReasonNames = [numDropReasons]string{
 	DropUnsubscribed: "unsubscribed",
 	DropFuture:       "future",
 	DropLimit:        "limit",
+	DropOtherRegion:  "other_region",
 }
 
 // String returns the reason's metric label ("malformed", "too_large",
 // "bad_subject", "invalid", "mismatch", "version", "stale", "duplicate",
-// "unsubscribed", "future", "limit"), or "unknown" for a value that is not a reason.
+// "unsubscribed", "future", "limit", "other_region"), or "unknown" for a
+// value that is not a reason.
 func (r DropReason) String() string {
 	if r >= numDropReasons {
 		return "unknown"

@@ -14,7 +14,7 @@ func TestDropReasons(t *testing.T) {
 	for _, r := range all {
 		labels = append(labels, r.String())
 	}
-	want := []string{"malformed", "too_large", "bad_subject", "invalid", "mismatch", "version", "stale", "duplicate", "unsubscribed", "future", "limit"}
+	want := []string{"malformed", "too_large", "bad_subject", "invalid", "mismatch", "version", "stale", "duplicate", "unsubscribed", "future", "limit", "other_region"}
 	if !slices.Equal(labels, want) {
 		t.Fatalf("labels %v, want %v", labels, want)
 	}

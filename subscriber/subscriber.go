@@ -304,6 +304,15 @@ func (s *Subscriber) onMsg(msg *nats.Msg) {
 			Stringer("reason", reason).Msg("dropped event")
 		return
 	}
+	// Before any state: another region's instance is not this region's
+	// instance of the same ID. A busy other region sends many, all
+	// expected: debug, not warn.
+	if s.otherRegion(ev.Region) {
+		s.stats.drop(DropOtherRegion)
+		s.dropLog.Debug().Str("service", ev.Service).Str("id", truncate(ev.InstanceID, 200)).Stringer("kind", ev.Kind).
+			Str("region", truncate(ev.Region, 200)).Msg("dropped event of another region")
+		return
+	}
 	if !s.scope.has(ev.Service) {
 		s.stats.drop(DropUnsubscribed)
 		return
@@ -355,6 +364,34 @@ func (s *Subscriber) onMsg(msg *nats.Msg) {
 	case duplicate:
 		s.stats.drop(DropDuplicate)
 	}
+}
+
+// otherRegion reports whether an event of region belongs to another region
+// than the subscriber's (Config.Region): both set, and different without
+// regard to ASCII case.
+func (s *Subscriber) otherRegion(region string) bool {
+	return s.cfg.Region != "" && region != "" && !equalFoldASCII(s.cfg.Region, region)
+}
+
+// equalFoldASCII reports whether a and b are equal with ASCII letters
+// compared without regard to case, as the balancers compare regions.
+func equalFoldASCII(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		if lowerASCII(a[i]) != lowerASCII(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + ('a' - 'A')
+	}
+	return c
 }
 
 func truncate(s string, n int) string {
