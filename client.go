@@ -63,9 +63,11 @@ type parts struct {
 	stopScaling func() // stops the bucket's scale-up (started last)
 	gossip      *gossip.Node
 	janitor     *lbvisitor.Janitor
-	reaper      *serverlist.Reaper    // nil without Config.Reaper
-	reporter    *convergence.Reporter // nil without Config.Report.ID
-	failover    *failover             // leaves a server cut from its cluster (failover.go)
+	reaper      *serverlist.Reaper      // nil without Config.Reaper
+	replicator  *serverlist.Replicator  // nil without Config.RemoteRegions
+	regions     *serverlist.RegionWatch // nil without Config.Region
+	reporter    *convergence.Reporter   // nil without Config.Report.ID
+	failover    *failover               // leaves a server cut from its cluster (failover.go)
 }
 
 // New builds a client over nc with cfg (the zero Config is the default
@@ -205,6 +207,11 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 			// never reaps one it cannot see.
 			rcfg.Mirror = p.sub.Mirror()
 		}
+		if len(o.RemoteRegions) > 0 {
+			// Checked by New: Region and RemoteRegions are valid.
+			p.replicator, _ = serverlist.NewReplicator(reg, serverlist.ReplicatorConfig{Region: o.Region, Remotes: o.RemoteRegions, Logger: o.log})
+			rcfg.OnLead = p.replicator.Lead
+		}
 		p.reaper = serverlist.NewReaper(reg, rcfg)
 		if err := p.reaper.Start(ctx); err != nil {
 			p.close()
@@ -221,6 +228,10 @@ func (c *Client) start(ctx context.Context) (_ *parts, err error) {
 			return nil, fmt.Errorf("pushlb: report: %w", err)
 		}
 		p.reporter.Start()
+	}
+	if o.Region != "" {
+		// Which other regions' copies are stale (docs/multiregion.md).
+		p.regions = serverlist.WatchRegions(ctx, reg, 0, o.log)
 	}
 	p.stopScaling = reg.ScaleUpInBackground(registryScaleTimeout)
 	p.failover = newFailover(c.nc, js, reg.Config().Bucket, o.log)
@@ -322,6 +333,9 @@ func (p *parts) close() {
 	}
 	if p.reaper != nil {
 		p.reaper.Close()
+	}
+	if p.regions != nil {
+		p.regions.Close()
 	}
 	if p.janitor != nil {
 		p.janitor.Close()

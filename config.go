@@ -136,6 +136,15 @@ type Config struct {
 	// The gateway binary turns it on; a deployment needs at least one
 	// reaper (docs/protocol.md, section 4; docs/security.md).
 	Reaper bool
+	// RemoteRegions are the other regions whose registries this region's
+	// registry holds copies of (docs/multiregion.md): while this client's
+	// reaper leads, it copies their records into the registry
+	// (serverlist.Replicator), read-only, under their region and a
+	// qualified ID ("<id>@<region>"), where every client of the region
+	// reads them like its own. Every reaper of a region should list the
+	// same regions: the one that leads removes the copies of regions it
+	// does not list. Needs Region and Reaper. Default none.
+	RemoteRegions []serverlist.RemoteRegion
 	// Advisories configures crash detection by the NATS server's
 	// client-disconnect advisories: a crashed instance leaves the balancers
 	// within milliseconds, where its server and account publish and import
@@ -368,6 +377,15 @@ func (c Config) resolve() (Config, error) {
 	}
 	if c.Region == "" && len(c.RegionPriority) > 0 {
 		bad("RegionPriority", "%v without a Region", c.RegionPriority)
+	}
+	if len(c.RemoteRegions) > 0 {
+		rc := serverlist.ReplicatorConfig{Region: c.Region, Remotes: c.RemoteRegions}
+		switch err := rc.Validate(); {
+		case err != nil:
+			bad("RemoteRegions", "%w", err)
+		case !c.Reaper:
+			bad("RemoteRegions", "the copies are made by the leading reaper: needs Reaper")
+		}
 	}
 	if len(errs) > 0 {
 		return c, errors.Join(errs...)

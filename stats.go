@@ -1,6 +1,7 @@
 package pushlb
 
 import (
+	"github.com/pushlb/pushlb/serverlist"
 	"slices"
 	"strings"
 	"time"
@@ -50,6 +51,15 @@ type Stats struct {
 	// they caused (docs/reliability.md); zero for a connection that knows
 	// one server.
 	Failover FailoverStats `json:"failover"`
+	// Regions are the other regions whose records the registry holds
+	// copies of, as their status keys say (docs/multiregion.md): Stale
+	// when the link to one is cut or no replicator writes its status.
+	// Empty without Config.Region.
+	Regions []serverlist.RegionView `json:"regions,omitempty"`
+	// Replication describes this client's copying of other regions'
+	// records (Config.RemoteRegions), while its reaper leads; zero
+	// without it.
+	Replication serverlist.ReplicatorStats `json:"replication"`
 }
 
 // FailoverStats count the client's probes of the registry stream through
@@ -138,6 +148,9 @@ type RegistryStats struct {
 	// MalformedKeys and MalformedValues count the records skipped.
 	MalformedKeys   uint64 `json:"malformedKeys"`
 	MalformedValues uint64 `json:"malformedValues"`
+	// Collisions counts copies of another region's records skipped
+	// because this region's own record holds the same ID.
+	Collisions uint64 `json:"collisions,omitempty"`
 	// Syncs counts the full loads (start, reconnect); WatchErrors the
 	// watches that failed and were restarted.
 	Syncs       uint64 `json:"syncs"`
@@ -321,6 +334,12 @@ func (c *Client) Stats() Stats {
 		st.Follow.Followed = sub.Followed
 		if p.failover != nil {
 			st.Failover = p.failover.stats()
+		}
+		if p.regions != nil {
+			st.Regions = p.regions.Regions()
+		}
+		if p.replicator != nil {
+			st.Replication = p.replicator.Stats()
 		}
 	}
 	fs := c.services.FollowStats()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/pushlb/pushlb/internal/testkit/natstest"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
 	"github.com/pushlb/pushlb/serverlist"
 )
@@ -236,4 +237,68 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// openIn opens region name's registry (bucket "pushlb_lb") on its server.
+func openIn(t *testing.T, rs *natstest.Regions, name string) *serverlist.Registry {
+	t.Helper()
+	js := mustJetStream(t, rs.Connect(t, name))
+	reg, err := serverlist.Open(testCtx(t, 10*time.Second), js, serverlist.RegistryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+// TestReplicationAcrossALeafLink: two regions, each its own server and
+// JetStream domain, us a leaf node of eu. us's registry copies eu's
+// records through eu's domain; while the link is cut us keeps its copies
+// and its status says eu is cut; eu's changes during the cut (an
+// instance gone, one added) reach us once the link is back.
+func TestReplicationAcrossALeafLink(t *testing.T) {
+	rs := natstest.StartRegions(t, "eu", "us")
+	eu, us := openIn(t, rs, "eu"), openIn(t, rs, "us")
+	register(t, eu, inst("orders", "a", 1001), inst("orders", "b", 1002))
+	register(t, us, inst("orders", "x", 2001))
+	m := startMirror(t, us, serverlist.MirrorConfig{})
+	rep := newReplicator(t, us, "us", serverlist.RemoteRegion{Name: "eu", Domain: "eu"})
+	lead(t, rep)
+	w := serverlist.WatchRegions(t.Context(), us, 200*time.Millisecond, zerolog.Nop())
+	defer w.Close()
+
+	waitInstance(t, m, "eu's a copied", "orders", "a@eu", func(_ serverlist.Instance, ok bool) bool { return ok })
+	waitInstance(t, m, "eu's b copied", "orders", "b@eu", func(_ serverlist.Instance, ok bool) bool { return ok })
+	linked := func(want bool) func() bool {
+		return func() bool {
+			v := w.Regions()
+			return len(v) == 1 && v[0].Linked == want && v[0].Stale == !want
+		}
+	}
+	testutil.Eventually(t, "eu linked", linked(true))
+
+	rs.Cut(t, "us")
+	cutAt := time.Now()
+	testutil.EventuallyWithin(t, 30*time.Second, "eu marked cut", linked(false))
+	t.Logf("eu marked cut %v after the cut", time.Since(cutAt).Round(time.Millisecond))
+	cuts := rep.Stats().Remotes[0].Cuts
+	if err := eu.Deregister(testCtx(t, 5*time.Second), "orders", "a"); err != nil {
+		t.Fatal(err)
+	}
+	register(t, eu, inst("orders", "c", 1003))
+	for _, id := range []string{"a@eu", "b@eu", "x"} {
+		if _, ok := m.Get("orders", id); !ok {
+			t.Fatalf("%s lost during the cut", id)
+		}
+	}
+
+	healAt := time.Now()
+	rs.Heal(t, "us")
+	t.Logf("the link carries messages %v after the heal", time.Since(healAt).Round(time.Millisecond))
+	waitInstance(t, m, "eu's a, gone during the cut, removed", "orders", "a@eu", func(_ serverlist.Instance, ok bool) bool { return !ok })
+	waitInstance(t, m, "eu's c, added during the cut, copied", "orders", "c@eu", func(_ serverlist.Instance, ok bool) bool { return ok })
+	t.Logf("us's copies right %v after the heal", time.Since(healAt).Round(time.Millisecond))
+	testutil.Eventually(t, "eu linked again", linked(true))
+	if st := rep.Stats().Remotes[0]; st.Cuts != cuts || st.Resyncs < 2 {
+		t.Fatalf("stats: %+v (cuts before the heal %d)", st, cuts)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/convergence"
+	"github.com/pushlb/pushlb/serverlist"
 )
 
 // State is what /-/lb shows: every service the gateway balances, and the
@@ -34,6 +35,13 @@ type State struct {
 	// Advisories is crash detection by client-disconnect advisories: its
 	// state and counters.
 	Advisories *pushlb.AdvisoryStats `json:"advisories,omitempty"`
+	// Regions are the other regions whose records the registry holds
+	// copies of, stale or not (docs/multiregion.md); omitted without
+	// -region or copies.
+	Regions []serverlist.RegionView `json:"regions,omitempty"`
+	// Replication is this gateway's copying of other regions' records
+	// (-remote-region), omitted without it.
+	Replication *serverlist.ReplicatorStats `json:"replication,omitempty"`
 }
 
 // ServiceState is one service's balancer.
@@ -133,6 +141,10 @@ func (g *Gateway) header() State {
 	cs := g.client.Stats()
 	if cs.Started {
 		st.Subscriber, st.Mirror, st.Lookups, st.Advisories = &cs.Events, &cs.Registry, &cs.Lookups, &cs.Advisories
+		st.Regions = cs.Regions
+		if len(cs.Replication.Remotes) > 0 {
+			st.Replication = &cs.Replication
+		}
 	}
 	return st
 }

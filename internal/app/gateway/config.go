@@ -49,6 +49,15 @@ type Config struct {
 	// Default none: the instances' regions are ignored.
 	Region         string   `yaml:"region"`
 	RegionPriority []string `yaml:"regionPriority"`
+	// RemoteRegions are the other regions whose records this region's
+	// registry holds copies of, made by the leading reaper
+	// (pushlb.Config.RemoteRegions; docs/multiregion.md). Each names its
+	// region, the JetStream domain its registry is read through and its
+	// bucket: with neither domain nor bucket, the domain is the region's
+	// name (the leaf-node topology: a domain per region); with a bucket
+	// and no domain, the bucket is read through this connection's own
+	// JetStream (a supercluster: one domain). Needs region and reaper.
+	RemoteRegions []serverlist.RemoteRegion `yaml:"remoteRegions"`
 	// Prefix is the NATS subject prefix. Default "lb".
 	Prefix string `yaml:"prefix"`
 	// Lease is the registry's lease (the bucket's TTL), which the bucket
@@ -389,6 +398,20 @@ func (c *Config) problems() problems {
 	}
 	if c.Lease != 0 && c.Lease < serverlist.MinTTL {
 		bad("lease", "%v is below the minimum %v (0: the bucket's)", c.Lease, serverlist.MinTTL)
+	}
+	for i := range c.RemoteRegions {
+		if rem := &c.RemoteRegions[i]; rem.Domain == "" && rem.Bucket == "" {
+			rem.Domain = rem.Name
+		}
+	}
+	if len(c.RemoteRegions) > 0 {
+		rc := serverlist.ReplicatorConfig{Region: c.Region, Remotes: c.RemoteRegions}
+		switch err := rc.Validate(); {
+		case err != nil:
+			from("remoteRegions", err, serverlist.ErrInvalidConfig)
+		case !c.Reaper:
+			bad("remoteRegions", "the copies are made by the leading reaper: needs reaper (-reaper)")
+		}
 	}
 	if c.RegistryReplicas < 0 || c.RegistryReplicas > serverlist.MaxReplicas {
 		bad("registryReplicas", "%d: 1 to %d, or 0 for min(3, the cluster's JetStream servers)", c.RegistryReplicas, serverlist.MaxReplicas)

@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"flag"
+	"fmt"
+	"strings"
 
 	"github.com/pushlb/pushlb"
+	"github.com/pushlb/pushlb/serverlist"
 )
 
 // RegisterFlags registers the gateway's command-line flags on fs, each
@@ -23,6 +26,13 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataSync, "data-sync", c.DataSync, "JetStream sync `policy` of the embedded server, when it forces writes to disk: always (each write, before acknowledging it) or a duration (at most that long after a write, at least 1s); default 2m (docs/reliability.md)")
 	fs.StringVar(&c.Zone, "zone", c.Zone, "the gateway's `zone`, for zone affinity and preference")
 	fs.StringVar(&c.Region, "region", c.Region, "the gateway's `region`: requests go to the nearest region with a reachable instance, this one first, then regionPriority's (empty: regions ignored)")
+	fs.Func("remote-region", "another region whose records this region's registry copies (remoteRegions; repeat for each): `name[=domain][/bucket]`; the domain defaults to the name, a bucket alone reads it through this server's JetStream (docs/multiregion.md)", func(v string) error {
+		rem, err := parseRemoteRegion(v)
+		if err == nil {
+			c.RemoteRegions = append(c.RemoteRegions, rem)
+		}
+		return err
+	})
 	fs.StringVar(&c.Prefix, "prefix", c.Prefix, "NATS subject `prefix`")
 	fs.DurationVar(&c.Lease, "lease", c.Lease, "registry lease (the bucket's TTL): 0 takes the bucket's, or 30s when this gateway creates it; a lease given here must match an existing bucket's")
 	fs.StringVar(&c.Report.ID, "report-id", c.Report.ID, "publish what this gateway applied of each service on <prefix>.report.`ID`, for a fleet view (report.id)")
@@ -37,4 +47,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Demo, "demo", c.Demo, `also start three local backends in two zones that announce themselves (service "demo")`)
 	fs.IntVar(&c.DemoPort, "demo-port", c.DemoPort, "with -demo, the first of the three consecutive ports of the demo backends on 127.0.0.1 (0: ports the system picks)")
 	c.Gossip.Register(fs)
+}
+
+// parseRemoteRegion parses -remote-region's name[=domain][/bucket].
+func parseRemoteRegion(v string) (serverlist.RemoteRegion, error) {
+	rest, bucket, _ := strings.Cut(v, "/")
+	name, domain, _ := strings.Cut(rest, "=")
+	if name == "" {
+		return serverlist.RemoteRegion{}, fmt.Errorf("%q: want name[=domain][/bucket]", v)
+	}
+	return serverlist.RemoteRegion{Name: name, Domain: domain, Bucket: bucket}, nil
 }

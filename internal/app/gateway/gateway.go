@@ -199,6 +199,7 @@ func (g *Gateway) clientConfig() pushlb.Config {
 		EmptyListHold: c.EmptyListHold,
 		Limits:        c.Limits,
 		Reaper:        c.Reaper,
+		RemoteRegions: c.RemoteRegions,
 	}
 	if c.Gossip.Enabled() {
 		// Validate checked the settings.

@@ -190,6 +190,13 @@ var (
 	descIDReleases      = prometheus.NewDesc("pushlb_id_releases_total", "While this gateway's reaper leads: the IDs of crashed instances (connection closed, probe failed) it freed for their restart, by result: released (lease ended, record removed), renamed (the record names another connection or is gone), renewed (the holder renewed its lease: alive), failed.", []string{"result"}, nil)
 	descReaperEnded     = prometheus.NewDesc("pushlb_reaper_leases_ended_total", "Lease removals and expiries this gateway's reaper saw while leading.", nil, nil)
 	descFailoverProbes  = prometheus.NewDesc("pushlb_registry_probes_total", "Probes of the registry stream through this gateway's NATS server (one per ping interval when its connection knows more than one server), by result: answered (by a leader with a quorum), unanswered.", []string{"result"}, nil)
+	descRegionStale     = prometheus.NewDesc("pushlb_region_stale", "Per other region whose records the registry holds copies of: 1 while the copies may be out of date (the link to it is cut, or no replicator has written its status for three intervals), else 0 (docs/multiregion.md).", []string{"region"}, nil)
+	descRegionCopies    = prometheus.NewDesc("pushlb_region_copies", "Per other region: how many of its records the registry holds, as its replicator last wrote.", []string{"region"}, nil)
+	descRegionHeard     = prometheus.NewDesc("pushlb_region_status_age_seconds", "Per other region: seconds since its status was last written (every 5 s while a replicator leads).", []string{"region"}, nil)
+	descReplWrites      = prometheus.NewDesc("pushlb_replication_copies_written_total", "While this gateway's reaper leads: copies of another region's records it wrote (added or changed) or removed, by region and op.", []string{"region", "op"}, nil)
+	descReplCuts        = prometheus.NewDesc("pushlb_replication_cuts_total", "While this gateway's reaper leads: the times another region's registry stopped answering (two probes in a row), by region.", []string{"region"}, nil)
+	descReplResyncs     = prometheus.NewDesc("pushlb_replication_resyncs_total", "While this gateway's reaper leads: whole reads of another region's registry (each term, each return of the link), by region.", []string{"region"}, nil)
+	descReplErrors      = prometheus.NewDesc("pushlb_replication_errors_total", "While this gateway's reaper leads: failed writes of copies, and records of another region not copied (skipped), by region and kind.", []string{"region", "kind"}, nil)
 	descFailoverMoves   = prometheus.NewDesc("pushlb_registry_failover_moves_total", "Moves of this gateway's NATS connection to another server of the cluster after the registry went unanswered through its server (docs/reliability.md).", nil, nil)
 )
 
@@ -200,6 +207,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReceived, descApplied, descDropped, descDelivered, descHandlerErr,
 		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descWentBack, descUnconfirmed, descMalformed, descResyncs, descLookupHit, descServers, descReachable, descEjected, descEjections, descPanic, descHeld, descHeldTotal, descTrips, descUpdates, descUnregistered, descServicesRemoved, descFollowed, descFollows, descFollowing, descUnfollows, descRevision, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored,
 		descReaperLeader, descReaperReaped, descReaperEnded, descReaperUnled, descFailoverProbes, descFailoverMoves,
+		descRegionStale, descRegionCopies, descRegionHeard, descReplWrites, descReplCuts, descReplResyncs, descReplErrors,
 		descRemovalsBy, descAdvState, descAdvReceived, descAdvMalformed, descAdvMatched, descAdvSkipped, descAdvProbes, descIDReleases} {
 		ch <- d
 	}
@@ -274,6 +282,19 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descFailoverProbes, st.Failover.Answered, "answered")
 	counter(descFailoverProbes, st.Failover.Unanswered, "unanswered")
 	counter(descFailoverMoves, st.Failover.Moves)
+	for _, r := range st.Regions {
+		flag(descRegionStale, r.Stale, r.Region)
+		gauge(descRegionCopies, int(r.Copies), r.Region)
+		ch <- prometheus.MustNewConstMetric(descRegionHeard, prometheus.GaugeValue, time.Since(r.Heard).Seconds(), r.Region)
+	}
+	for _, r := range st.Replication.Remotes {
+		counter(descReplWrites, r.Written, r.Region, "written")
+		counter(descReplWrites, r.Removed, r.Region, "removed")
+		counter(descReplCuts, r.Cuts, r.Region)
+		counter(descReplResyncs, r.Resyncs, r.Region)
+		counter(descReplErrors, r.Errors, r.Region, "write")
+		counter(descReplErrors, r.Skipped, r.Region, "skipped")
+	}
 	counter(descLookupHit, st.Lookups.Hits, "hit")
 	counter(descLookupHit, st.Lookups.Fallbacks, "fallback")
 	counter(descLookupHit, st.Lookups.Failures, "failure")
