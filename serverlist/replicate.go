@@ -690,13 +690,14 @@ type RegionWatch struct {
 }
 
 // WatchRegions starts watching reg's region status keys in a goroutine
-// that runs until Close or ctx ends. interval is the replicators' status
+// that runs until Close; ctx's values reach it, not its end (a start's
+// deadline does not stop it). interval is the replicators' status
 // interval (ReplicatorConfig.StatusInterval; zero: the default).
 func WatchRegions(ctx context.Context, reg *Registry, interval time.Duration, log zerolog.Logger) *RegionWatch {
 	if interval <= 0 {
 		interval = DefaultRegionStatusInterval
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w := &RegionWatch{reg: reg, interval: interval, log: log, cancel: cancel, done: make(chan struct{}), regions: map[string]RegionView{}}
 	go w.run(ctx)
 	return w

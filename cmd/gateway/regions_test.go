@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"maps"
 	"net/http/httptest"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pushlb/pushlb/internal/testkit/natstest"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
@@ -116,4 +118,121 @@ func TestRegionFailover(t *testing.T) {
 	mu.Unlock()
 	t.Logf("regions answered: %v; eu offline → us answered %v after; us crashed → ap %v after; eu announced again → eu %v after its start; %d requests, %d failed",
 		regions, tookUS, tookAP, back, requests.Load(), failed.Load())
+}
+
+// regionGateway runs the gateway binary on region name's NATS server, in
+// that region, copying the records of the regions remotes.
+func regionGateway(t *testing.T, rs *natstest.Regions, name string, remotes ...string) *gw {
+	t.Helper()
+	g := &gw{proxy: testutil.FreeAddr(t), admin: testutil.FreeAddr(t)}
+	args := []string{"-listen", g.proxy, "-admin", g.admin, "-nats", rs.URL(name), "-follow", "all", "-region", name}
+	for _, r := range remotes {
+		args = append(args, "-remote-region", r)
+	}
+	g.Proc = start(t, bin.gateway, args...)
+	g.waitHealthy(t)
+	return g
+}
+
+// regionView is one region of /-/lb's "regions".
+type regionView struct {
+	Region string `json:"region"`
+	Linked bool   `json:"linked"`
+	Stale  bool   `json:"stale"`
+	Copies int    `json:"copies"`
+}
+
+// regions returns /-/lb's "regions", nil when it cannot be read.
+func (g *gw) regions(t testing.TB) []regionView {
+	var st struct {
+		Regions []regionView `json:"regions"`
+	}
+	if json.Unmarshal([]byte(g.state(t)), &st) != nil {
+		return nil
+	}
+	return st.Regions
+}
+
+// TestRegionsAcrossALeafLink: two regions, each its own NATS server and
+// JetStream domain (eu the hub, us a leaf node of it, with the gateway's
+// accounts), a gateway in each (-region, -remote-region the other) and
+// instances announced in each region to its own server (announce
+// -region). Each gateway lists the other region's instances by their
+// qualified IDs and routes to its own; us's requests go to eu when us's
+// last instance leaves, and back when it returns. A crash in eu leaves
+// us's list only when eu's registry removes the record (the advisory
+// stays regional). The link cut: both gateways route their own
+// instances, no request fails, /-/lb marks the other region stale; eu's
+// changes during the cut reach us after the heal.
+func TestRegionsAcrossALeafLink(t *testing.T) {
+	rs := natstest.StartRegionsWith(t, []natstest.Option{natstest.WithAdvisories(t, "lb")}, "eu", "us")
+	eu := regionGateway(t, rs, "eu", "us")
+	us := regionGateway(t, rs, "us", "eu")
+	announceIn := func(region, id string, b *tracked) *testutil.Proc {
+		return start(t, bin.announce, "-nats", rs.URL(region), "-service", "orders", "-addr", b.addr(), "-id", id, "-region", region, "-drain", "0s")
+	}
+	euB, us1B, us2B := newTracked(t, "eu-1"), newTracked(t, "us-1"), newTracked(t, "us-2")
+	euA := announceIn("eu", "1", euB)
+	us1 := announceIn("us", "1", us1B)
+	listed := func(g *gw, want ...string) func() bool {
+		return func() bool { return slices.Equal(g.ids(t), want) }
+	}
+	testutil.Eventually(t, "us to list eu's copy beside its own", listed(us, "1", "1@eu"))
+	testutil.Eventually(t, "eu to list us's copy beside its own", listed(eu, "1", "1@us"))
+	if seen := us.reached(t, "/orders/", 40); seen["eu-1"] != 0 {
+		t.Fatalf("us sent requests to eu while its own answered: %v", seen)
+	}
+	linked := func(g *gw, region string, stale bool) func() bool {
+		return func() bool {
+			v := g.regions(t)
+			return len(v) == 1 && v[0].Region == region && v[0].Stale == stale
+		}
+	}
+	testutil.Eventually(t, "us to see eu linked", linked(us, "eu", false))
+
+	l := startLoad(us, loadWorkers)
+	// us's last instance leaves: us's requests go to eu's; a new one in
+	// us takes them back.
+	left := time.Now()
+	us1.Stop(t, exitTimeout)
+	testutil.Eventually(t, "eu's instance to answer us's requests", func() bool { return euB.hits.Load() > 0 })
+	toEU := time.Unix(0, euB.first.Load()).Sub(left)
+	announceIn("us", "2", us2B)
+	testutil.Eventually(t, "us's new instance to answer", func() bool { return us2B.hits.Load() > 0 })
+	testutil.Eventually(t, "us to route to its own again", func() bool {
+		before := euB.hits.Load()
+		us.reached(t, "/orders/", 20)
+		return euB.hits.Load() == before
+	})
+
+	// A crash in eu: eu's gateway learns it from its advisory, us from
+	// eu's registry, once eu's reaper released the record.
+	euA.Kill(t)
+	euB.Close()
+	testutil.Eventually(t, "eu to drop its crashed instance", listed(eu, "2@us"))
+	testutil.Eventually(t, "us to drop eu's crashed instance (its record removed in eu)", listed(us, "2"))
+
+	// The link cut: us keeps routing its own instance.
+	rs.Cut(t, "us")
+	cutAt := time.Now()
+	testutil.EventuallyWithin(t, 30*time.Second, "us to mark eu stale", linked(us, "eu", true))
+	staleAfter := time.Since(cutAt)
+	euB2 := newTracked(t, "eu-3")
+	announceIn("eu", "3", euB2)
+	testutil.Eventually(t, "eu to list its new instance", listed(eu, "2@us", "3"))
+	if !slices.Equal(us.ids(t), []string{"2"}) {
+		t.Fatalf("us's list changed during the cut: %v", us.ids(t))
+	}
+	healAt := time.Now()
+	rs.Heal(t, "us")
+	linkBack := time.Since(healAt)
+	testutil.Eventually(t, "us to list eu's new instance after the heal", listed(us, "2", "3@eu"))
+	right := time.Since(healAt)
+	testutil.Eventually(t, "us to see eu linked again", linked(us, "eu", false))
+	l.stop()
+	if n := l.failed.Load(); n != 0 {
+		t.Errorf("%d of %d requests through us failed (first: %v)", n, l.sent.Load(), l.firstErr.Load())
+	}
+	t.Logf("us's last instance left: eu answered %v after; link cut: us marked eu stale %v after the cut; the link carried traffic %v after the heal, us's list right %v after it; load: %d requests, %d failed",
+		toEU.Round(time.Millisecond), staleAfter.Round(time.Millisecond), linkBack.Round(time.Millisecond), right.Round(time.Millisecond), l.sent.Load(), l.failed.Load())
 }
