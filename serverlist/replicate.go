@@ -122,10 +122,10 @@ type Replicator struct {
 // remoteState is one remote region's counters and link state.
 type remoteState struct {
 	RemoteRegion
-	linked                               atomic.Bool
-	copies                               atomic.Int64
+	linked                                atomic.Bool
+	copies                                atomic.Int64
 	written, removed, resyncs, cuts, errs atomic.Uint64
-	skipped                              atomic.Uint64
+	skipped                               atomic.Uint64
 }
 
 // ReplicaStats is what a Replicator did for one remote region.
