@@ -236,3 +236,37 @@ func TestRegionsAcrossALeafLink(t *testing.T) {
 	t.Logf("us's last instance left: eu answered %v after; link cut: us marked eu stale %v after the cut; the link carried traffic %v after the heal, us's list right %v after it; load: %d requests, %d failed",
 		toEU.Round(time.Millisecond), staleAfter.Round(time.Millisecond), linkBack.Round(time.Millisecond), right.Round(time.Millisecond), l.sent.Load(), l.failed.Load())
 }
+
+// TestRegionAddedAndRemoved: three regions (eu the hub, us and ap leaf
+// nodes of it); us's gateway copies eu's records, then, restarted with ap
+// added, ap's too (a leaf region read through the hub), then, restarted
+// without eu, removes eu's copies and its status.
+func TestRegionAddedAndRemoved(t *testing.T) {
+	rs := natstest.StartRegions(t, "eu", "us", "ap")
+	for _, region := range []string{"eu", "ap", "us"} {
+		b := newTracked(t, region)
+		start(t, bin.announce, "-nats", rs.URL(region), "-service", "orders", "-addr", b.addr(), "-id", "1", "-region", region, "-drain", "0s")
+	}
+	listed := func(g *gw, want ...string) func() bool {
+		return func() bool { return slices.Equal(g.ids(t), want) }
+	}
+	names := func(g *gw) []string {
+		var out []string
+		for _, r := range g.regions(t) {
+			out = append(out, r.Region)
+		}
+		return out
+	}
+	us := regionGateway(t, rs, "us", "eu")
+	testutil.Eventually(t, "eu's instance copied", listed(us, "1", "1@eu"))
+	us.Stop(t, exitTimeout)
+
+	us = regionGateway(t, rs, "us", "eu", "ap")
+	testutil.Eventually(t, "ap's instance copied too", listed(us, "1", "1@ap", "1@eu"))
+	testutil.Eventually(t, "both regions shown", func() bool { return slices.Equal(names(us), []string{"ap", "eu"}) })
+	us.Stop(t, exitTimeout)
+
+	us = regionGateway(t, rs, "us", "ap")
+	testutil.Eventually(t, "eu's copy removed", listed(us, "1", "1@ap"))
+	testutil.Eventually(t, "eu's status removed", func() bool { return slices.Equal(names(us), []string{"ap"}) })
+}
