@@ -309,29 +309,50 @@ type follower struct {
 var errCut = errors.New("the region's bucket does not answer")
 
 // run follows the region until ctx ends: a session from a whole read of
-// its bucket to a cut, then probes until it answers again.
+// its bucket to a cut, then probes until it answers again. A session that
+// fails before its first sync (the bucket answers its state but cannot be
+// watched: a permission, a bucket of another shape) is tried again after
+// a backoff that doubles up to maxSessionBackoff, logged once per streak.
 func (f *follower) run(ctx context.Context) {
 	rs := f.rs
 	status := time.NewTicker(f.r.cfg.StatusInterval)
 	defer status.Stop()
+	failed := 0 // sessions in a row that never synced
 	for ctx.Err() == nil {
-		err := f.session(ctx, status.C)
+		synced, err := f.session(ctx, status.C)
 		if ctx.Err() != nil {
 			return
 		}
 		if rs.linked.Swap(false) || errors.Is(err, errCut) {
 			rs.cuts.Add(1)
 		}
-		f.r.log.Warn().Err(err).Str("region", rs.Name).
+		if synced {
+			failed = 0
+		} else {
+			failed++
+		}
+		log := f.r.log.Warn()
+		if failed > 1 {
+			log = f.r.log.Debug()
+		}
+		log.Err(err).Str("region", rs.Name).
 			Msg("serverlist: replication: the region's registry does not answer; its copies are kept, marked stale, until it does")
 		f.writeStatus(ctx, false)
-		f.awaitAnswer(ctx, status.C)
+		var wait time.Duration
+		if failed > 1 {
+			wait = min(time.Second<<min(failed-2, 6), maxSessionBackoff)
+		}
+		f.awaitAnswer(ctx, status.C, time.Now().Add(wait))
 	}
 }
 
-// awaitAnswer probes the region until its bucket answers or ctx ends,
-// rewriting the status (cut) at each tick of status.
-func (f *follower) awaitAnswer(ctx context.Context, status <-chan time.Time) {
+// maxSessionBackoff bounds the wait between sessions that fail before
+// their first sync.
+const maxSessionBackoff = 30 * time.Second
+
+// awaitAnswer probes the region, from notBefore on, until its bucket
+// answers or ctx ends, rewriting the status (cut) at each tick of status.
+func (f *follower) awaitAnswer(ctx context.Context, status <-chan time.Time, notBefore time.Time) {
 	probe := time.NewTicker(f.r.cfg.Probe)
 	defer probe.Stop()
 	for {
@@ -340,8 +361,8 @@ func (f *follower) awaitAnswer(ctx context.Context, status <-chan time.Time) {
 			return
 		case <-status:
 			f.writeStatus(ctx, false)
-		case <-probe.C:
-			if f.answers(ctx) {
+		case now := <-probe.C:
+			if !now.Before(notBefore) && f.answers(ctx) {
 				return
 			}
 		}
@@ -384,18 +405,19 @@ func (f *follower) answers(ctx context.Context) bool {
 
 // session reads the region's bucket whole, makes this bucket's copies
 // equal to it, then applies its changes as they come, until ctx ends or
-// two probes in a row go unanswered.
-func (f *follower) session(ctx context.Context, status <-chan time.Time) error {
+// two probes in a row go unanswered. synced reports whether it got as far
+// as the whole read.
+func (f *follower) session(ctx context.Context, status <-chan time.Time) (synced bool, err error) {
 	rs := f.rs
 	kv, err := f.bucket(ctx)
 	if err != nil {
-		return fmt.Errorf("open %s's bucket %s: %w", rs.Name, rs.Bucket, err)
+		return false, fmt.Errorf("open %s's bucket %s: %w", rs.Name, rs.Bucket, err)
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w, err := kv.WatchFiltered(sctx, []string{RecordKeys})
 	if err != nil {
-		return fmt.Errorf("watch %s's bucket %s: %w", rs.Name, rs.Bucket, err)
+		return false, fmt.Errorf("watch %s's bucket %s: %w", rs.Name, rs.Bucket, err)
 	}
 	// A cut region's server does not answer the deletion of the watch's
 	// consumer: do not wait for it (Lead does, as it ends).
@@ -404,12 +426,11 @@ func (f *follower) session(ctx context.Context, status <-chan time.Time) error {
 	probe := time.NewTicker(f.r.cfg.Probe)
 	defer probe.Stop()
 	seen := map[string]struct{}{} // the region's keys read before the catch-up
-	synced := false
 	unanswered := 0
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return synced, ctx.Err()
 		case <-status:
 			if synced {
 				f.writeStatus(ctx, true)
@@ -420,11 +441,11 @@ func (f *follower) session(ctx context.Context, status <-chan time.Time) error {
 				continue
 			}
 			if unanswered++; unanswered >= 2 {
-				return errCut
+				return synced, errCut
 			}
 		case e, ok := <-w.Updates():
 			if !ok {
-				return errors.New("the watch ended")
+				return synced, errors.New("the watch ended")
 			}
 			if e == nil {
 				if !synced {
