@@ -302,3 +302,31 @@ func TestReplicationAcrossALeafLink(t *testing.T) {
 		t.Fatalf("stats: %+v (cuts before the heal %d)", st, cuts)
 	}
 }
+
+// TestTwoReplicatorsAtOnce: during a hand-over two replicators may lead
+// for a moment; their conditional writes keep the copies right whichever
+// wins each write.
+func TestTwoReplicatorsAtOnce(t *testing.T) {
+	us := newEnv(t, serverlist.RegistryConfig{Bucket: "reg_us"})
+	eu := us.openBucket(t, "reg_eu")
+	m := startMirror(t, us.reg, serverlist.MirrorConfig{})
+	lead(t, newReplicator(t, us.reg, "us", serverlist.RemoteRegion{Name: "eu", Bucket: "reg_eu"}))
+	lead(t, newReplicator(t, us.reg, "us", serverlist.RemoteRegion{Name: "eu", Bucket: "reg_eu"}))
+	ctx := testCtx(t, 20*time.Second)
+	for i := range 40 {
+		in := inst("orders", "a", 1000+i)
+		register(t, eu, in)
+		if i%3 == 0 {
+			if err := eu.Deregister(ctx, "orders", "a"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	register(t, eu, inst("orders", "a", 2000), inst("orders", "b", 2001))
+	waitInstance(t, m, "a's last write copied", "orders", "a@eu", func(in serverlist.Instance, ok bool) bool { return ok && in.Port == 2000 })
+	waitInstance(t, m, "b copied", "orders", "b@eu", func(in serverlist.Instance, ok bool) bool { return ok && in.Port == 2001 })
+	if err := eu.Deregister(ctx, "orders", "b"); err != nil {
+		t.Fatal(err)
+	}
+	waitInstance(t, m, "b's removal copied", "orders", "b@eu", func(_ serverlist.Instance, ok bool) bool { return !ok })
+}
