@@ -3,6 +3,7 @@ package subscriber
 import (
 	"encoding/json"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -134,7 +135,8 @@ type AdvisoryStats struct {
 	// Malformed those dropped (not a disconnect advisory, too large);
 	// Matched the advisories that named the connection of a record (each
 	// record counted); Skipped those whose probe was not started (one
-	// already ran for the instance, or maxAdvisoryProbes were running).
+	// already ran for the instance after an advisory of the same
+	// connection, or maxAdvisoryProbes were running).
 	Received  uint64 `json:"received"`
 	Malformed uint64 `json:"malformed"`
 	Matched   uint64 `json:"matched"`
@@ -164,7 +166,7 @@ type advisories struct {
 	received, malformed, matched, skipped, removals atomic.Uint64
 	probes                                          [numProbeOutcomes]atomic.Uint64
 	releases                                        [serverlist.ReleaseFailed + 1]atomic.Uint64
-	inFlight                                        map[string]bool // guarded by Subscriber.dmu
+	inFlight                                        map[string]bool // advisoryProbeKey; guarded by Subscriber.dmu
 
 	// unmatched holds, for unmatchedMemory, the advisories that named no
 	// record the mirror held: an instance whose process died just after
@@ -377,11 +379,28 @@ func (s *Subscriber) checkAdvisories() {
 	}
 }
 
+// advisoryProbeKey names, in advisories.inFlight, the probe of the instance
+// service/id after the advisory of its connection conn. The connection is
+// part of it: a probe is about the record that named conn, and its verdict
+// holds for that record's revision only (advisoryGone). An instance that
+// re-announces on a new connection (a restart under the same ID, a
+// withdrawal and a new announce) while the probe of its previous
+// connection runs, and whose new connection then ends too, needs a probe
+// of its own: the running one, dead or not, removes nothing of the new
+// record, and skipping the new one would leave the crash to the lease.
+func advisoryProbeKey(service, id string, conn serverlist.Connection) string {
+	return instanceProbeKey(service, id) + "\x00" + conn.ServerID + "\x00" + strconv.FormatUint(conn.ClientID, 10)
+}
+
 // startProbe probes the instance of e in a goroutine, unless a probe of it
-// runs already, the bound is reached or the subscriber is closed.
+// after the advisory of the same connection runs already, the bound is
+// reached or the subscriber is closed.
 func (s *Subscriber) startProbe(e serverlist.Entry, a disconnectAdvisory) {
-	if !s.goProbe(&s.adv.inFlight, maxAdvisoryProbes, e.Service, e.InstanceID, func() { s.probeAfterAdvisory(e, a) }, nil) {
+	if !s.goProbe(&s.adv.inFlight, maxAdvisoryProbes, advisoryProbeKey(e.Service, e.InstanceID, a.connection()), func() { s.probeAfterAdvisory(e, a) }, nil) {
 		s.adv.skipped.Add(1)
+		s.dropLog.Debug().Str("service", e.Service).Str("id", e.InstanceID).Uint64("revision", e.Revision).
+			Str("nats_server", a.Server.ID).Uint64("nats_client", a.Client.ID).
+			Msg("advisory: not probed: a probe after an advisory of this connection runs, or too many probes do")
 	}
 }
 
@@ -402,6 +421,9 @@ func (s *Subscriber) probeAfterAdvisory(e serverlist.Entry, a disconnectAdvisory
 	if s.advisoryGone(e) {
 		s.adv.removals.Add(1)
 		log(s.log.Info()).AnErr("probe_error", err).Msg("advisory: the instance's NATS connection closed and a probe found it dead: removed")
+	} else {
+		log(s.dropLog.Debug()).Uint64("revision", e.Revision).AnErr("probe_error", err).
+			Msg("advisory: a probe found the instance dead, but its record changed since the advisory (or it was out already): nothing removed")
 	}
 	s.release(e.Instance, a)
 }

@@ -33,18 +33,21 @@ const leaseProbeSettle = time.Second
 // probeLease starts a lease probe for service/id unless one runs already,
 // the bound is reached or the subscriber is closed.
 func (s *Subscriber) probeLease(service, id string) {
-	s.goProbe(&s.probes, maxLeaseProbes, service, id,
+	s.goProbe(&s.probes, maxLeaseProbes, instanceProbeKey(service, id),
 		func() { s.leaseProbe(service, id) },
 		func() { s.stats.leaseProbes.Add(1) })
 }
 
-// goProbe runs probe in a goroutine that Close waits for, with the
-// instance service/id marked in inFlight (a set guarded by dmu) while it
-// runs, then calls ended unless it is nil. It reports false, and runs
-// nothing, when a probe of the instance is in flight already, limit
-// probes are, or the subscriber is closed.
-func (s *Subscriber) goProbe(inFlight *map[string]bool, limit int, service, id string, probe, ended func()) bool {
-	key := service + "\x00" + id
+// instanceProbeKey names the instance service/id in a set of probes in
+// flight (goProbe).
+func instanceProbeKey(service, id string) string { return service + "\x00" + id }
+
+// goProbe runs probe in a goroutine that Close waits for, with key (what
+// the probe is about: instanceProbeKey, advisoryProbeKey) marked in
+// inFlight (a set guarded by dmu) while it runs, then calls ended unless
+// it is nil. It reports false, and runs nothing, when a probe of key is in
+// flight already, limit probes are, or the subscriber is closed.
+func (s *Subscriber) goProbe(inFlight *map[string]bool, limit int, key string, probe, ended func()) bool {
 	s.dmu.Lock()
 	if s.stopped || (*inFlight)[key] || len(*inFlight) >= limit {
 		s.dmu.Unlock()

@@ -82,7 +82,7 @@ func (s *Subscriber) probeUnfollowed(conn serverlist.Connection, a disconnectAdv
 	if !ok {
 		return
 	}
-	s.goProbe(&s.adv.inFlight, maxAdvisoryProbes, service, id, func() {
+	s.goProbe(&s.adv.inFlight, maxAdvisoryProbes, advisoryProbeKey(service, id, conn), func() {
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ProbeTimeout+time.Second)
 		held, err := s.reg.GetEntry(ctx, service, id)
 		cancel()
