@@ -185,7 +185,7 @@ var (
 	descAdvReceived     = prometheus.NewDesc("pushlb_advisories_received_total", "Messages on the advisory subject.", nil, nil)
 	descAdvMalformed    = prometheus.NewDesc("pushlb_advisories_malformed_total", "Messages on the advisory subject that were not client-disconnect advisories, dropped.", nil, nil)
 	descAdvMatched      = prometheus.NewDesc("pushlb_advisories_matched_total", "Advisories that named the NATS connection of an instance's record (one per record).", nil, nil)
-	descAdvSkipped      = prometheus.NewDesc("pushlb_advisory_probes_skipped_total", "Matched advisories not probed: a probe of the instance ran already, or too many ran.", nil, nil)
+	descAdvSkipped      = prometheus.NewDesc("pushlb_advisory_probes_skipped_total", "Matched advisories not probed: a probe after an advisory of the same connection runs already, or too many run.", nil, nil)
 	descAdvProbes       = prometheus.NewDesc("pushlb_advisory_probes_total", "Probes of instances whose NATS connection ended, by outcome: alive (kept), refused or unreachable (removed).", []string{"outcome"}, nil)
 	descIDReleases      = prometheus.NewDesc("pushlb_id_releases_total", "While this gateway's reaper leads: the IDs of crashed instances (connection closed, probe failed) it freed for their restart, by result: released (lease ended, record removed), renamed (the record names another connection or is gone), renewed (the holder renewed its lease: alive), failed.", []string{"result"}, nil)
 	descReaperEnded     = prometheus.NewDesc("pushlb_reaper_leases_ended_total", "Lease removals and expiries this gateway's reaper saw while leading.", nil, nil)
