@@ -77,6 +77,9 @@ const maxRegionLen = 64
 
 // ValidateRegion reports whether name can name a region in a registry key
 // ([EncodeRegionalKey]) and a replication: 1 to 64 of [A-Za-z0-9_-].
+// Stricter than a record's or an event's region field
+// (events.ValidateRegion: up to 128 bytes of UTF-8): the regions that
+// copy each other's records need names that fit in a key.
 func ValidateRegion(name string) error {
 	if name == "" {
 		return errors.New("region: empty")
