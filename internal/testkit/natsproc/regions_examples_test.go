@@ -2,16 +2,13 @@ package natsproc_test
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/pushlb/pushlb/internal/testkit/natsproc"
 	"github.com/pushlb/pushlb/internal/testkit/natstest"
 	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
@@ -19,45 +16,12 @@ import (
 // The shipped two-region configurations (docs/multiregion.md).
 const multiregion = "../../../examples/nats-server/multiregion/"
 
-// startExample starts nats-server with the example file name, whose fixed
-// addresses and store directory are replaced as subs says (from, to,
-// from, to, ...): each must be in the file. It returns the client URL,
-// the replacement of the client address 0.0.0.0:4222, once the server
-// takes connections.
+// startExample starts nats-server with the example file name
+// (natsproc.StartExample) and returns its client URL.
 func startExample(t *testing.T, name string, subs ...string) string {
 	t.Helper()
-	b, err := os.ReadFile(multiregion + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := testutil.FreeAddr(t)
-	subs = append(subs, "0.0.0.0:4222", client)
-	conf := string(b)
-	for i := 0; i < len(subs); i += 2 {
-		if !strings.Contains(conf, subs[i]) {
-			t.Fatalf("%s no longer holds %q", name, subs[i])
-		}
-		conf = strings.ReplaceAll(conf, subs[i], subs[i+1])
-	}
-	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	proc := testutil.StartCmd(t, exec.Command(bin, "-c", path))
-	testutil.EventuallyWithin(t, time.Minute, name+"'s server to take connections", func() bool {
-		select {
-		case <-proc.Done():
-			t.Fatalf("nats-server -c %s exited:\n%s", name, proc.Output())
-		default:
-		}
-		nc, err := nats.Connect("nats://"+client, nats.Timeout(time.Second))
-		if err != nil {
-			return false
-		}
-		nc.Close()
-		return true
-	})
-	return "nats://" + client
+	url, _ := natsproc.StartExample(t, bin, multiregion+name, subs...)
+	return url
 }
 
 func connect(t *testing.T, url string) *nats.Conn {
@@ -108,22 +72,8 @@ func TestExampleLeafNodeRegions(t *testing.T) {
 // The supercluster variant: one JetStream, each region's bucket named
 // after it and placed in its cluster, read from the other region.
 func TestExampleSuperclusterRegions(t *testing.T) {
-	gwEU, gwUS := testutil.FreeAddr(t), testutil.FreeAddr(t)
-	subs := func(region string) []string {
-		route := testutil.FreeAddr(t)
-		return []string{
-			"0.0.0.0:6222", route,
-			region + "-1.example.net:6222", route,
-			"0.0.0.0:7222", map[string]string{"eu": gwEU, "us": gwUS}[region],
-			"eu.example.net:7222", gwEU,
-			"us.example.net:7222", gwUS,
-			"/var/lib/nats/" + region, t.TempDir(),
-		}
-	}
-	urls := map[string]string{
-		"eu": startExample(t, "gateway-eu.conf", subs("eu")...),
-		"us": startExample(t, "gateway-us.conf", subs("us")...),
-	}
+	sc := natsproc.StartSupercluster(t, bin, multiregion)
+	urls := map[string]string{"eu": sc.URL("eu"), "us": sc.URL("us")}
 	ctx := t.Context()
 	for region, other := range map[string]string{"eu": "us", "us": "eu"} {
 		js, err := jetstream.New(connect(t, urls[region]))
