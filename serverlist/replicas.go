@@ -191,23 +191,42 @@ func (r *Registry) updateError(err error, n int) error {
 // cluster places. Only placement refusals move on to fewer replicas.
 func (r *Registry) createReplicated(ctx context.Context, kvcfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	candidates := r.replicaCandidates()
-	var err error
-	for i, n := range candidates {
-		kvcfg.Replicas = n
-		var kv jetstream.KeyValue
-		kv, err = r.js.CreateKeyValue(ctx, kvcfg)
-		if err == nil {
-			if i > 0 {
-				r.log.Warn().Str("bucket", r.cfg.Bucket).Int("replicas", n).Int("wanted", candidates[0]).
-					Msg("serverlist: created the registry bucket with fewer replicas: the cluster could not place more (fewer JetStream servers, or some down); a gateway that starts when they are up scales it up")
-			} else {
-				r.log.Info().Str("bucket", r.cfg.Bucket).Int("replicas", n).Dur("ttl", r.cfg.TTL).Msg("serverlist: created the registry bucket")
-			}
-			return kv, nil
+	// In the cluster of the server this connection is on: where a
+	// supercluster's cluster cannot place the replicas asked for,
+	// JetStream would otherwise place them in another cluster (another
+	// region's: docs/multiregion.md). Without placement only when that
+	// cluster cannot place even one (no JetStream server of its own).
+	placements := []*jetstream.Placement{nil}
+	if cluster := r.js.Conn().ConnectedClusterName(); cluster != "" {
+		placements = []*jetstream.Placement{{Cluster: cluster}}
+		if candidates[len(candidates)-1] == 1 {
+			placements = append(placements, nil)
 		}
-		if i == len(candidates)-1 || !placementRefused(err) {
-			break
+	}
+	var err error
+	for _, placement := range placements {
+		kvcfg.Placement = placement
+		for _, n := range candidates {
+			kvcfg.Replicas = n
+			var kv jetstream.KeyValue
+			if kv, err = r.js.CreateKeyValue(ctx, kvcfg); err == nil {
+				r.logCreated(n, candidates[0])
+				return kv, nil
+			}
+			if !placementRefused(err) {
+				return nil, err
+			}
 		}
 	}
 	return nil, err
+}
+
+// logCreated logs the bucket's creation with n replicas, of wanted.
+func (r *Registry) logCreated(n, wanted int) {
+	if n < wanted {
+		r.log.Warn().Str("bucket", r.cfg.Bucket).Int("replicas", n).Int("wanted", wanted).
+			Msg("serverlist: created the registry bucket with fewer replicas: the cluster could not place more (fewer JetStream servers, or some down); a gateway that starts when they are up scales it up")
+		return
+	}
+	r.log.Info().Str("bucket", r.cfg.Bucket).Int("replicas", n).Dur("ttl", r.cfg.TTL).Msg("serverlist: created the registry bucket")
 }
