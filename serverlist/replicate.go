@@ -310,14 +310,16 @@ var errCut = errors.New("the region's bucket does not answer")
 
 // run follows the region until ctx ends: a session from a whole read of
 // its bucket to a cut, then probes until it answers again. A session that
-// fails before its first sync (the bucket answers its state but cannot be
-// watched: a permission, a bucket of another shape) is tried again after
-// a backoff that doubles up to maxSessionBackoff, logged once per streak.
+// fails before its first sync for a reason that lasts (the bucket answers
+// its state but cannot be watched: a permission) is tried again after a
+// backoff that doubles up to maxSessionBackoff. A failure is logged at
+// warn once until the next sync.
 func (f *follower) run(ctx context.Context) {
 	rs := f.rs
 	status := time.NewTicker(f.r.cfg.StatusInterval)
 	defer status.Stop()
-	failed := 0 // sessions in a row that never synced
+	failed := 0     // sessions in a row that never synced and did not end transiently
+	warned := false // since the last sync
 	for ctx.Err() == nil {
 		synced, err := f.session(ctx, status.C)
 		if ctx.Err() != nil {
@@ -327,13 +329,20 @@ func (f *follower) run(ctx context.Context) {
 			rs.cuts.Add(1)
 		}
 		if synced {
+			warned = false
+		}
+		switch {
+		case synced, transient(err):
+			// A cut, or a JetStream that will answer again (a
+			// supercluster's meta group electing after a heal):
+			// probed again at once.
 			failed = 0
-		} else {
+		default:
 			failed++
 		}
-		log := f.r.log.Warn()
-		if failed > 1 {
-			log = f.r.log.Debug()
+		log := f.r.log.Debug()
+		if !warned {
+			log, warned = f.r.log.Warn(), true
 		}
 		log.Err(err).Str("region", rs.Name).
 			Msg("serverlist: replication: the region's registry does not answer; its copies are kept, marked stale, until it does")
@@ -345,6 +354,20 @@ func (f *follower) run(ctx context.Context) {
 		f.awaitAnswer(ctx, status.C, time.Now().Add(wait))
 	}
 }
+
+// transient reports whether err, the end of a session, says the region
+// did not answer or its JetStream could not serve for now, rather than
+// that its bucket cannot be watched.
+func transient(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, errCut) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeClusterNotAvailable
+}
+
+// jsErrCodeClusterNotAvailable is JetStream's "JetStream system
+// temporarily unavailable" (its meta group has no leader).
+const jsErrCodeClusterNotAvailable jetstream.ErrorCode = 10008
 
 // maxSessionBackoff bounds the wait between sessions that fail before
 // their first sync.
