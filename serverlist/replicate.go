@@ -214,7 +214,7 @@ func (r *Replicator) Lead(ctx context.Context) {
 	r.forget(ctx, held)
 	var wg sync.WaitGroup
 	for _, rs := range r.remotes {
-		f := &follower{r: r, rs: rs, held: held[rs.Name]}
+		f := &follower{r: r, rs: rs, held: held[rs.Name], statusSignal: make(chan struct{}, 1)}
 		if f.held == nil {
 			f.held = map[string]copyState{}
 		}
@@ -303,6 +303,8 @@ type follower struct {
 	r    *Replicator
 	rs   *remoteState
 	held map[string]copyState // by key: what this bucket holds of the region
+	// statusSignal has statusLoop write the status at once.
+	statusSignal chan struct{}
 }
 
 // errCut ends a session whose link stopped answering.
@@ -316,12 +318,13 @@ var errCut = errors.New("the region's bucket does not answer")
 // warn once until the next sync.
 func (f *follower) run(ctx context.Context) {
 	rs := f.rs
-	status := time.NewTicker(f.r.cfg.StatusInterval)
-	defer status.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { f.statusLoop(ctx) })
 	failed := 0     // sessions in a row that never synced and did not end transiently
 	warned := false // since the last sync
 	for ctx.Err() == nil {
-		synced, err := f.session(ctx, status.C)
+		synced, err := f.session(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -346,12 +349,37 @@ func (f *follower) run(ctx context.Context) {
 		}
 		log.Err(err).Str("region", rs.Name).
 			Msg("serverlist: replication: the region's registry does not answer; its copies are kept, marked stale, until it does")
-		f.writeStatus(ctx, false)
+		f.statusChanged()
 		var wait time.Duration
 		if failed > 1 {
 			wait = min(time.Second<<min(failed-2, 6), maxSessionBackoff)
 		}
-		f.awaitAnswer(ctx, status.C, time.Now().Add(wait))
+		f.awaitAnswer(ctx, time.Now().Add(wait))
+	}
+}
+
+// statusLoop writes the region's status when it changes (statusChanged)
+// and every StatusInterval, until ctx ends: apart from the copies, so
+// that a write of the status never delays one of a copy.
+func (f *follower) statusLoop(ctx context.Context) {
+	tick := time.NewTicker(f.r.cfg.StatusInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-f.statusSignal:
+		}
+		f.writeStatus(ctx, f.rs.linked.Load())
+	}
+}
+
+// statusChanged has statusLoop write the status now.
+func (f *follower) statusChanged() {
+	select {
+	case f.statusSignal <- struct{}{}:
+	default:
 	}
 }
 
@@ -374,16 +402,14 @@ const jsErrCodeClusterNotAvailable jetstream.ErrorCode = 10008
 const maxSessionBackoff = 30 * time.Second
 
 // awaitAnswer probes the region, from notBefore on, until its bucket
-// answers or ctx ends, rewriting the status (cut) at each tick of status.
-func (f *follower) awaitAnswer(ctx context.Context, status <-chan time.Time, notBefore time.Time) {
+// answers or ctx ends.
+func (f *follower) awaitAnswer(ctx context.Context, notBefore time.Time) {
 	probe := time.NewTicker(f.r.cfg.Probe)
 	defer probe.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-status:
-			f.writeStatus(ctx, false)
 		case now := <-probe.C:
 			if !now.Before(notBefore) && f.answers(ctx) {
 				return
@@ -429,8 +455,9 @@ func (f *follower) answers(ctx context.Context) bool {
 // session reads the region's bucket whole, makes this bucket's copies
 // equal to it, then applies its changes as they come, until ctx ends or
 // two probes in a row go unanswered. synced reports whether it got as far
-// as the whole read.
-func (f *follower) session(ctx context.Context, status <-chan time.Time) (synced bool, err error) {
+// as the whole read. The probes run in a goroutine of their own, so that
+// one waiting for its answer never delays a copy.
+func (f *follower) session(ctx context.Context) (synced bool, err error) {
 	rs := f.rs
 	kv, err := f.bucket(ctx)
 	if err != nil {
@@ -446,26 +473,18 @@ func (f *follower) session(ctx context.Context, status <-chan time.Time) (synced
 	// consumer: do not wait for it (Lead does, as it ends).
 	defer stopWatcherAsync(w, &f.r.stopping)
 	rs.resyncs.Add(1)
-	probe := time.NewTicker(f.r.cfg.Probe)
-	defer probe.Stop()
+	cut := make(chan struct{})
+	var probing sync.WaitGroup
+	defer probing.Wait()
+	defer cancel() // before the wait: it ends the probes
+	probing.Go(func() { f.probeUntilCut(sctx, kv, cut) })
 	seen := map[string]struct{}{} // the region's keys read before the catch-up
-	unanswered := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return synced, ctx.Err()
-		case <-status:
-			if synced {
-				f.writeStatus(ctx, true)
-			}
-		case <-probe.C:
-			if f.answersWith(ctx, kv) {
-				unanswered = 0
-				continue
-			}
-			if unanswered++; unanswered >= 2 {
-				return synced, errCut
-			}
+		case <-cut:
+			return synced, errCut
 		case e, ok := <-w.Updates():
 			if !ok {
 				return synced, errors.New("the watch ended")
@@ -476,7 +495,7 @@ func (f *follower) session(ctx context.Context, status <-chan time.Time) (synced
 					f.removeUnseen(ctx, seen)
 					seen = nil
 					rs.linked.Store(true)
-					f.writeStatus(ctx, true)
+					f.statusChanged()
 					f.r.log.Info().Str("region", rs.Name).Int64("copies", rs.copies.Load()).
 						Msg("serverlist: replication: the region's records copied")
 				}
@@ -490,12 +509,33 @@ func (f *follower) session(ctx context.Context, status <-chan time.Time) (synced
 	}
 }
 
-// answersWith is answers over an opened bucket.
-func (f *follower) answersWith(ctx context.Context, kv jetstream.KeyValue) bool {
-	pctx, cancel := context.WithTimeout(ctx, f.probeTimeout())
-	defer cancel()
-	_, err := kv.Status(pctx)
-	return err == nil
+// probeUntilCut probes the region's bucket every Probe until ctx ends, or
+// until two probes in a row go unanswered: it then closes cut.
+func (f *follower) probeUntilCut(ctx context.Context, kv jetstream.KeyValue, cut chan<- struct{}) {
+	tick := time.NewTicker(f.r.cfg.Probe)
+	defer tick.Stop()
+	unanswered := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, f.probeTimeout())
+		_, err := kv.Status(pctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil:
+			unanswered = 0
+		default:
+			if unanswered++; unanswered >= 2 {
+				close(cut)
+				return
+			}
+		}
+	}
 }
 
 // copyEntry applies one entry of the region's bucket to this bucket and
