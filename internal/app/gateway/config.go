@@ -411,6 +411,8 @@ func (c *Config) problems() problems {
 			from("remoteRegions", err, serverlist.ErrInvalidConfig)
 		case !c.Reaper:
 			bad("remoteRegions", "the copies are made by the leading reaper: needs reaper (-reaper)")
+		case c.NATS.URL == "":
+			bad("remoteRegions", "needs a NATS server joined to the other regions (nats.url, -nats; docs/multiregion.md): the embedded server is joined to none")
 		}
 	}
 	if c.RegistryReplicas < 0 || c.RegistryReplicas > serverlist.MaxReplicas {

@@ -18,7 +18,7 @@ func TestRemoteRegionFlags(t *testing.T) {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c.RegisterFlags(fs)
-	if err := fs.Parse([]string{"-region", "us", "-remote-region", "eu", "-remote-region", "ap=hub-ap", "-remote-region", "sa=/pushlb_lb_sa", "-remote-region", "af=af/reg"}); err != nil {
+	if err := fs.Parse([]string{"-nats", "nats://127.0.0.1:4222", "-region", "us", "-remote-region", "eu", "-remote-region", "ap=hub-ap", "-remote-region", "sa=/pushlb_lb_sa", "-remote-region", "af=af/reg"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Validate(); err != nil {
@@ -45,8 +45,12 @@ func TestRemoteRegionConfigErrors(t *testing.T) {
 		{"no reaper", func(c *Config) {
 			c.Region, c.Reaper, c.RemoteRegions = "us", false, []serverlist.RemoteRegion{{Name: "eu"}}
 		}, "needs reaper"},
+		{"embedded server", func(c *Config) {
+			c.NATS.URL, c.Region, c.RemoteRegions = "", "us", []serverlist.RemoteRegion{{Name: "eu"}}
+		}, "the embedded server is joined to none"},
 	} {
 		c := DefaultConfig()
+		c.NATS.URL = "nats://127.0.0.1:4222"
 		tc.edit(&c)
 		err := c.Validate()
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
