@@ -46,10 +46,35 @@ type RegionsConfig struct {
 // Its methods may be called from any goroutine; its processes are killed
 // and its links closed at the test's cleanup.
 type Regions struct {
+	servers
 	names []string
+	links map[string]*natstest.Link // the leaf link of every region but the hub
+}
+
+// servers are the server processes of regions, by region name.
+type servers struct {
 	urls  map[string]string
 	procs map[string]*testutil.Proc
-	links map[string]*natstest.Link // the leaf link of every region but the hub
+}
+
+func newServers() servers {
+	return servers{urls: map[string]string{}, procs: map[string]*testutil.Proc{}}
+}
+
+// URL is the client URL of region name's server. It panics on a region
+// the servers were not started for.
+func (s *servers) URL(name string) string {
+	u, ok := s.urls[name]
+	if !ok {
+		panic(fmt.Sprintf("natsproc: no region %q", name))
+	}
+	return u
+}
+
+// Proc is region name's server process.
+func (s *servers) Proc(name string) *testutil.Proc {
+	s.URL(name) // the check
+	return s.procs[name]
 }
 
 // StartRegions starts a nats-server process of the binary bin per name,
@@ -78,7 +103,7 @@ func StartRegionsWith(tb testing.TB, bin string, cfg RegionsConfig, names ...str
 		cfg.Reconnect = 250 * time.Millisecond
 	}
 	hubLeaf := testutil.FreeAddr(tb)
-	r := &Regions{names: names, urls: map[string]string{}, procs: map[string]*testutil.Proc{}, links: map[string]*natstest.Link{}}
+	r := &Regions{servers: newServers(), names: names, links: map[string]*natstest.Link{}}
 	for i, name := range names {
 		client := testutil.FreeAddr(tb)
 		var conf strings.Builder
@@ -115,22 +140,6 @@ func StartRegionsWith(tb testing.TB, bin string, cfg RegionsConfig, names ...str
 
 // Names returns the regions' names, the hub first.
 func (r *Regions) Names() []string { return slices.Clone(r.names) }
-
-// URL is the client URL of region name's server. It panics on a name
-// StartRegions was not given.
-func (r *Regions) URL(name string) string {
-	u, ok := r.urls[name]
-	if !ok {
-		panic(fmt.Sprintf("natsproc: no region %q", name))
-	}
-	return u
-}
-
-// Proc is region name's server process.
-func (r *Regions) Proc(name string) *testutil.Proc {
-	r.URL(name) // the check
-	return r.procs[name]
-}
 
 // Connect returns a connection to region name's server that reconnects
 // forever, closed at the test's cleanup; opts come after the defaults.

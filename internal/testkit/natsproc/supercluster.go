@@ -74,8 +74,7 @@ var SuperclusterRegions = []string{"eu", "us"}
 // Its methods may be called from any goroutine; its processes are killed
 // and its links closed at the test's cleanup.
 type Supercluster struct {
-	urls  map[string]string
-	procs map[string]*testutil.Proc
+	servers
 	links map[string]*natstest.Link // in front of each region's gateway listener
 }
 
@@ -87,7 +86,7 @@ type Supercluster struct {
 // JetStream meta group may still be electing its leader then.
 func StartSupercluster(tb testing.TB, bin, dir string) *Supercluster {
 	tb.Helper()
-	sc := &Supercluster{urls: map[string]string{}, procs: map[string]*testutil.Proc{}, links: map[string]*natstest.Link{}}
+	sc := &Supercluster{servers: newServers(), links: map[string]*natstest.Link{}}
 	gateways := map[string]string{}
 	for _, region := range SuperclusterRegions {
 		gateways[region] = testutil.FreeAddr(tb)
@@ -111,22 +110,6 @@ func StartSupercluster(tb testing.TB, bin, dir string) *Supercluster {
 	}
 	sc.WaitLinked(tb, time.Minute)
 	return sc
-}
-
-// URL is the client URL of region's server. It panics on a region not in
-// SuperclusterRegions.
-func (sc *Supercluster) URL(region string) string {
-	u, ok := sc.urls[region]
-	if !ok {
-		panic(fmt.Sprintf("natsproc: no region %q in the supercluster", region))
-	}
-	return u
-}
-
-// Proc is region's server process.
-func (sc *Supercluster) Proc(region string) *testutil.Proc {
-	sc.URL(region) // the check
-	return sc.procs[region]
 }
 
 // Cut cuts the gateway link between the regions, both ways: the open
