@@ -48,7 +48,7 @@ func EncodeKey(service, id string) (string, error) {
 // records alike match "<service>.*". id is the instance's ID in its own
 // region; the copy's record names it [QualifiedID](id, region). The error
 // wraps ErrInvalidInstance for an invalid service, ID or region (see
-// [ValidateRegion]).
+// [ValidateRegion]), or a qualified ID longer than an ID may be.
 func EncodeRegionalKey(service, region, id string) (string, error) {
 	key, err := EncodeKey(service, id)
 	if err != nil {
@@ -56,6 +56,11 @@ func EncodeRegionalKey(service, region, id string) (string, error) {
 	}
 	if err := ValidateRegion(region); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalidInstance, err)
+	}
+	// The copy names the qualified ID, which must be a valid ID too (an
+	// ID near the length limit has no room for its region).
+	if err := validateInstanceID(QualifiedID(id, region)); err != nil {
+		return "", err
 	}
 	return key + regionSeparator + region, nil
 }

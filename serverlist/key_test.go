@@ -68,6 +68,11 @@ func TestKeyExample(t *testing.T) {
 	if service, id, err := serverlist.DecodeKey(key); err != nil || service != "orders" || id != "a@eu" {
 		t.Fatalf("DecodeKey(%q) = %q, %q, %v", key, service, id, err)
 	}
+	// An ID of the greatest length has no room for its region.
+	long := strings.Repeat("0", events.MaxInstanceIDLength)
+	if _, err := serverlist.EncodeRegionalKey("orders", "eu", long); !errors.Is(err, serverlist.ErrInvalidInstance) {
+		t.Fatalf("EncodeRegionalKey of a %d-byte ID: %v, want ErrInvalidInstance", len(long), err)
+	}
 }
 
 func TestDecodeKeyRejects(t *testing.T) {
