@@ -497,15 +497,17 @@ func waitServing(b *testing.B, far *backend, near ...*backend) {
 	})
 }
 
-// BenchmarkRegionLinkCut: regions a (the hub) and b (its leaf node), two
-// instances of the service in each, a gateway in each (-remote-region
-// the other) under a steady load (two clients each). The leaf link is
-// cut for 30 s (natsproc.Regions.Cut; the servers ping every 2 s, twice,
-// and the leaf node dials again every 500 ms, as
-// examples/nats-server/multiregion); during the cut a gains an instance
-// (a-3) and loses one (a-1, withdrawn); then the link is healed. Reported:
-//   - failed-a, failed-b: requests that failed through each gateway over
-//     the whole run (goal 0: both have local instances), of requests;
+// BenchmarkRegionLinkCut/regions=2 and /regions=3: regions a (the hub)
+// and b (its leaf node), and with three c (another leaf node, with one
+// instance), two instances of the service in a and in b, a gateway in
+// each region (-remote-region every other) under a steady load (two
+// clients each). b's leaf link is cut for 30 s (natsproc.Regions.Cut; the
+// servers ping every 2 s, twice, and the leaf node dials again every
+// 500 ms, as examples/nats-server/multiregion); during the cut a gains
+// an instance (a-3) and loses one (a-1, withdrawn); then the link is
+// healed. Reported:
+//   - failed: requests that failed through every gateway over the whole
+//     run (goal 0: each has local instances), of requests;
 //   - stale-a-ms, stale-b-ms: after the cut, until gateway a's /-/lb
 //     marked region b stale, and b's a;
 //   - view-changed: 1 when b's list of a's instances changed during the
@@ -515,44 +517,88 @@ func waitServing(b *testing.B, far *backend, near ...*backend) {
 //   - list-right-ms: from then until gateway b lists a's instances as
 //     they are (a-2@a, a-3@a; goal ≤ 1 s); list-right-total-ms: from the
 //     start of Heal;
-//   - unstale-ms: from Heal's return until b no longer marks a stale.
+//   - unstale-ms: from Heal's return until b no longer marks a stale;
+//   - c-right-during-cut-ms (three regions): from a's changes until c,
+//     still linked to a through the hub, lists them, b being cut.
 //
-// With -short the link stays cut only until both gateways marked the
-// other region stale and a's changes are made.
+// With -short the link stays cut only until a and b marked each other
+// stale and a's changes are made.
 func BenchmarkRegionLinkCut(b *testing.B) {
-	for b.Loop() {
-		regionLinkCut(b)
+	for _, n := range []int{2, 3} {
+		b.Run(fmt.Sprintf("regions=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				regionLinkCut(b, n)
+			}
+		})
 	}
 }
 
-func regionLinkCut(b *testing.B) {
+func regionLinkCut(b *testing.B, regions int) {
 	binaries(b)
 	cfg, hold := natsproc.RegionsConfig{PingInterval: 2 * time.Second, Reconnect: 500 * time.Millisecond}, 30*time.Second
 	if testing.Short() {
 		cfg, hold = natsproc.RegionsConfig{}, 0
 	}
-	r := natsproc.StartRegionsWith(b, bins.nats, cfg, "a", "b")
+	names := []string{"a", "b", "c"}[:regions]
+	r := natsproc.StartRegionsWith(b, bins.nats, cfg, names...)
 	hc := newHTTPClient(b)
-	ga, gb := startGateway(b, hc, r, "a", "b"), startGateway(b, hc, r, "b", "a")
+	others := func(region string) []string {
+		return slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == region })
+	}
+	gws := map[string]*gateway{}
+	for _, n := range names {
+		gws[n] = startGateway(b, hc, r, n, others(n)...)
+	}
+	ga, gb := gws["a"], gws["b"]
 	a1, a2, a3 := newBackend(b, "a-1"), newBackend(b, "a-2"), newBackend(b, "a-3")
 	annA1 := announce(b, r, "a", a1)
 	announce(b, r, "a", a2)
 	announce(b, r, "b", newBackend(b, "b-1"))
 	announce(b, r, "b", newBackend(b, "b-2"))
-	waitIDs(b, ga, "a-1", "a-2", "b-1@b", "b-2@b")
-	waitIDs(b, gb, "a-1@a", "a-2@a", "b-1", "b-2")
-	testutil.EventuallyWithin(b, waitTimeout, "each gateway to see the other region linked", func() bool {
-		return ga.stale("b") == 0 && gb.stale("a") == 0
+	// The IDs each region's gateway lists: its own instances, the others'
+	// copies.
+	listed := func(region string, ids map[string][]string) []string {
+		var out []string
+		for n, is := range ids {
+			for _, id := range is {
+				if n != region {
+					id += "@" + n
+				}
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+	ids := map[string][]string{"a": {"a-1", "a-2"}, "b": {"b-1", "b-2"}}
+	if regions == 3 {
+		announce(b, r, "c", newBackend(b, "c-1"))
+		ids["c"] = []string{"c-1"}
+	}
+	for _, n := range names {
+		waitIDs(b, gws[n], listed(n, ids)...)
+	}
+	testutil.EventuallyWithin(b, waitTimeout, "each gateway to see the other regions linked", func() bool {
+		for _, n := range names {
+			for _, o := range others(n) {
+				if gws[n].stale(o) != 0 {
+					return false
+				}
+			}
+		}
+		return true
 	})
-	la, lb := startLoad(b, hc, ga, 2), startLoad(b, hc, gb, 2)
-	viewOfA := func() []string {
-		return slices.DeleteFunc(gb.ids(), func(id string) bool { return !strings.HasSuffix(id, "@a") })
+	loads := map[string]*load{}
+	for _, n := range names {
+		loads[n] = startLoad(b, hc, gws[n], 2)
+	}
+	viewOfA := func(g *gateway) []string {
+		return slices.DeleteFunc(g.ids(), func(id string) bool { return !strings.HasSuffix(id, "@a") })
 	}
 
 	r.Cut(b, "b")
 	cutAt := time.Now()
 	var staleA, staleB time.Duration
-	testutil.EventuallyWithin(b, waitTimeout, "each gateway to mark the other region stale", func() bool {
+	testutil.EventuallyWithin(b, waitTimeout, "a and b to mark each other stale", func() bool {
 		if staleA == 0 && ga.stale("b") == 1 {
 			staleA = time.Since(cutAt)
 		}
@@ -561,16 +607,28 @@ func regionLinkCut(b *testing.B) {
 		}
 		return staleA != 0 && staleB != 0
 	})
+	changedAt := time.Now()
 	announce(b, r, "a", a3)
 	if code := annA1.Stop(b, exitTimeout); code != 0 {
 		b.Fatalf("announce of a-1 exited %d", code)
 	}
-	waitIDs(b, ga, "a-2", "a-3", "b-1@b", "b-2@b")
+	ids["a"] = []string{"a-2", "a-3"}
+	waitIDs(b, ga, listed("a", ids)...)
+	// A region the cut leaves linked to a (c, through the hub) follows
+	// a's changes meanwhile.
+	var otherRight time.Duration
+	if regions == 3 {
+		waitIDs(b, gws["c"], listed("c", ids)...)
+		otherRight = time.Since(changedAt)
+		if gws["c"].stale("a") != 0 {
+			b.Fatal("c marked a stale while only b was cut")
+		}
+	}
 	// The cut held: b keeps its last view of a meanwhile.
 	changed := 0
 	tick := time.NewTicker(100 * time.Millisecond)
 	for {
-		if v := viewOfA(); !slices.Equal(v, []string{"a-1@a", "a-2@a"}) {
+		if v := viewOfA(gb); !slices.Equal(v, []string{"a-1@a", "a-2@a"}) {
 			if changed == 0 {
 				b.Logf("b's view of a changed during the cut, %v after it: %v", time.Since(cutAt).Round(time.Millisecond), v)
 			}
@@ -589,19 +647,28 @@ func regionLinkCut(b *testing.B) {
 	back := time.Now()
 	linkBack := back.Sub(healAt)
 	testutil.EventuallyWithin(b, waitTimeout, "b to list a's instances as they are", func() bool {
-		return slices.Equal(viewOfA(), []string{"a-2@a", "a-3@a"})
+		return slices.Equal(viewOfA(gb), []string{"a-2@a", "a-3@a"})
 	})
 	listRight := time.Since(back)
 	testutil.EventuallyWithin(b, waitTimeout, "b to see a linked again", func() bool { return gb.stale("a") == 0 })
 	unstale := time.Since(back)
-	waitIDs(b, ga, "a-2", "a-3", "b-1@b", "b-2@b")
-	la.halt()
-	lb.halt()
+	for _, n := range names {
+		waitIDs(b, gws[n], listed(n, ids)...)
+	}
+	var failed, sent int64
+	for _, n := range names {
+		l := loads[n]
+		l.halt()
+		failed += l.failed.Load()
+		sent += l.sent.Load()
+		if f := l.failed.Load(); f != 0 {
+			b.Logf("gateway %s: %d of %d requests failed; the first: %v", n, f, l.sent.Load(), l.firstErr.Load())
+		}
+	}
 
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
-	b.ReportMetric(float64(la.failed.Load()), "failed-a")
-	b.ReportMetric(float64(lb.failed.Load()), "failed-b")
-	b.ReportMetric(float64(la.sent.Load()+lb.sent.Load()), "requests")
+	b.ReportMetric(float64(failed), "failed")
+	b.ReportMetric(float64(sent), "requests")
 	b.ReportMetric(ms(staleA), "stale-a-ms")
 	b.ReportMetric(ms(staleB), "stale-b-ms")
 	b.ReportMetric(float64(changed), "view-changed")
@@ -610,10 +677,8 @@ func regionLinkCut(b *testing.B) {
 	b.ReportMetric(ms(listRight), "list-right-ms")
 	b.ReportMetric(ms(listRight+linkBack), "list-right-total-ms")
 	b.ReportMetric(ms(unstale), "unstale-ms")
-	for name, l := range map[string]*load{"a": la, "b": lb} {
-		if n := l.failed.Load(); n != 0 {
-			b.Logf("gateway %s: %d of %d requests failed; the first: %v", name, n, l.sent.Load(), l.firstErr.Load())
-		}
+	if regions == 3 {
+		b.ReportMetric(ms(otherRight), "c-right-during-cut-ms")
 	}
 }
 

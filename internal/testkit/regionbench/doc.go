@@ -21,11 +21,12 @@
 //     the servers run pushlb's accounts, so the crash is found by a
 //     client-disconnect advisory), until the first request that b's
 //     instance serves. Goals: ≤ 100 ms, 0 failed requests.
-//   - BenchmarkRegionLinkCut: two regions, each with instances of its own
-//     and the other's copies, a gateway in each under load; the leaf link
-//     cut for 30 s, during which region a gains an instance and loses
-//     one; then healed. Goals: 0 failed requests; b's list of a's
-//     instances right ≤ 1 s after the link is back.
+//   - BenchmarkRegionLinkCut/regions=2 and /regions=3: each region with
+//     instances of its own and the others' copies, a gateway in each
+//     under load; b's leaf link cut for 30 s, during which region a gains
+//     an instance and loses one (with three regions, c, still linked,
+//     follows them meanwhile); then healed. Goals: 0 failed requests;
+//     b's list of a's instances right ≤ 1 s after the link is back.
 //
 // Every metric is reported with b.ReportMetric; its name says its unit.
 // ns/op is the whole run (processes started, measured, stopped) and
