@@ -127,11 +127,7 @@ func (r *Registry) createPersistent(ctx context.Context, key string, val []byte)
 		return 0, err
 	}
 	// A removal marker holds the key: write over it, at its sequence.
-	st, err := r.js.Stream(ctx, "KV_"+r.cfg.Bucket)
-	if err != nil {
-		return 0, err
-	}
-	last, err := st.GetLastMsgForSubject(ctx, r.subject(key))
+	last, err := r.lastMessage(ctx, key)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return r.writePersistent(ctx, key, val, 0) // the marker aged out meanwhile
 	}
@@ -142,6 +138,16 @@ func (r *Registry) createPersistent(ctx context.Context, key string, val []byte)
 		return 0, fmt.Errorf("%w: %s", ErrExists, key)
 	}
 	return r.writePersistent(ctx, key, val, last.Sequence)
+}
+
+// lastMessage is the last message the bucket's stream holds of key: a
+// record or a removal marker (jetstream.ErrMsgNotFound for none).
+func (r *Registry) lastMessage(ctx context.Context, key string) (*jetstream.RawStreamMsg, error) {
+	st, err := r.bucketStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return st.GetLastMsgForSubject(ctx, r.subject(key))
 }
 
 // isRemoval reports whether a stored message's headers make it a delete,

@@ -214,7 +214,14 @@ func (r *Replicator) Lead(ctx context.Context) {
 	r.forget(ctx, held)
 	var wg sync.WaitGroup
 	for _, rs := range r.remotes {
-		f := &follower{r: r, rs: rs, held: held[rs.Name], statusSignal: make(chan struct{}, 1)}
+		js, err := remoteJetStream(r.reg.js.Conn(), rs.RemoteRegion)
+		if err != nil {
+			// Only an invalid domain, which nats.go refuses: this region
+			// is never copied.
+			r.log.Error().Err(err).Str("region", rs.Name).Msg("serverlist: replication: the region's JetStream")
+			continue
+		}
+		f := &follower{r: r, rs: rs, js: js, held: held[rs.Name], statusSignal: make(chan struct{}, 1)}
 		if f.held == nil {
 			f.held = map[string]copyState{}
 		}
@@ -302,7 +309,11 @@ func (r *Replicator) forget(ctx context.Context, held map[string]map[string]copy
 type follower struct {
 	r    *Replicator
 	rs   *remoteState
+	js   jetstream.JetStream  // the region's (remoteJetStream)
 	held map[string]copyState // by key: what this bucket holds of the region
+	// status is the status statusLoop wrote last; nil before its first
+	// write, which reads the one a previous leader wrote.
+	status *RegionStatus
 	// statusSignal has statusLoop write the status at once.
 	statusSignal chan struct{}
 }
@@ -418,22 +429,21 @@ func (f *follower) awaitAnswer(ctx context.Context, notBefore time.Time) {
 	}
 }
 
-// bucket returns the region's bucket.
+// bucket returns the region's bucket: a request for its stream's state,
+// which also tells whether the region answers.
 func (f *follower) bucket(ctx context.Context) (jetstream.KeyValue, error) {
-	nc := f.r.reg.js.Conn()
-	var js jetstream.JetStream
-	var err error
-	if f.rs.Domain != "" {
-		js, err = jetstream.NewWithDomain(nc, f.rs.Domain)
-	} else {
-		js, err = jetstream.New(nc)
-	}
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, f.probeTimeout())
 	defer cancel()
-	return js.KeyValue(ctx, f.rs.Bucket)
+	return f.js.KeyValue(ctx, f.rs.Bucket)
+}
+
+// remoteJetStream is the JetStream of the region rem over nc: through its
+// domain, or this connection's own without one.
+func remoteJetStream(nc *nats.Conn, rem RemoteRegion) (jetstream.JetStream, error) {
+	if rem.Domain != "" {
+		return jetstream.NewWithDomain(nc, rem.Domain)
+	}
+	return jetstream.New(nc)
 }
 
 // probeTimeout is how long a probe waits for the region's answer.
@@ -442,13 +452,7 @@ func (f *follower) probeTimeout() time.Duration { return max(2*f.r.cfg.Probe, 50
 // answers reports whether the region's bucket answers a request for its
 // state.
 func (f *follower) answers(ctx context.Context) bool {
-	kv, err := f.bucket(ctx)
-	if err != nil {
-		return false
-	}
-	pctx, cancel := context.WithTimeout(ctx, f.probeTimeout())
-	defer cancel()
-	_, err = kv.Status(pctx)
+	_, err := f.bucket(ctx)
 	return err == nil
 }
 
@@ -691,11 +695,7 @@ func (r *Replicator) writeMarker(ctx context.Context, key string, expect uint64)
 
 // lastRevision is the revision of key's last message, 0 for none.
 func (r *Registry) lastRevision(ctx context.Context, key string) (uint64, error) {
-	st, err := r.bucketStream(ctx)
-	if err != nil {
-		return 0, err
-	}
-	m, err := st.GetLastMsgForSubject(ctx, r.subject(key))
+	m, err := r.lastMessage(ctx, key)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return 0, nil
@@ -706,17 +706,22 @@ func (r *Registry) lastRevision(ctx context.Context, key string) (uint64, error)
 }
 
 // writeStatus writes the region's status (linked or cut), keeping its
-// Since while the state stays.
+// Since while the state stays. Only statusLoop calls it.
 func (f *follower) writeStatus(ctx context.Context, linked bool) {
 	now := time.Now().UTC()
 	st := RegionStatus{Region: f.rs.Name, Linked: linked, Since: now, Written: now, Node: f.r.node, Copies: f.rs.copies.Load()}
 	key := regionStatusPrefix + f.rs.Name
-	if e, err := f.r.reg.kv.Get(ctx, key); err == nil {
-		var old RegionStatus
-		if json.Unmarshal(e.Value(), &old) == nil && old.Linked == linked && !old.Since.IsZero() {
-			st.Since = old.Since
+	if f.status == nil {
+		// A previous leader's, read once per term.
+		f.status = &RegionStatus{}
+		if e, err := f.r.reg.kv.Get(ctx, key); err == nil {
+			_ = json.Unmarshal(e.Value(), f.status)
 		}
 	}
+	if old := f.status; old.Linked == linked && !old.Since.IsZero() {
+		st.Since = old.Since
+	}
+	*f.status = st
 	val, err := json.Marshal(st)
 	if err != nil {
 		return
