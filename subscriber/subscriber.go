@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -368,30 +369,9 @@ func (s *Subscriber) onMsg(msg *nats.Msg) {
 
 // otherRegion reports whether an event of region belongs to another region
 // than the subscriber's (Config.Region): both set, and different without
-// regard to ASCII case.
+// regard to case, as regions are compared elsewhere (balancers, DNS).
 func (s *Subscriber) otherRegion(region string) bool {
-	return s.cfg.Region != "" && region != "" && !equalFoldASCII(s.cfg.Region, region)
-}
-
-// equalFoldASCII reports whether a and b are equal with ASCII letters
-// compared without regard to case, as the balancers compare regions.
-func equalFoldASCII(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		if lowerASCII(a[i]) != lowerASCII(b[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func lowerASCII(c byte) byte {
-	if 'A' <= c && c <= 'Z' {
-		return c + ('a' - 'A')
-	}
-	return c
+	return s.cfg.Region != "" && region != "" && !strings.EqualFold(s.cfg.Region, region)
 }
 
 func truncate(s string, n int) string {
