@@ -40,15 +40,15 @@ const (
 )
 
 var (
-	buildOnce  sync.Once
-	bins       struct{ gateway, announce, nats string }
-	buildErr   error
-	removeBins = func() {}
+	// built builds the gateway, announce and nats-server binaries on
+	// first use (a run without these benchmarks builds nothing).
+	built = testutil.NewLazyBinaries("../../../cmd/gateway", "../../../cmd/announce", natsproc.Module)
+	bins  struct{ gateway, announce, nats string }
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	removeBins()
+	built.Remove()
 	if code == 0 {
 		if err := goleak.Find(natstest.IgnoreServerGoroutines()...); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -58,22 +58,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// binaries builds the gateway, announce and nats-server binaries, once per
-// run, on first use (a run without these benchmarks builds nothing).
+// binaries sets bins, building the binaries once per run.
 func binaries(tb testing.TB) {
 	tb.Helper()
-	buildOnce.Do(func() {
-		paths, remove, err := testutil.BuildBinaries("../../../cmd/gateway", "../../../cmd/announce", natsproc.Module)
-		if err != nil {
-			buildErr = err
-			return
-		}
-		removeBins = remove
-		bins.gateway, bins.announce, bins.nats = paths[0], paths[1], paths[2]
-	})
-	if buildErr != nil {
-		tb.Fatal(buildErr)
-	}
+	paths := built.Paths(tb)
+	bins.gateway, bins.announce, bins.nats = paths[0], paths[1], paths[2]
 }
 
 // BenchmarkRegionChange: a record change in another region until a

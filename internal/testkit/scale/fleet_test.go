@@ -242,30 +242,12 @@ func mapsKeys(m map[string]bool) func(func(string) bool) {
 // pushlb's accounts (natsproc).
 type natsProcs struct{ *natsproc.Cluster }
 
-var (
-	natsBuildOnce sync.Once
-	natsBin       string
-	natsBuildErr  error
-)
+// natsBins is the nats-server binary, built from the module on first use.
+var natsBins = testutil.NewLazyBinaries(natsproc.Module)
 
 // natsServer returns the nats-server binary, built from the module on
 // first use.
-func natsServer(tb testing.TB) string {
-	natsBuildOnce.Do(func() {
-		var bins []string
-		var remove func()
-		bins, remove, natsBuildErr = testutil.BuildBinaries(natsproc.Module)
-		if natsBuildErr == nil {
-			natsBin = bins[0]
-			prev := removeBins
-			removeBins = func() { prev(); remove() }
-		}
-	})
-	if natsBuildErr != nil {
-		tb.Fatal(natsBuildErr)
-	}
-	return natsBin
-}
+func natsServer(tb testing.TB) string { return natsBins.Paths(tb)[0] }
 
 // startNATSProcs starts n nats-server processes (a cluster when n > 1)
 // and waits until JetStream answers.

@@ -44,16 +44,13 @@ const (
 	maxInFlight = 4096
 )
 
-var (
-	buildOnce  sync.Once
-	gatewayBin string
-	buildErr   error
-	removeBins = func() {}
-)
+// bins is the gateway binary, built on first use.
+var bins = testutil.NewLazyBinaries("../../../cmd/gateway")
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	removeBins()
+	bins.Remove()
+	natsBins.Remove()
 	if code == 0 {
 		if err := goleak.Find(natstest.IgnoreServerGoroutines()...); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -66,21 +63,10 @@ func TestMain(m *testing.M) {
 // gateway returns the gateway binary, built on first use, or the one
 // PUSHLB_GATEWAY_BIN names (to compare two builds on the same load).
 func gateway(tb testing.TB) string {
-	buildOnce.Do(func() {
-		if bin := os.Getenv("PUSHLB_GATEWAY_BIN"); bin != "" {
-			gatewayBin = bin
-			return
-		}
-		var bins []string
-		bins, removeBins, buildErr = testutil.BuildBinaries("../../../cmd/gateway")
-		if buildErr == nil {
-			gatewayBin = bins[0]
-		}
-	})
-	if buildErr != nil {
-		tb.Fatal(buildErr)
+	if bin := os.Getenv("PUSHLB_GATEWAY_BIN"); bin != "" {
+		return bin
 	}
-	return gatewayBin
+	return bins.Paths(tb)[0]
 }
 
 func size(tb testing.TB) scale.Size {

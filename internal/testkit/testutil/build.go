@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -108,4 +109,39 @@ func binaryName(pkg string) (string, error) {
 		return path.Base(path.Dir(pkg)), nil
 	}
 	return base, nil
+}
+
+// LazyBinaries builds its packages with BuildBinaries on first use, once:
+// for benchmarks, so that a run without them builds nothing. Its methods
+// are safe for concurrent use.
+type LazyBinaries struct {
+	pkgs   []string
+	once   sync.Once
+	paths  []string
+	remove func()
+	err    error
+}
+
+// NewLazyBinaries returns the LazyBinaries of pkgs (as BuildBinaries
+// takes them).
+func NewLazyBinaries(pkgs ...string) *LazyBinaries { return &LazyBinaries{pkgs: pkgs} }
+
+// Paths builds the binaries on its first call and returns their paths in
+// the order of the packages; a failed build fails tb, at every call.
+func (l *LazyBinaries) Paths(tb testing.TB) []string {
+	tb.Helper()
+	l.once.Do(func() { l.paths, l.remove, l.err = BuildBinaries(l.pkgs...) })
+	if l.err != nil {
+		tb.Fatal(l.err)
+	}
+	return l.paths
+}
+
+// Remove removes the binaries, if they were built; a TestMain calls it
+// after the run.
+func (l *LazyBinaries) Remove() {
+	l.once.Do(func() {}) // nothing built from now on
+	if l.remove != nil {
+		l.remove()
+	}
 }

@@ -360,6 +360,27 @@ func TestBuildBinaries(t *testing.T) {
 	}
 }
 
+// TestLazyBinaries: built on the first Paths, the same paths after it,
+// removed by Remove.
+func TestLazyBinaries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go build")
+	}
+	l := NewLazyBinaries("./testdata/echoargs")
+	first := l.Paths(t)
+	if again := l.Paths(t); len(first) != 1 || again[0] != first[0] {
+		t.Fatalf("paths %v, then %v", first, again)
+	}
+	if _, err := os.Stat(first[0]); err != nil {
+		t.Fatal(err)
+	}
+	l.Remove()
+	if _, err := os.Stat(first[0]); !os.IsNotExist(err) {
+		t.Fatalf("after Remove: %v", err)
+	}
+	NewLazyBinaries("./testdata/echoargs").Remove() // never built: nothing to remove
+}
+
 // TestBinaryNameSkipsTheMajorVersion: go build names a module's binary
 // after the element before its major version suffix.
 func TestBinaryNameSkipsTheMajorVersion(t *testing.T) {
