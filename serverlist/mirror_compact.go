@@ -213,27 +213,47 @@ func (ps *places) of(zone, region string, x *interner) *place {
 // record is an instance as the mirror keeps it: its fields in their
 // smallest form, without its service (the service's map holds it:
 // mirrorService.name), its metadata as labels shared with the records
-// that carry the same (labelSets), its NATS server ID the connection
-// index's one copy. With its revision and sum, an entry takes 160 bytes,
-// against 224 for an Instance and 300 more for a metadata map of one
-// label.
+// that carry the same (labelSets), the fields that many records leave
+// empty in an extension of their own (recordExt). With its revision and
+// sum, an entry takes 96 bytes, against 224 for an Instance and 300 more
+// for a metadata map of one label.
 type record struct {
-	id, host                      string
-	place                         *place // zone and region; nil for neither; shared (places)
-	owner, gossipNode, gossipAddr string
-	natsServer                    *string // nil for none; interned (connIndex.intern)
-	incarnation                   int64
-	natsClient                    uint64
-	meta                          *labels // nil for none; shared: never modified
-	port, weight                  uint16
-	secure                        bool
+	id, host     string
+	place        *place     // zone and region; nil for neither; shared (places)
+	ext          *recordExt // nil when all its fields are empty; never modified
+	incarnation  int64
+	meta         *labels // nil for none; shared: never modified
+	port, weight uint16
+	secure       bool
 	// gossipDefault: the instance's gossip node has the name gossip gives
 	// it by default, which the record derives instead of keeping it
-	// (gossipNode is then empty): see defaultGossipNode.
+	// (recordExt.gossipNode is then empty): see defaultGossipNode. Kept
+	// here, where it takes a byte of padding, so that the flag alone
+	// needs no extension.
 	gossipDefault bool
 	// regional: a copy of another region's record (IsRegionalKey), never
 	// in the connection index, leased or reaped here.
 	regional bool
+}
+
+// recordExt holds the fields of a record that a bare instance (a service,
+// an ID, an address, a zone) leaves empty: its owner, gossip member and
+// NATS connection, which announce and a publisher's gossip fill in. Kept
+// in the record they took 72 bytes of every entry, which then needed 160;
+// a pointer (nil for none) takes 8, so a bare entry takes 96, and one
+// that carries them 96 and this extension's 64.
+type recordExt struct {
+	owner, gossipNode, gossipAddr string
+	natsServer                    *string // nil for none; interned (connIndex.intern)
+	natsClient                    uint64
+}
+
+// extra returns the record's extension, its zero value for none.
+func (r *record) extra() recordExt {
+	if r.ext == nil {
+		return recordExt{}
+	}
+	return *r.ext
 }
 
 // defaultGossipNode is the gossip node name of an instance that names
@@ -272,21 +292,26 @@ func cutPart(s, part string) (string, bool) {
 func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64, regional bool) *mirrorEntry {
 	e := &mirrorEntry{rec: record{
 		id: id, host: in.Host, place: m.places.of(in.Zone, in.Region, &m.shared),
-		owner: in.Owner, gossipNode: in.GossipNode, gossipAddr: in.GossipAddr,
-		natsServer:  m.conns.intern(in.NATSServerID),
-		incarnation: in.Incarnation, natsClient: in.NATSClientID,
-		meta: m.labelSets.of(in.Metadata, &m.shared),
+		incarnation: in.Incarnation,
+		meta:        m.labelSets.of(in.Metadata, &m.shared),
 		// Validated: 1 to 65535, 0 to MaxWeight.
 		port: uint16(in.Port), weight: uint16(in.Weight), secure: in.Secure,
 		regional: regional,
 	}, sum: sum}
+	ext := recordExt{
+		owner: in.Owner, gossipNode: in.GossipNode, gossipAddr: in.GossipAddr,
+		natsServer: m.conns.intern(in.NATSServerID), natsClient: in.NATSClientID,
+	}
 	if regional {
 		// Another region's connection: its advisories are not this
 		// region's (a copy is written without it; this keeps it so).
-		e.rec.natsServer, e.rec.natsClient = nil, 0
+		ext.natsServer, ext.natsClient = nil, 0
 	}
 	if isDefaultGossipNode(in.GossipNode, in.Service, id, in.Incarnation) {
-		e.rec.gossipNode, e.rec.gossipDefault = "", true
+		ext.gossipNode, e.rec.gossipDefault = "", true
+	}
+	if ext != (recordExt{}) {
+		e.rec.ext = &ext
 	}
 	e.rev.Store(rev)
 	return e
@@ -295,11 +320,12 @@ func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64, regio
 // base returns the entry's instance of service without its metadata.
 func (e *mirrorEntry) base(service string) Instance {
 	r := &e.rec
+	x := r.extra()
 	in := Instance{
 		Service: service, InstanceID: r.id, Host: r.host, Port: int(r.port), Secure: r.secure,
 		Zone: r.place.zoneName(), Region: r.place.regionName(), Weight: int(r.weight), Incarnation: r.incarnation,
-		GossipNode: r.gossipNode, GossipAddr: r.gossipAddr, Owner: r.owner,
-		NATSServerID: r.serverID(), NATSClientID: r.natsClient,
+		GossipNode: x.gossipNode, GossipAddr: x.gossipAddr, Owner: x.owner,
+		NATSServerID: x.serverID(), NATSClientID: x.natsClient,
 	}
 	if r.gossipDefault {
 		in.GossipNode = defaultGossipNode(service, r.id, r.incarnation)
@@ -317,15 +343,16 @@ func (e *mirrorEntry) instance(service string) Instance {
 
 // connection is the NATS connection the entry's record names.
 func (e *mirrorEntry) connection() Connection {
-	return Connection{ServerID: e.rec.serverID(), ClientID: e.rec.natsClient}
+	x := e.rec.extra()
+	return Connection{ServerID: x.serverID(), ClientID: x.natsClient}
 }
 
 // serverID is the record's NATS server ID, empty for none.
-func (r *record) serverID() string {
-	if r.natsServer == nil {
+func (x *recordExt) serverID() string {
+	if x.natsServer == nil {
 		return ""
 	}
-	return *r.natsServer
+	return *x.natsServer
 }
 
 // holds reports whether the entry holds in, a decoded instance of its

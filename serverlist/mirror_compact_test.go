@@ -34,9 +34,15 @@ func TestMirrorSharesRepeatedStrings(t *testing.T) {
 		}
 	}
 	// The entry's size class (the fields of an Instance, 224 bytes with
-	// its revision and sum, a metadata map beside it).
-	if size := unsafe.Sizeof(mirrorEntry{}); size > 160 {
-		t.Errorf("a mirror entry takes %d bytes, want at most 160", size)
+	// its revision and sum, a metadata map beside it; 160 with the owner,
+	// gossip and connection fields in the record, which bare records leave
+	// empty: they are in recordExt, allocated for the records that carry
+	// them, so that a bare entry takes 96).
+	if size := unsafe.Sizeof(mirrorEntry{}); size > 96 {
+		t.Errorf("a mirror entry takes %d bytes, want at most 96", size)
+	}
+	if size := unsafe.Sizeof(recordExt{}); size > 64 {
+		t.Errorf("a record's extension takes %d bytes, want at most 64", size)
 	}
 
 	// Readers get a map of their own.
@@ -275,6 +281,62 @@ func TestDefaultGossipNode(t *testing.T) {
 		}
 		if got := e.instance(service); !got.Equal(in) || !e.holds(in) {
 			t.Errorf("%q: read back %+v, want %+v", node, got, in)
+		}
+	}
+}
+
+// TestRecordExtension: a record keeps its owner, gossip and connection
+// fields in an extension only when it carries one of them (a regional
+// copy's connection and a default gossip name are not kept), and reads
+// back the instance it was made of either way.
+func TestRecordExtension(t *testing.T) {
+	const service, id = "orders", "10.0.0.1:orders:8080"
+	bare := Instance{Service: service, InstanceID: id, Host: "10.0.0.1", Port: 8080, Zone: "a", Incarnation: 7}
+	with := func(f func(*Instance)) Instance {
+		in := bare
+		f(&in)
+		return in
+	}
+	var m Mirror
+	for _, tc := range []struct {
+		name     string
+		in       Instance
+		regional bool
+		ext      bool
+	}{
+		{"bare", bare, false, false},
+		{"owner", with(func(in *Instance) { in.Owner = "3f9c0a7e5b1d2c4e3f9c0a7e5b1d2c4e" }), false, true},
+		{"gossip node", with(func(in *Instance) { in.GossipNode = "node-a" }), false, true},
+		{"default gossip node", with(func(in *Instance) { in.GossipNode = defaultGossipNode(service, id, 7) }), false, false},
+		{"gossip address", with(func(in *Instance) { in.GossipAddr = "10.0.0.1:7946" }), false, true},
+		{"server", with(func(in *Instance) { in.NATSServerID = "NSERVER" }), false, true},
+		{"client", with(func(in *Instance) { in.NATSClientID = 9 }), false, true},
+		{"regional connection", with(func(in *Instance) { in.NATSServerID, in.NATSClientID = "NSERVER", 9 }), true, false},
+		{"regional owner", with(func(in *Instance) { in.Owner, in.NATSServerID, in.NATSClientID = "o", "NSERVER", 9 }), true, true},
+		{"announce", with(func(in *Instance) {
+			in.Owner, in.GossipNode, in.GossipAddr = "3f9c0a7e5b1d2c4e3f9c0a7e5b1d2c4e", defaultGossipNode(service, id, 7), "10.0.0.1:7946"
+			in.NATSServerID, in.NATSClientID = "NSERVER", 9
+		}), false, true},
+	} {
+		e := m.compact(tc.in, id, valueSum{}, 1, tc.regional)
+		if (e.rec.ext != nil) != tc.ext {
+			t.Errorf("%s: extension %+v, want one: %v", tc.name, e.rec.ext, tc.ext)
+		}
+		want := tc.in
+		if tc.regional {
+			want.NATSServerID, want.NATSClientID = "", 0
+		}
+		if got := e.instance(service); !got.Equal(want) || !e.holds(want) {
+			t.Errorf("%s: read back %+v, want %+v", tc.name, got, want)
+		}
+		if got := e.connection(); got != (Connection{ServerID: want.NATSServerID, ClientID: want.NATSClientID}) {
+			t.Errorf("%s: connection %v", tc.name, got)
+		}
+		if !sameInstance(e, m.compact(tc.in, id, valueSum{}, 2, tc.regional)) {
+			t.Errorf("%s: not the same instance as itself", tc.name)
+		}
+		if tc.name != "bare" && !tc.regional && (sameInstance(e, m.compact(bare, id, valueSum{}, 2, false)) || e.holds(bare)) {
+			t.Errorf("%s: the same instance as the bare one", tc.name)
 		}
 	}
 }

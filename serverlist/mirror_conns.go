@@ -127,8 +127,8 @@ func (x *connIndex) rebuild(fresh map[string]map[string]*mirrorEntry) {
 		for id, e := range ids {
 			if c := e.connection(); !c.IsZero() {
 				next.add(c, instanceKey{service, id})
-				if e.rec.natsServer != nil {
-					next.servers[c.ServerID] = e.rec.natsServer
+				if p := e.rec.extra().natsServer; p != nil {
+					next.servers[c.ServerID] = p
 				}
 			}
 		}
