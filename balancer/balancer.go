@@ -91,6 +91,7 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 		ejectRR:   newCounter(),
 	}
 	b.shared = &b.sharedStats
+	b.shared.none.shared = b.shared
 	b.shared.clock, b.shared.breaker, b.shared.activeTimeout = systemClock{}, cfg.Breaker, cfg.ActiveRequestsTimeout
 	b.shared.timed, b.shared.outlier = true, cfg.OutlierDetection
 	if cfg.Ping.Kind == PingHTTP {
@@ -171,7 +172,7 @@ func (b *Balancer) ServerStats(id string) *ServerStats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if s := b.byID.find(id); s != nil {
-		return &s.inst.stats
+		return s.inst.own()
 	}
 	return nil
 }

@@ -208,7 +208,7 @@ func (t *activeTree) resync(now int64) {
 	t.due.Store(now + max(int64(t.shared.activeTimeout)/activeResyncDivisor, 1))
 	leaves := t.levels[0]
 	for i, s := range t.servers {
-		st := &s.inst.stats
+		st := s.inst.view()
 		for {
 			w, expiry := t.leafWord(i, st, now, true)
 			if expiry != 0 {
@@ -294,11 +294,13 @@ func (t *activeTree) watch() {
 	ws := make([]activeWatch, len(t.servers))
 	size := 0
 	for _, s := range t.servers {
-		size += len(t.kept(s.inst.stats.watch.Load())) + 1
+		// Every watched server needs statistics of its own: a change of
+		// its active count must reach the tree.
+		size += len(t.kept(s.inst.own().watch.Load())) + 1
 	}
 	block := make([]treeLeaf, 0, size)
 	for i, s := range t.servers {
-		st := &s.inst.stats
+		st := s.inst.own()
 		nw := &ws[i]
 		for {
 			old := st.watch.Load()

@@ -77,7 +77,7 @@ func checkTree(t *testing.T, tb *testBalancer) {
 			continue
 		}
 		for i, s := range tr.servers {
-			want, _ := leafWord(&s.inst.stats, now, true)
+			want, _ := leafWord(s.inst.view(), now, true)
 			if got := tr.levels[0][i].Load(); got != want {
 				t.Errorf("leaf %s = %x, want %x", s.ID, got, want)
 			}
@@ -286,8 +286,8 @@ func TestBestAvailableConcurrentConverges(t *testing.T) {
 	now := tb.shared.nanotime()
 	least := int64(math.MaxInt64)
 	for _, s := range snap.full.servers {
-		if !s.inst.stats.trippedAt(now) {
-			least = min(least, s.inst.stats.activeAt(now))
+		if !s.inst.view().trippedAt(now) {
+			least = min(least, s.inst.view().activeAt(now))
 		}
 	}
 	for range 100 {

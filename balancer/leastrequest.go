@@ -51,7 +51,7 @@ func (r *LeastRequest) Choose(p PickInfo) (*Server, error) {
 		if mayBeTripped(s) && p.Tripped(s) {
 			continue
 		}
-		a := s.inst.stats.active.Load()
+		a := s.inst.view().active.Load()
 		if a > 0 {
 			a = p.ActiveRequests(s) // with the decay, which needs the clock
 		}
@@ -87,7 +87,7 @@ func (r *LeastRequest) chooseWeighted(p *PickInfo) (*Server, error) {
 		if mayBeTripped(s) && p.Tripped(s) {
 			continue
 		}
-		a := s.inst.stats.active.Load()
+		a := s.inst.view().active.Load()
 		if a > 0 {
 			a = p.ActiveRequests(s)
 		}

@@ -21,7 +21,7 @@ func (b *Balancer) adopt(servers []Server) ([]*Server, serverIndex, error) {
 		s := servers[i]
 		// A copy of one of our servers carries derived fields: drop them,
 		// the caller may have changed what they derive from.
-		s.inst, s.zone, s.addr = nil, zoneName{}, ""
+		s.inst, s.zone = nil, zoneName{}
 		if err := s.normalize(); err != nil {
 			errs = append(errs, indexedError{i, err})
 			continue
@@ -48,12 +48,10 @@ func (b *Balancer) adopt(servers []Server) ([]*Server, serverIndex, error) {
 		*ns = s
 		ns.Metadata = metadata.copyOf(s.Metadata)
 		ns.zone = zoneNameOf(s.Zone)
-		ns.addr = ns.Addr()
 		if old != nil {
 			ns.inst = old.inst // same instance, new details: keep its stats
 		} else {
-			ns.inst = &instance{stats: ServerStats{shared: b.shared}}
-			ns.inst.alive.Store(true)
+			ns.inst = newInstance(b.shared)
 		}
 		list = append(list, ns)
 		from = append(from, i)

@@ -161,7 +161,7 @@ func (s *Snapshot) chooseTier(now int64) *regionTier {
 	}
 	for _, t := range s.tiers {
 		for _, srv := range t.view.servers {
-			if st := &srv.inst.stats; !st.trippedAt(now) && !st.ejectedAt(now) {
+			if st := srv.inst.view(); !st.trippedAt(now) && !st.ejectedAt(now) {
 				return t
 			}
 		}

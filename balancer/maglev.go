@@ -130,7 +130,7 @@ func (t *maglevTable) lookup(p *PickInfo, servers []*Server, kh uint64) *Server 
 // skip reading it: a server below the breaker's threshold, never ejected,
 // is not tripped.
 func mayBeTripped(s *Server) bool {
-	st := &s.inst.stats
+	st := s.inst.view()
 	return st.failureCount() >= int64(st.shared.breaker.Threshold) || st.ejectedUntil() != 0
 }
 

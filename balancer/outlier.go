@@ -147,7 +147,7 @@ func (b *Balancer) ejectionAllowed(now int64) bool {
 	alive := b.snap.Load().full.servers
 	ejected := 0
 	for _, s := range alive {
-		if s.inst.stats.ejectedAt(now) {
+		if s.inst.view().ejectedAt(now) {
 			ejected++
 		}
 	}
@@ -161,7 +161,7 @@ func (b *Balancer) skipEjected(srv *Server, snap *Snapshot, v, c *View, now int6
 	if !hasNow {
 		now = b.shared.coarseNanotime()
 	}
-	if srv.inst == nil || !srv.inst.stats.ejectedAt(now) || b.shared.panicking.Load() {
+	if srv.inst == nil || !srv.inst.view().ejectedAt(now) || b.shared.panicking.Load() {
 		return srv, now
 	}
 	pi := PickInfo{b: b, now: now, hasNow: true}

@@ -160,7 +160,7 @@ func (b *Balancer) Pick(ctx context.Context) (Pick, error) {
 	if b.ruleWaits {
 		now = b.shared.pickTime()
 	}
-	return Pick{Server: srv, start: srv.inst.stats.requestStartedAt(now)}, nil
+	return Pick{Server: srv, start: srv.inst.own().requestStartedAt(now)}, nil
 }
 
 // Begin starts a request to s, a server of this balancer the caller chose
@@ -171,7 +171,7 @@ func (b *Balancer) Begin(s *Server) Pick {
 	if s == nil || s.inst == nil {
 		return Pick{Server: s}
 	}
-	return Pick{Server: s, start: s.inst.stats.requestStarted()}
+	return Pick{Server: s, start: s.inst.own().requestStarted()}
 }
 
 // PickInfo is everything a [Rule] chooses from for one pick: the
@@ -241,7 +241,7 @@ func (p *PickInfo) Tripped(s *Server) bool {
 	if s.inst == nil {
 		return false
 	}
-	st := &s.inst.stats
+	st := s.inst.view()
 	if b := p.b; b != nil && (b.shared.quiet() || b.shared.noneUnavailableNow(p)) {
 		return false // s need not be read: at N=10,000, a cache miss per pick
 	}
@@ -255,7 +255,7 @@ func (p *PickInfo) ActiveRequests(s *Server) int64 {
 	if s.inst == nil {
 		return 0
 	}
-	return s.inst.stats.activeAt(p.nanotime())
+	return s.inst.view().activeAt(p.nanotime())
 }
 
 // Changed returns a channel that is closed when the balancer's list has
@@ -339,7 +339,7 @@ func (p Pick) stats() *ServerStats {
 	if p.Server == nil || p.Server.inst == nil {
 		return nil
 	}
-	return &p.Server.inst.stats
+	return p.Server.inst.own()
 }
 
 // Done records the outcome of the request and ends it. An answer resets

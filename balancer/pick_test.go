@@ -3,6 +3,8 @@ package balancer
 import (
 	"context"
 	"errors"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -235,7 +237,86 @@ func TestBreakerCountersLazy(t *testing.T) {
 	if st.SuccessiveFailures() != 0 || st.BlackoutRemaining() != 0 {
 		t.Fatalf("after an answer: failures %d, blackout %v", st.SuccessiveFailures(), st.BlackoutRemaining())
 	}
-	if size := unsafe.Sizeof(instance{}); size > 80 {
-		t.Errorf("instance is %d bytes, want at most 80 (an 80-byte allocation)", size)
+	if size := unsafe.Sizeof(ServerStats{}); size > 80 {
+		t.Errorf("ServerStats is %d bytes, want at most 80 (an 80-byte allocation)", size)
+	}
+	if size := unsafe.Sizeof(instance{}); size > 24 {
+		t.Errorf("instance is %d bytes, want at most 24 (a 24-byte allocation)", size)
+	}
+}
+
+// TestStatisticsFromTheFirstRequest: a server's statistics are allocated
+// at its first request; choosing, reading the zone snapshots and asking
+// whether a breaker is open allocate none, and what a server records
+// never reaches the others' (the balancer's zero statistics stay zero).
+func TestStatisticsFromTheFirstRequest(t *testing.T) {
+	tb := newTest(t, func(c *Config) { c.Rule = RuleZoneAvoidance }, servers(4, "z1", 0))
+	ctx := context.Background()
+	owned := func() (n int) {
+		for _, s := range tb.AllServers() {
+			if s.inst.stats.Load() != nil {
+				n++
+			}
+		}
+		return n
+	}
+	for range 20 {
+		if _, err := tb.Choose(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tb.ZoneSnapshots()
+	for _, s := range tb.AllServers() {
+		if s.CircuitTripped() {
+			t.Fatalf("%s tripped", s.ID)
+		}
+	}
+	if n := owned(); n != 0 {
+		t.Fatalf("%d servers hold statistics before any request", n)
+	}
+	p, err := tb.Pick(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := owned(); n != 1 {
+		t.Fatalf("%d servers hold statistics after one pick, want 1", n)
+	}
+	for range 5 {
+		tb.Begin(p.Server).Done(DoneInfo{Err: errors.New("refused"), ConnectFailure: true})
+	}
+	p.Done(DoneInfo{ResponseTime: time.Millisecond})
+	if st := p.Server.Stats(); st.Requests() != 6 {
+		t.Fatalf("picked server: %d requests recorded, want 6", st.Requests())
+	}
+	none := &tb.shared.none
+	if none.Requests() != 0 || none.active.Load() != 0 || none.failureCount() != 0 || none.breaker.Load() != nil || none.outlier.Load() != nil || none.watch.Load() != nil {
+		t.Fatal("the zero statistics were written")
+	}
+	other := tb.AllServers()[0]
+	if other == p.Server {
+		other = tb.AllServers()[1]
+	}
+	if other.inst.stats.Load() != nil {
+		t.Fatal("another server's statistics allocated")
+	}
+	if st := other.Stats(); st == nil || st.Requests() != 0 || other.inst.stats.Load() != st {
+		t.Fatal("Stats did not allocate the live statistics of a server without requests")
+	}
+}
+
+// TestServerSize bounds a balancer's copy of a server, one per instance
+// (100,000 in a large fleet): a field added to it is a decision
+// (docs/perf/memory.md).
+func TestServerSize(t *testing.T) {
+	if size := unsafe.Sizeof(Server{}); size > 144 {
+		t.Fatalf("Server is %d bytes, want at most 144 (a 144-byte allocation)", size)
+	}
+}
+
+func TestAddrAsJoinHostPort(t *testing.T) {
+	for _, s := range []Server{{Host: "10.0.0.1", Port: 80}, {Host: "::1", Port: 65535}, {Host: "fe80::1%eth0", Port: 1}, {Host: "svc.example", Port: 8080}} {
+		if got, want := s.Addr(), net.JoinHostPort(s.Host, strconv.Itoa(s.Port)); got != want {
+			t.Errorf("Addr() = %q, want %q", got, want)
+		}
 	}
 }

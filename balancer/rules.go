@@ -156,12 +156,12 @@ func (p availability) allPass(pi *PickInfo) bool {
 
 func (p availability) ok(s *Server, pi *PickInfo) bool {
 	if p.ejectedOnly {
-		return !s.inst.stats.ejectedAt(pi.nanotime())
+		return !s.inst.view().ejectedAt(pi.nanotime())
 	}
 	if pi.Tripped(s) {
 		return false
 	}
-	return p.limit == 0 || s.inst.stats.activeAt(pi.nanotime()) < p.limit
+	return p.limit == 0 || s.inst.view().activeAt(pi.nanotime()) < p.limit
 }
 
 // RoundRobin cycles through the alive servers (Ribbon's RoundRobinRule). It
@@ -386,7 +386,7 @@ func buildWeights(servers []*Server, now int64, r *ramp) *responseWeights {
 	total := 0.0
 	avgs := make([]float64, len(servers))
 	for i, s := range servers {
-		if rt, ok := s.inst.stats.ResponseTime(); ok {
+		if rt, ok := s.inst.view().ResponseTime(); ok {
 			avgs[i] = float64(rt)
 			total += avgs[i]
 		}
@@ -501,7 +501,7 @@ func (r *Rendezvous) Choose(p PickInfo) (*Server, error) {
 		if bestAny == nil || score > bestAnyScore {
 			bestAny, bestAnyScore = s, score
 		}
-		if !s.inst.stats.trippedAt(now) && (best == nil || score > bestScore) {
+		if !s.inst.view().trippedAt(now) && (best == nil || score > bestScore) {
 			best, bestScore = s, score
 		}
 	}

@@ -91,6 +91,10 @@ type statsShared struct {
 	zonesLoadChanged func()
 	zonesDue         atomic.Int64
 	zonesPending     atomic.Bool
+
+	// none is the statistics of every server that has had no request yet
+	// (instance.view): all zero, read and never written.
+	none ServerStats
 }
 
 // loadChanged tells the zone decision that an active count changed at now:
@@ -445,7 +449,7 @@ func zoneSnapshotOf(servers []*Server, now int64, healthy bool) ZoneSnapshot {
 	var activeOnAvailable int64
 	z.InstanceCount = len(servers)
 	for _, s := range servers {
-		st := &s.inst.stats
+		st := s.inst.view()
 		a := st.activeAt(now)
 		if !healthy && (st.trippedAt(now) || st.ejectedAt(now)) {
 			z.TrippedCount++

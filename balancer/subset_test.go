@@ -567,7 +567,7 @@ func checkSubsetTrees(t *testing.T, tb *testBalancer) {
 				}
 				trees++
 				for i, s := range tr.servers {
-					if got, want := tr.levels[0][i].Load(), func() uint64 { w, _ := leafWord(&s.inst.stats, now, true); return w }(); got != want {
+					if got, want := tr.levels[0][i].Load(), func() uint64 { w, _ := leafWord(s.inst.view(), now, true); return w }(); got != want {
 						t.Errorf("subset tree: leaf %s = %x, want %x", s.ID, got, want)
 					}
 				}
@@ -604,10 +604,10 @@ func TestSubsetTreesOnlyForSubsetsPicked(t *testing.T) {
 	if tree("v1") != nil || tree("v2") == nil {
 		t.Fatalf("trees: v1 %p, v2 %p: want v2's only", tree("v1"), tree("v2"))
 	}
-	if n := len(tb.Server("v1-a0").inst.stats.watch.Load().leaves); n != 1 {
+	if n := len(tb.Server("v1-a0").inst.view().watch.Load().leaves); n != 1 {
 		t.Fatalf("a v1 server is watched by %d trees, want the whole list's", n)
 	}
-	if n := len(tb.Server("v2-a0").inst.stats.watch.Load().leaves); n != 2 {
+	if n := len(tb.Server("v2-a0").inst.view().watch.Load().leaves); n != 2 {
 		t.Fatalf("a v2 server is watched by %d trees, want the whole list's and v2's", n)
 	}
 	if err := tb.SetServers(list[1:]); err != nil { // the listener rebuilds the index
