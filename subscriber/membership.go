@@ -27,54 +27,81 @@ const (
 // claimed. Incarnations only order events about the life the registry last
 // showed (or a newer one an event announced since).
 //
-// The table holds one per instance (100,000 in a large fleet): its fields
-// are ordered, and its time kept as a duration, so that it takes 40 bytes
-// (a 48-byte allocation, against 64 with a time.Time).
+// The table holds one per instance (100,000 in a large fleet), so a
+// member is three words (24 bytes, an allocation of that size class): one
+// live, confirmed by the registry and never offline while the table knew
+// it, as most are, needs only its incarnation and revision; the rest
+// (extra) is allocated for the few others. With its map entry, an
+// instance then costs 60 bytes at 100 instances per service, 79 at 1,000,
+// 68 at 10,000 (a Go map's room per entry varies with its count): 8 less
+// than with a 32-byte member. Members held in the maps by value would
+// cost 55, 99 and 79 bytes (24-byte values; 67, 115 and 92 with 32): a
+// map's slack, up to half its room after a split, grows with the value,
+// while a separate allocation is exact.
 type member struct {
 	incarnation int64
 	// rev is the registry revision (the mirror's, see
 	// serverlist.MirrorStats.Revision) of the entry last seen; 0: none yet.
 	rev uint64
-	// offline is set at the instance's first offline and kept after: most
-	// instances never go offline while the table knows them, and a live
-	// member is 16 bytes smaller without these fields (a 32-byte
-	// allocation instead of 48).
-	offline *offState
-	// off says why the instance is offline; offNone means it is live.
-	off offReason
-	// confirmed says the registry has held the instance: only events or
-	// gossip know an unconfirmed member, and the table keeps few of them,
-	// for a short while (see membership.expire).
-	confirmed bool
+	// extra is nil for a member the registry confirmed that never went
+	// offline; it is allocated at its first offline, kept after, and for
+	// an unconfirmed member until the registry confirms it.
+	extra *memberExtra
 }
 
-func (m *member) live() bool { return m.off == offNone }
-
-// offState is when and as of which revision an instance last went offline.
-type offState struct {
+// memberExtra is what few members need: whether (and why) the instance is
+// offline and when and as of which revision it last went offline; or that
+// the registry has not confirmed it. 24 bytes.
+type memberExtra struct {
 	// rev is the mirror's revision when the offline was recorded: while
 	// offline, a registry write above it is newer than the offline.
 	rev uint64
 	// changed is when it went offline, since the table's epoch
 	// (membership.stamp); tombstones are collected by age.
 	changed time.Duration
+	// off says why the instance is offline; offNone means it is live.
+	off offReason
+	// unconfirmed says the registry has not held the instance: only
+	// events or gossip know it, and the table keeps few such members, for
+	// a short while (see membership.expire).
+	unconfirmed bool
+}
+
+func (m *member) live() bool { return m.extra == nil || m.extra.off == offNone }
+
+// confirmed reports whether the registry has held the instance.
+func (m *member) confirmed() bool { return m.extra == nil || !m.extra.unconfirmed }
+
+// off says why the instance is offline; offNone means it is live.
+func (m *member) off() offReason {
+	if m.extra == nil {
+		return offNone
+	}
+	return m.extra.off
+}
+
+// goLive brings the member back (its last offline's revision is kept).
+func (m *member) goLive() {
+	if m.extra != nil {
+		m.extra.off = offNone
+	}
 }
 
 // goOffline takes the member offline for reason off, as of revision rev,
 // at changed.
 func (m *member) goOffline(off offReason, rev uint64, changed time.Duration) {
-	if m.offline == nil {
-		m.offline = new(offState)
+	if m.extra == nil {
+		m.extra = new(memberExtra)
 	}
-	m.off, m.offline.rev, m.offline.changed = off, rev, changed
+	m.extra.off, m.extra.rev, m.extra.changed = off, rev, changed
 }
 
 // offRev is the revision of the member's last offline (0: none yet).
 func (m *member) offRev() uint64 {
-	if m.offline == nil {
+	if m.extra == nil {
 		return 0
 	}
-	return m.offline.rev
+	return m.extra.rev
 }
 
 // offReason records who took an instance offline, which decides who may
@@ -136,7 +163,7 @@ func (m *membership) hasConfirmed(service string) bool { return m.confirmedIn[se
 
 // forget updates the counts for a member leaving the table.
 func (m *membership) forget(service string, mem *member) {
-	if !mem.confirmed {
+	if !mem.confirmed() {
 		m.nUnconfirmed--
 		return
 	}
@@ -170,18 +197,29 @@ type limits struct {
 	unconfirmed, services, perService int
 }
 
-// addUnconfirmed records a member created by an event or gossip.
-func (m *membership) addUnconfirmed(service, id string, now time.Time) {
+// addUnconfirmed records mem, of service/id, created by an event or gossip.
+func (m *membership) addUnconfirmed(service, id string, mem *member, now time.Time) {
+	if mem.extra == nil {
+		mem.extra = new(memberExtra)
+	}
+	mem.extra.unconfirmed = true
 	m.nUnconfirmed++
 	m.unconfirmed = append(m.unconfirmed, pendingMember{service, id, now})
 }
 
-// confirm marks a member of service as held by the registry.
+// confirm marks a member of service as held by the registry. A live one
+// with no offline to remember (an instance announced before the registry
+// showed it, as at a fleet's start) lets its extra go: it is then as small
+// as one the registry added.
 func (m *membership) confirm(service string, mem *member) {
-	if !mem.confirmed {
-		mem.confirmed = true
-		m.nUnconfirmed--
-		m.confirmedIn[service]++
+	if mem.confirmed() {
+		return
+	}
+	mem.extra.unconfirmed = false
+	m.nUnconfirmed--
+	m.confirmedIn[service]++
+	if mem.live() && mem.extra.rev == 0 {
+		mem.extra = nil
 	}
 }
 
@@ -218,7 +256,7 @@ func (m *membership) expire(cutoff time.Time) (changed []string, dropped int) {
 	for ; i < len(m.unconfirmed) && m.unconfirmed[i].at.Before(cutoff); i++ {
 		p := m.unconfirmed[i]
 		mem := m.services[p.service][p.id]
-		if mem == nil || mem.confirmed {
+		if mem == nil || mem.confirmed() {
 			continue // gone or confirmed since
 		}
 		if _, ok := sizeBefore[p.service]; !ok {
@@ -302,7 +340,7 @@ func (m *membership) event(service, id string, inc int64, online bool, src sourc
 	case cur == nil:
 		cur = &member{incarnation: inc}
 		m.add(service, id, cur)
-		m.addUnconfirmed(service, id, now)
+		m.addUnconfirmed(service, id, cur, now)
 		if !online {
 			// Remember the tombstone: an online of this incarnation that
 			// arrives late must not resurrect the instance.
@@ -316,7 +354,7 @@ func (m *membership) event(service, id string, inc int64, online bool, src sourc
 		wasLive := cur.live()
 		cur.incarnation = inc
 		if online {
-			cur.off = offNone
+			cur.goLive()
 		} else {
 			cur.goOffline(off, regRev, m.stamp(now))
 		}
@@ -328,7 +366,7 @@ func (m *membership) event(service, id string, inc int64, online bool, src sourc
 	// The same incarnation.
 	if !online {
 		switch {
-		case src == fromEvent && cur.off != offAnnounced:
+		case src == fromEvent && cur.off() != offAnnounced:
 			wasLive := cur.live()
 			cur.goOffline(offAnnounced, max(cur.offRev(), regRev), m.stamp(now))
 			if wasLive {
@@ -344,8 +382,8 @@ func (m *membership) event(service, id string, inc int64, online bool, src sourc
 	switch {
 	case cur.live():
 		return duplicate
-	case src == fromGossip && cur.off == offGossip:
-		cur.off = offNone
+	case src == fromGossip && cur.off() == offGossip:
+		cur.goLive()
 		return applied
 	}
 	return stale
@@ -364,7 +402,7 @@ func (m *membership) registered(service, id string, inc int64, rev uint64, now t
 	}
 	switch {
 	case cur == nil:
-		m.add(service, id, &member{incarnation: inc, rev: rev, confirmed: true})
+		m.add(service, id, &member{incarnation: inc, rev: rev})
 		m.confirmedIn[service]++
 		return applied
 	case rev == 0:
@@ -387,7 +425,8 @@ func (m *membership) registered(service, id string, inc int64, rev uint64, now t
 		// The write came before the offline did: it stays offline.
 		return unchanged
 	}
-	cur.incarnation, cur.off = inc, offNone
+	cur.incarnation = inc
+	cur.goLive()
 	return applied
 }
 
@@ -494,7 +533,7 @@ func (m *membership) serviceNames() []string {
 func (m *membership) collect(cutoff time.Time) {
 	for service, ids := range m.services {
 		for id, mem := range ids {
-			if !mem.live() && mem.offline.changed < m.stamp(cutoff) {
+			if !mem.live() && mem.extra.changed < m.stamp(cutoff) {
 				m.forget(service, mem)
 				delete(ids, id)
 			}

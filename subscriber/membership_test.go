@@ -172,11 +172,63 @@ func TestMembershipLimitsAndExpiry(t *testing.T) {
 	}
 }
 
-// TestMemberSize: the table holds one member per instance; a live one
-// stays in a 32-byte allocation (its offline state is allocated apart).
+// TestMemberSize: the table holds one member per instance; a live,
+// confirmed one stays in a 24-byte allocation (its offline state, or its
+// want of confirmation, is allocated apart).
 func TestMemberSize(t *testing.T) {
-	if size := unsafe.Sizeof(member{}); size > 32 {
-		t.Errorf("a member takes %d bytes, want at most 32", size)
+	if size := unsafe.Sizeof(member{}); size > 24 {
+		t.Errorf("a member takes %d bytes, want at most 24", size)
+	}
+	if size := unsafe.Sizeof(memberExtra{}); size > 24 {
+		t.Errorf("a member's extra takes %d bytes, want at most 24", size)
+	}
+}
+
+// TestMemberExtraConfirmed: a member an event added is unconfirmed (it has
+// an extra saying so) until the registry holds it; confirmed, a live one
+// with no offline to remember lets its extra go, and a tombstone, or one
+// back from an offline, keeps the offline's revision.
+func TestMemberExtraConfirmed(t *testing.T) {
+	m := newMembership()
+	now := m.epoch.Add(time.Minute)
+	m.event("a", "live", 1, true, fromEvent, 0, now)
+	m.event("a", "dead", 1, false, fromEvent, 7, now)
+	m.event("a", "back", 1, true, fromEvent, 0, now)
+	m.event("a", "back", 1, false, fromGossip, 8, now)
+	m.event("a", "back", 1, true, fromGossip, 8, now)
+	for _, id := range []string{"live", "dead", "back"} {
+		if mem := m.member("a", id); mem.confirmed() || mem.extra == nil {
+			t.Fatalf("%s: confirmed before the registry held it", id)
+		}
+	}
+	if m.nUnconfirmed != 3 || m.hasConfirmed("a") {
+		t.Fatalf("%d unconfirmed, want 3; confirmed in a: %v", m.nUnconfirmed, m.hasConfirmed("a"))
+	}
+	for _, id := range []string{"live", "dead", "back"} {
+		m.registered("a", id, 1, 5, now)
+	}
+	if m.nUnconfirmed != 0 || m.confirmedIn["a"] != 3 {
+		t.Fatalf("%d unconfirmed, %d confirmed; want 0 and 3", m.nUnconfirmed, m.confirmedIn["a"])
+	}
+	if mem := m.member("a", "live"); mem.extra != nil || !mem.live() || !mem.confirmed() || mem.rev != 5 {
+		t.Fatalf("live: %+v, extra %+v; want a confirmed live member without extra", mem, mem.extra)
+	}
+	if mem := m.member("a", "dead"); !mem.confirmed() || mem.live() || mem.offRev() != 7 {
+		t.Fatalf("dead: confirmed %v, live %v, offline revision %d; want a confirmed tombstone of revision 7", mem.confirmed(), mem.live(), mem.offRev())
+	}
+	if mem := m.member("a", "back"); !mem.confirmed() || !mem.live() || mem.offRev() != 8 {
+		t.Fatalf("back: confirmed %v, live %v, offline revision %d; want it live, its offline of revision 8 kept", mem.confirmed(), mem.live(), mem.offRev())
+	}
+	// The offline kept still orders an announced offline (max(8, 6)), and
+	// the member whose extra went takes a new one.
+	if m.event("a", "back", 1, false, fromEvent, 6, now) != applied || m.member("a", "back").offRev() != 8 {
+		t.Fatal("back: an announced offline does not keep the later offline revision")
+	}
+	if m.event("a", "live", 1, false, fromEvent, 9, now) != applied || m.member("a", "live").offRev() != 9 || m.member("a", "live").live() {
+		t.Fatal("live: an announced offline not recorded")
+	}
+	if m.registered("a", "live", 1, 9, now) != unchanged || m.registered("a", "live", 1, 10, now) != applied {
+		t.Fatal("live: the registry's writes are not ordered against its offline")
 	}
 }
 
@@ -191,11 +243,11 @@ func TestMemberOfflineStateLazy(t *testing.T) {
 		t.Fatalf("registered: %v", got)
 	}
 	cur := m.member("a", "i1")
-	if cur.offline != nil || cur.offRev() != 0 {
+	if cur.extra != nil || cur.offRev() != 0 {
 		t.Fatal("a live member has an offline state")
 	}
-	if got := m.event("a", "i1", 1, false, fromEvent, 20, t0.Add(time.Second)); got != applied || cur.offline == nil || cur.offRev() != 20 {
-		t.Fatalf("offline event: %v, offline state %+v", got, cur.offline)
+	if got := m.event("a", "i1", 1, false, fromEvent, 20, t0.Add(time.Second)); got != applied || cur.extra == nil || cur.offRev() != 20 {
+		t.Fatalf("offline event: %v, offline state %+v", got, cur.extra)
 	}
 	if got := m.registered("a", "i1", 1, 15, t0.Add(2*time.Second)); got != unchanged || cur.live() {
 		t.Fatalf("a write older than the offline: %v, live %v; want it offline", got, cur.live())
