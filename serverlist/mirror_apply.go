@@ -159,16 +159,16 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64, sw *scopeWatch) {
 		return
 	}
 	var next instanceList
-	var oldConn, curConn Connection
+	var oldConn, curConn connKey
 	if had {
-		oldConn = old.connection()
+		oldConn = old.connKey()
 	}
 	if remove {
 		next = ids.without(id)
 		m.instances.Add(-1)
 	} else {
 		ne := m.compact(in, id, m.valueSum(e.Value()), rev, c.regional)
-		curConn = ne.connection()
+		curConn = ne.connKey()
 		next = ids.with(ne)
 		if !had {
 			m.instances.Add(1)

@@ -209,11 +209,15 @@ func TestMirrorVersions(t *testing.T) {
 // modified.
 func TestConnIndexOneAndMore(t *testing.T) {
 	var x connIndex
-	c, other := Connection{ServerID: "S", ClientID: 1}, Connection{ServerID: "S", ClientID: 2}
+	c, other := connKey{x.intern("S"), 1}, connKey{x.intern("S"), 2}
+	if c.server != other.server {
+		t.Fatal("one server ID interned twice")
+	}
+	conn := func(k connKey) Connection { return Connection{ServerID: *k.server, ClientID: k.client} }
 	a, b, d := instanceKey{"s", "a"}, instanceKey{"s", "b"}, instanceKey{"s", "d"}
 	check := func(step string, want ...instanceKey) {
 		t.Helper()
-		got := slices.Clone(x.keys(c))
+		got := slices.Clone(x.keys(conn(c)))
 		slices.SortFunc(got, func(p, q instanceKey) int { return strings.Compare(p.id, q.id) })
 		if !slices.Equal(got, want) {
 			t.Fatalf("%s: keys %v, want %v", step, got, want)
@@ -224,23 +228,23 @@ func TestConnIndexOneAndMore(t *testing.T) {
 			t.Fatalf("%s: in one %v, in more %v, for %d records", step, inOne, inMore, len(want))
 		}
 	}
-	x.update(a.service, a.id, Connection{}, c)
+	x.update(a.service, a.id, connKey{}, c)
 	check("one record", a)
-	x.update(b.service, b.id, Connection{}, c)
+	x.update(b.service, b.id, connKey{}, c)
 	check("two", a, b)
-	held := x.keys(c)
-	x.update(d.service, d.id, Connection{}, c)
+	held := x.keys(conn(c))
+	x.update(d.service, d.id, connKey{}, c)
 	check("three", a, b, d)
 	if len(held) != 2 {
 		t.Fatalf("a reader's slice changed: %v", held)
 	}
 	x.update(a.service, a.id, c, other)
 	check("a moved away", b, d)
-	x.update(d.service, d.id, c, Connection{})
+	x.update(d.service, d.id, c, connKey{})
 	check("d removed", b)
-	x.update(b.service, b.id, c, Connection{})
+	x.update(b.service, b.id, c, connKey{})
 	check("none")
-	if got := x.keys(other); !slices.Equal(got, []instanceKey{a}) {
+	if got := x.keys(conn(other)); !slices.Equal(got, []instanceKey{a}) {
 		t.Fatalf("other: %v", got)
 	}
 }

@@ -371,10 +371,10 @@ func (m *Mirror) swapService(service string, ids map[string]*mirrorEntry, rev ui
 	}
 	m.state.Store(&mirrorState{services: services})
 	for _, e := range before {
-		m.conns.update(service, e.rec.id, e.connection(), Connection{})
+		m.conns.update(service, e.rec.id, e.connKey(), connKey{})
 	}
 	for id, e := range ids {
-		m.conns.update(service, id, Connection{}, e.connection())
+		m.conns.update(service, id, connKey{}, e.connKey())
 	}
 	m.instances.Add(int64(len(ids) - len(before)))
 	m.syncs.Add(1)
@@ -397,7 +397,7 @@ func (m *Mirror) dropService(service string) {
 	delete(services, service)
 	m.state.Store(&mirrorState{services: services})
 	for _, e := range before {
-		m.conns.update(service, e.rec.id, e.connection(), Connection{})
+		m.conns.update(service, e.rec.id, e.connKey(), connKey{})
 	}
 	m.instances.Add(-int64(len(before)))
 }
