@@ -214,12 +214,21 @@ func TestConnIndexOneAndMore(t *testing.T) {
 		t.Fatal("one server ID interned twice")
 	}
 	conn := func(k connKey) Connection { return Connection{ServerID: *k.server, ClientID: k.client} }
-	a, b, d := instanceKey{"s", "a"}, instanceKey{"s", "b"}, instanceKey{"s", "d"}
-	check := func(step string, want ...instanceKey) {
+	const service = "s"
+	ids := func(c connKey) []string {
+		var out []string
+		for _, k := range x.keys(conn(c)) {
+			if *k.service != service || k.service != x.services[service] {
+				t.Fatalf("key %q/%s: service not the interned %q", *k.service, k.id, service)
+			}
+			out = append(out, k.id)
+		}
+		slices.Sort(out)
+		return out
+	}
+	check := func(step string, want ...string) {
 		t.Helper()
-		got := slices.Clone(x.keys(conn(c)))
-		slices.SortFunc(got, func(p, q instanceKey) int { return strings.Compare(p.id, q.id) })
-		if !slices.Equal(got, want) {
+		if got := ids(c); !slices.Equal(got, want) {
 			t.Fatalf("%s: keys %v, want %v", step, got, want)
 		}
 		_, inOne := x.one[c]
@@ -228,24 +237,72 @@ func TestConnIndexOneAndMore(t *testing.T) {
 			t.Fatalf("%s: in one %v, in more %v, for %d records", step, inOne, inMore, len(want))
 		}
 	}
-	x.update(a.service, a.id, connKey{}, c)
-	check("one record", a)
-	x.update(b.service, b.id, connKey{}, c)
-	check("two", a, b)
+	x.update(service, "a", connKey{}, c)
+	check("one record", "a")
+	x.update(service, "b", connKey{}, c)
+	check("two", "a", "b")
 	held := x.keys(conn(c))
-	x.update(d.service, d.id, connKey{}, c)
-	check("three", a, b, d)
+	x.update(service, "d", connKey{}, c)
+	check("three", "a", "b", "d")
 	if len(held) != 2 {
 		t.Fatalf("a reader's slice changed: %v", held)
 	}
-	x.update(a.service, a.id, c, other)
-	check("a moved away", b, d)
-	x.update(d.service, d.id, c, connKey{})
-	check("d removed", b)
-	x.update(b.service, b.id, c, connKey{})
+	x.update(service, "a", c, other)
+	check("a moved away", "b", "d")
+	x.update(service, "d", c, connKey{})
+	check("d removed", "b")
+	x.update(service, "b", c, connKey{})
 	check("none")
-	if got := x.keys(conn(other)); !slices.Equal(got, []instanceKey{a}) {
+	if got := ids(other); !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("other: %v", got)
+	}
+}
+
+// TestConnIndexRebuild: a rebuild keeps the interned server IDs and
+// service names of the records it indexes, forgets the others, and the
+// records compacted after it are found under the same IDs, whether the
+// rebuild kept them or forgot them.
+func TestConnIndexRebuild(t *testing.T) {
+	var m Mirror
+	on := func(service, id, server string, client uint64) *mirrorEntry {
+		in := Instance{Service: service, InstanceID: id, Host: "h", Port: 1, NATSServerID: server, NATSClientID: client}
+		return m.compact(in, id, valueSum{}, 1, false)
+	}
+	found := func(c Connection) []string {
+		var out []string
+		for _, k := range m.conns.keys(c) {
+			out = append(out, *k.service+"/"+k.id)
+		}
+		slices.Sort(out)
+		return out
+	}
+	gone := on("s", "a", "S", 1)
+	m.conns.update("s", "a", connKey{}, gone.connKey())
+	kept := on("t", "b", "T", 2)
+	m.conns.rebuild(map[string]map[string]*mirrorEntry{"t": {"b": kept}})
+	if got := found(Connection{ServerID: "S", ClientID: 1}); got != nil {
+		t.Fatalf("after the rebuild, S/1 holds %v", got)
+	}
+	if _, ok := m.conns.servers["S"]; ok {
+		t.Fatal("the rebuild kept a server ID no record names")
+	}
+	if _, ok := m.conns.services["s"]; ok {
+		t.Fatal("the rebuild kept a service name no record names")
+	}
+	if got := found(Connection{ServerID: "T", ClientID: 2}); !slices.Equal(got, []string{"t/b"}) {
+		t.Fatalf("after the rebuild, T/2 holds %v", got)
+	}
+	again, more := on("s", "a", "S", 1), on("t", "c", "T", 3)
+	if more.connKey().server != kept.connKey().server {
+		t.Fatal("a server ID the rebuild kept was interned again")
+	}
+	m.conns.update("s", "a", connKey{}, again.connKey())
+	m.conns.update("t", "c", connKey{}, more.connKey())
+	if got := found(Connection{ServerID: "S", ClientID: 1}); !slices.Equal(got, []string{"s/a"}) {
+		t.Fatalf("S/1 holds %v", got)
+	}
+	if got := found(Connection{ServerID: "T", ClientID: 3}); !slices.Equal(got, []string{"t/c"}) {
+		t.Fatalf("T/3 holds %v", got)
 	}
 }
 
