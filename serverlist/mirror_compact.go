@@ -311,7 +311,10 @@ func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64, regio
 		ext.gossipNode, e.rec.gossipDefault = "", true
 	}
 	if ext != (recordExt{}) {
-		e.rec.ext = &ext
+		// A copy: taking ext's address would move it to the heap for
+		// every record, bare ones included.
+		e.rec.ext = new(recordExt)
+		*e.rec.ext = ext
 	}
 	e.rev.Store(rev)
 	return e

@@ -399,5 +399,14 @@ func TestRecordExtension(t *testing.T) {
 		if tc.name != "bare" && !tc.regional && (sameInstance(e, m.compact(bare, id, valueSum{}, 2, false)) || e.holds(bare)) {
 			t.Errorf("%s: the same instance as the bare one", tc.name)
 		}
+		// The entry, and its extension if it has one: nothing more (its
+		// zone and server ID are the mirror's already).
+		allocs := 1.0
+		if tc.ext {
+			allocs = 2
+		}
+		if a := testing.AllocsPerRun(100, func() { m.compact(tc.in, id, valueSum{}, 1, tc.regional) }); a != allocs {
+			t.Errorf("%s: %v allocations, want %v", tc.name, a, allocs)
+		}
 	}
 }

@@ -96,7 +96,8 @@ func (x *connIndex) intern(serverID string) *string {
 	if s, ok := x.servers[serverID]; ok {
 		return s
 	}
-	s := &serverID
+	s := new(string) // not &serverID, which would move it to the heap on every call
+	*s = serverID
 	x.mu.Lock() // readers look IDs up (keys)
 	defer x.mu.Unlock()
 	if x.servers == nil {
