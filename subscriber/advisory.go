@@ -419,7 +419,6 @@ func (s *Subscriber) probeAfterAdvisory(e serverlist.Entry, a disconnectAdvisory
 		return
 	}
 	if s.advisoryGone(e) {
-		s.adv.removals.Add(1)
 		log(s.log.Info()).AnErr("probe_error", err).Msg("advisory: the instance's NATS connection closed and a probe found it dead: removed")
 	} else {
 		log(s.dropLog.Debug()).Uint64("revision", e.Revision).AnErr("probe_error", err).
@@ -445,7 +444,8 @@ func (s *Subscriber) probe(addr string) (ProbeOutcome, error) {
 
 // advisoryGone takes the instance of e offline for e's incarnation and
 // record revision: a later write of its record brings it back. It reports
-// whether the live set changed.
+// whether the live set changed, and counts the removal before the
+// delivery it causes (a reader that saw the delivery sees the count).
 func (s *Subscriber) advisoryGone(e serverlist.Entry) bool {
 	s.mu.Lock()
 	out := s.table.crashed(e.Service, e.InstanceID, e.Incarnation, e.Revision, time.Now())
@@ -456,6 +456,7 @@ func (s *Subscriber) advisoryGone(e serverlist.Entry) bool {
 	if out != applied {
 		return false
 	}
+	s.adv.removals.Add(1)
 	s.markDirty(e.Service)
 	return true
 }
