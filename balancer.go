@@ -56,7 +56,7 @@ func (v Balancer) Nearest() []*balancer.Server {
 // those of the others that are ejected.
 func (v Balancer) reachable() (reachable, ejected int) {
 	for _, s := range v.b.ReachableServers() {
-		switch st := s.Stats(); {
+		switch st := s.PeekStats(); {
 		case st.Ejected():
 			ejected++
 		case !st.CircuitTripped():
@@ -67,7 +67,7 @@ func (v Balancer) reachable() (reachable, ejected int) {
 }
 
 func unreachable(s *balancer.Server) bool {
-	st := s.Stats()
+	st := s.PeekStats()
 	return st.CircuitTripped() || st.Ejected()
 }
 

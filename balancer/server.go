@@ -181,8 +181,8 @@ func (s *Server) String() string {
 // Stats returns the live statistics of the instance, or nil for a Server that
 // does not come from a balancer. A balancer allocates a server's
 // statistics at its first request; Stats allocates them for one that has
-// had none (80 bytes), so that the pointer it returns stays live.
-// CircuitTripped reads them without.
+// had none (80 bytes), so that the pointer it returns stays live. To read
+// the statistics of many servers (a dashboard, a count), use PeekStats.
 func (s *Server) Stats() *ServerStats {
 	if s.inst == nil {
 		return nil
@@ -190,11 +190,16 @@ func (s *Server) Stats() *ServerStats {
 	return s.inst.own()
 }
 
-// CircuitTripped reports whether the instance's circuit breaker is open
-// (ServerStats.CircuitTripped), false for a Server that does not come
-// from a balancer. Unlike Stats it never allocates.
-func (s *Server) CircuitTripped() bool {
-	return s.inst != nil && s.inst.view().CircuitTripped()
+// PeekStats returns the instance's statistics to read now, without
+// allocating: its own once it has had a request (or a Stats call), else
+// zero statistics shared by its balancer's servers that have had none,
+// which never change. Read it at once; keep Stats instead. Nil for a
+// Server that does not come from a balancer.
+func (s *Server) PeekStats() *ServerStats {
+	if s.inst == nil {
+		return nil
+	}
+	return s.inst.view()
 }
 
 // Alive reports whether the instance is alive and ready to serve: not marked

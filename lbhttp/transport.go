@@ -529,7 +529,7 @@ func (r *roundTrip) nextServer(ctx context.Context) *balancer.Server {
 	// a custom rule): fail over at random among the healthy others.
 	var candidates []*balancer.Server
 	for _, s := range b.ReachableServersFor(ctx) {
-		if !slices.Contains(r.failed, s.ID) && !s.CircuitTripped() {
+		if !slices.Contains(r.failed, s.ID) && !s.PeekStats().CircuitTripped() {
 			candidates = append(candidates, s)
 		}
 	}

@@ -177,7 +177,7 @@ func (g *Gateway) serviceState(name string) (ServiceState, bool) {
 	}
 	var total int64
 	for _, s := range b.Servers() {
-		stats := s.Stats()
+		stats := s.PeekStats()
 		rt, _ := stats.ResponseTime()
 		srv := ServerState{
 			ID: s.ID, Addr: s.Addr(), Scheme: s.URLScheme(), Zone: s.Zone, Region: s.Region, Metadata: s.Metadata, Alive: s.Alive(),

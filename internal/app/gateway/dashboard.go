@@ -214,7 +214,7 @@ func (d *dashboard) markBusyServices() {
 		var fp uint64
 		all := b.Servers()
 		for _, s := range all {
-			st := s.Stats()
+			st := s.PeekStats()
 			fp = fp*31 + uint64(st.Requests())*7 + uint64(st.ActiveRequests())*13 + uint64(st.SuccessiveFailures())
 			if st.CircuitTripped() {
 				fp++

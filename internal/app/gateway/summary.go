@@ -102,7 +102,7 @@ func (g *Gateway) serviceSummary(name string) (ServiceSummary, bool) {
 		sum.Instances++
 		switch {
 		case !s.Alive():
-		case s.CircuitTripped():
+		case s.PeekStats().CircuitTripped():
 			sum.Tripped++
 		default:
 			sum.Up++
