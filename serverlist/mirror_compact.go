@@ -9,6 +9,7 @@ package serverlist
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"slices"
 	"strconv"
 	"strings"
@@ -227,7 +228,7 @@ type record struct {
 	secure       bool
 	// gossipDefault: the instance's gossip node has the name gossip gives
 	// it by default, which the record derives instead of keeping it
-	// (recordExt.gossipNode is then empty): see defaultGossipNode. Kept
+	// (extStrings.gossipNode is then empty): see defaultGossipNode. Kept
 	// here, where it takes a byte of padding, so that the flag alone
 	// needs no extension.
 	gossipDefault bool
@@ -242,10 +243,31 @@ type record struct {
 // in the record they took 72 bytes of every entry, which then needed 160;
 // a pointer (nil for none) takes 8, so a bare entry takes 96, and one
 // that carries them 96 and this extension's 64.
+//
+// The owner a publisher writes (hex of 12 random bytes, 24 characters:
+// publisher.newOwner; the scale fleet writes 32) is unique to its process,
+// so the interner cannot share it: kept as a string, it took an allocation
+// of its own (24 or 32 bytes) besides its 16-byte header, 3.2 MB of
+// 100,000 announce records. Lowercase hex of at most 32 characters is kept
+// as the bytes it encodes (owner, ownerLen: 17 bytes in place of the
+// header) and encoded again when read (ownerString: the same string); any
+// other owner (upper case, an odd length or more than 32 characters), and
+// a gossip node that does not have the default name, are kept as strings
+// in extStrings (32 bytes, allocated only for them), which the records of
+// announce and a publisher do not need.
 type recordExt struct {
-	owner, gossipNode, gossipAddr string
-	natsServer                    *string // nil for none; interned (connIndex.intern)
-	natsClient                    uint64
+	owner      [16]byte    // the owner's bytes, when ownerLen is not 0 (packOwner)
+	more       *extStrings // nil when its fields are empty; never modified
+	gossipAddr string
+	natsServer *string // nil for none; interned (connIndex.intern)
+	natsClient uint64
+	ownerLen   uint8 // 0: the owner is more.owner
+}
+
+// extStrings holds the fields of a record's extension that it keeps as
+// strings, those that do not take a smaller form (recordExt).
+type extStrings struct {
+	owner, gossipNode string
 }
 
 // extra returns the record's extension, its zero value for none.
@@ -254,6 +276,54 @@ func (r *record) extra() recordExt {
 		return recordExt{}
 	}
 	return *r.ext
+}
+
+// strs returns the extension's strings, their zero value for none.
+func (x *recordExt) strs() extStrings {
+	if x.more == nil {
+		return extStrings{}
+	}
+	return *x.more
+}
+
+// ownerString returns the record's owner.
+func (x *recordExt) ownerString() string {
+	if x.ownerLen == 0 {
+		return x.strs().owner
+	}
+	var b [32]byte
+	hex.Encode(b[:], x.owner[:x.ownerLen])
+	return string(b[:2*x.ownerLen])
+}
+
+// packOwner returns the bytes owner encodes and their number when owner
+// is lowercase hex of 2 to 32 characters, an even number, which
+// hex.Encode gives back exactly; n is 0 for any other owner (upper case,
+// another length, empty), which the record keeps as a string.
+func packOwner(owner string) (b [16]byte, n uint8) {
+	if owner == "" || len(owner)%2 != 0 || len(owner) > 2*len(b) {
+		return b, 0
+	}
+	for i := 0; i < len(owner); i += 2 {
+		hi, lo := hexDigit(owner[i]), hexDigit(owner[i+1])
+		if hi < 0 || lo < 0 {
+			return [16]byte{}, 0
+		}
+		b[i/2] = byte(hi<<4 | lo)
+	}
+	return b, uint8(len(owner) / 2)
+}
+
+// hexDigit returns the value of a lowercase hex digit, -1 for any other
+// byte.
+func hexDigit(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c-'a') + 10
+	}
+	return -1
 }
 
 // defaultGossipNode is the gossip node name of an instance that names
@@ -299,7 +369,7 @@ func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64, regio
 		regional: regional,
 	}, sum: sum}
 	ext := recordExt{
-		owner: in.Owner, gossipNode: in.GossipNode, gossipAddr: in.GossipAddr,
+		gossipAddr: in.GossipAddr,
 		natsServer: m.conns.intern(in.NATSServerID), natsClient: in.NATSClientID,
 	}
 	if regional {
@@ -307,8 +377,18 @@ func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64, regio
 		// region's (a copy is written without it; this keeps it so).
 		ext.natsServer, ext.natsClient = nil, 0
 	}
+	var more extStrings
+	if ext.owner, ext.ownerLen = packOwner(in.Owner); ext.ownerLen == 0 {
+		more.owner = in.Owner
+	}
 	if isDefaultGossipNode(in.GossipNode, in.Service, id, in.Incarnation) {
-		ext.gossipNode, e.rec.gossipDefault = "", true
+		e.rec.gossipDefault = true
+	} else {
+		more.gossipNode = in.GossipNode
+	}
+	if more != (extStrings{}) {
+		ext.more = new(extStrings) // a copy, as for ext below
+		*ext.more = more
 	}
 	if ext != (recordExt{}) {
 		// A copy: taking ext's address would move it to the heap for
@@ -327,7 +407,7 @@ func (e *mirrorEntry) base(service string) Instance {
 	in := Instance{
 		Service: service, InstanceID: r.id, Host: r.host, Port: int(r.port), Secure: r.secure,
 		Zone: r.place.zoneName(), Region: r.place.regionName(), Weight: int(r.weight), Incarnation: r.incarnation,
-		GossipNode: x.gossipNode, GossipAddr: x.gossipAddr, Owner: x.owner,
+		GossipNode: x.strs().gossipNode, GossipAddr: x.gossipAddr, Owner: x.ownerString(),
 		NATSServerID: x.serverID(), NATSClientID: x.natsClient,
 	}
 	if r.gossipDefault {

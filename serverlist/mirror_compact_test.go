@@ -364,20 +364,22 @@ func TestRecordExtension(t *testing.T) {
 		in       Instance
 		regional bool
 		ext      bool
+		strs     bool // extStrings kept
 	}{
-		{"bare", bare, false, false},
-		{"owner", with(func(in *Instance) { in.Owner = "3f9c0a7e5b1d2c4e3f9c0a7e5b1d2c4e" }), false, true},
-		{"gossip node", with(func(in *Instance) { in.GossipNode = "node-a" }), false, true},
-		{"default gossip node", with(func(in *Instance) { in.GossipNode = defaultGossipNode(service, id, 7) }), false, false},
-		{"gossip address", with(func(in *Instance) { in.GossipAddr = "10.0.0.1:7946" }), false, true},
-		{"server", with(func(in *Instance) { in.NATSServerID = "NSERVER" }), false, true},
-		{"client", with(func(in *Instance) { in.NATSClientID = 9 }), false, true},
-		{"regional connection", with(func(in *Instance) { in.NATSServerID, in.NATSClientID = "NSERVER", 9 }), true, false},
-		{"regional owner", with(func(in *Instance) { in.Owner, in.NATSServerID, in.NATSClientID = "o", "NSERVER", 9 }), true, true},
+		{"bare", bare, false, false, false},
+		{"owner", with(func(in *Instance) { in.Owner = "3f9c0a7e5b1d2c4e3f9c0a7e5b1d2c4e" }), false, true, false},
+		{"owner not in hex", with(func(in *Instance) { in.Owner = "3F9C0A7E5B1D2C4E3F9C0A7E5B1D2C4E" }), false, true, true},
+		{"gossip node", with(func(in *Instance) { in.GossipNode = "node-a" }), false, true, true},
+		{"default gossip node", with(func(in *Instance) { in.GossipNode = defaultGossipNode(service, id, 7) }), false, false, false},
+		{"gossip address", with(func(in *Instance) { in.GossipAddr = "10.0.0.1:7946" }), false, true, false},
+		{"server", with(func(in *Instance) { in.NATSServerID = "NSERVER" }), false, true, false},
+		{"client", with(func(in *Instance) { in.NATSClientID = 9 }), false, true, false},
+		{"regional connection", with(func(in *Instance) { in.NATSServerID, in.NATSClientID = "NSERVER", 9 }), true, false, false},
+		{"regional owner", with(func(in *Instance) { in.Owner, in.NATSServerID, in.NATSClientID = "o", "NSERVER", 9 }), true, true, true},
 		{"announce", with(func(in *Instance) {
 			in.Owner, in.GossipNode, in.GossipAddr = "3f9c0a7e5b1d2c4e3f9c0a7e5b1d2c4e", defaultGossipNode(service, id, 7), "10.0.0.1:7946"
 			in.NATSServerID, in.NATSClientID = "NSERVER", 9
-		}), false, true},
+		}), false, true, false},
 	} {
 		e := m.compact(tc.in, id, valueSum{}, 1, tc.regional)
 		if (e.rec.ext != nil) != tc.ext {
@@ -399,14 +401,87 @@ func TestRecordExtension(t *testing.T) {
 		if tc.name != "bare" && !tc.regional && (sameInstance(e, m.compact(bare, id, valueSum{}, 2, false)) || e.holds(bare)) {
 			t.Errorf("%s: the same instance as the bare one", tc.name)
 		}
-		// The entry, and its extension if it has one: nothing more (its
-		// zone and server ID are the mirror's already).
+		// The entry, its extension if it has one and the extension's
+		// strings if it keeps any (an owner not in hex, a gossip node
+		// not named by default): nothing more (its zone and server ID
+		// are the mirror's already).
 		allocs := 1.0
 		if tc.ext {
 			allocs = 2
 		}
+		if tc.strs {
+			allocs = 3
+		}
+		if got := e.rec.ext != nil && e.rec.ext.more != nil; got != tc.strs {
+			t.Errorf("%s: strings kept apart: %v, want %v", tc.name, got, tc.strs)
+		}
 		if a := testing.AllocsPerRun(100, func() { m.compact(tc.in, id, valueSum{}, 1, tc.regional) }); a != allocs {
 			t.Errorf("%s: %v allocations, want %v", tc.name, a, allocs)
+		}
+	}
+}
+
+// TestPackedOwner: an owner in lowercase hex of at most 32 characters (a
+// publisher's token: 24) is kept as the bytes it encodes and read back
+// identical; any other (upper or mixed case, an odd or greater length, not
+// hex) is kept as it is. Owners that differ only in case or length are
+// never the same.
+func TestPackedOwner(t *testing.T) {
+	const service, id = "orders", "10.0.0.1:orders:8080"
+	owners := []struct {
+		owner string
+		n     uint8 // bytes kept; 0: kept as a string
+	}{
+		{"3f9c0a7e5b1d2c4e3f9c0a7e5b1d2c4e", 16},
+		{"00000000000000000000000000000000", 16},
+		{"ffffffffffffffffffffffffffffffff", 16},
+		{"0123456789abcdef01234567", 12}, // publisher.newOwner's length
+		{"0123456789abcdef0123456789abcdef", 16},
+		{"0a", 1},
+		{"3F9C0A7E5B1D2C4E3F9C0A7E5B1D2C4E", 0},
+		{"3f9c0a7e5b1d2c4e3f9c0a7e5b1d2c4E", 0},
+		{"3f9c0a7e5b1d2c4e3f9c0a7e5b1d2c4e00", 0}, // 34 characters
+		{"3f9c0a7e5b1d2c4e3f9c0a7e5b1d2c4", 0},    // 31
+		{"3f9c0a7e5b1d2c4e3f9c0a7e5b1d2c4g", 0},
+		{"3f9c0a7e-5b1d-2c4e-3f9c-0a7e5b1d2c4e", 0},
+		{"a", 0},
+		{"o", 0},
+		{"", 0},
+	}
+	var m Mirror
+	var entries []*mirrorEntry
+	for _, tc := range owners {
+		in := Instance{Service: service, InstanceID: id, Host: "10.0.0.1", Port: 8080, Incarnation: 7, Owner: tc.owner}
+		e := m.compact(in, id, valueSum{}, 1, false)
+		var n uint8
+		if e.rec.ext != nil {
+			n = e.rec.ext.ownerLen
+		}
+		if n != tc.n {
+			t.Errorf("%q: %d bytes kept, want %d", tc.owner, n, tc.n)
+		}
+		if got := e.instance(service); got.Owner != tc.owner || !got.Equal(in) || !e.holds(in) {
+			t.Errorf("%q: read back owner %q", tc.owner, got.Owner)
+		}
+		if tc.n != 0 {
+			// The owner's string, nothing more: its hex is encoded on
+			// the stack.
+			if a := testing.AllocsPerRun(100, func() { _ = e.base(service) }); a != 1 {
+				t.Errorf("%q: base allocates %v times, want 1", tc.owner, a)
+			}
+		}
+		entries = append(entries, e)
+	}
+	for i, a := range entries {
+		for j, b := range entries {
+			if same := sameInstance(a, b); same != (i == j) {
+				t.Errorf("owners %q and %q: the same instance: %v", owners[i].owner, owners[j].owner, same)
+			}
+			other := a.instance(service)
+			other.Owner = owners[j].owner
+			if held := a.holds(other); held != (i == j) {
+				t.Errorf("owner %q holds one of owner %q: %v", owners[i].owner, owners[j].owner, held)
+			}
 		}
 	}
 }
