@@ -242,7 +242,8 @@ type record struct {
 // NATS connection, which announce and a publisher's gossip fill in. Kept
 // in the record they took 72 bytes of every entry, which then needed 160;
 // a pointer (nil for none) takes 8, so a bare entry takes 96, and one
-// that carries them 96 and this extension's 64.
+// that carries them 96 and this extension's 48 (64 with the owner and
+// gossip address as strings, and their own allocations beside).
 //
 // The owner a publisher writes (hex of 12 random bytes, 24 characters:
 // publisher.newOwner; the scale fleet writes 32) is unique to its process,
@@ -253,21 +254,30 @@ type record struct {
 // header) and encoded again when read (ownerString: the same string); any
 // other owner (upper case, an odd length or more than 32 characters), and
 // a gossip node that does not have the default name, are kept as strings
-// in extStrings (32 bytes, allocated only for them), which the records of
+// in extStrings (48 bytes, allocated only for them), which the records of
 // announce and a publisher do not need.
+//
+// The gossip address ("host:port" of the instance's gossip node, which
+// announce advertises on the address it reaches its peers from) is
+// unique to its record too, and mostly the record's host with another
+// port: kept as a string, it took 16 to 24 bytes besides its header
+// (some 2 MB of 100,000 announce records). An address that is
+// the record's host and a port, as net.JoinHostPort writes them (IPv6 in
+// brackets), is kept as its port (gossipPort) and written again when read
+// (gossipAddrOf); any other stays a string in extStrings.
 type recordExt struct {
 	owner      [16]byte    // the owner's bytes, when ownerLen is not 0 (packOwner)
 	more       *extStrings // nil when its fields are empty; never modified
-	gossipAddr string
-	natsServer *string // nil for none; interned (connIndex.intern)
+	natsServer *string     // nil for none; interned (connIndex.intern)
 	natsClient uint64
-	ownerLen   uint8 // 0: the owner is more.owner
+	gossipPort uint16 // 0: the gossip address is more.gossipAddr
+	ownerLen   uint8  // 0: the owner is more.owner
 }
 
 // extStrings holds the fields of a record's extension that it keeps as
 // strings, those that do not take a smaller form (recordExt).
 type extStrings struct {
-	owner, gossipNode string
+	owner, gossipNode, gossipAddr string
 }
 
 // extra returns the record's extension, its zero value for none.
@@ -294,6 +304,57 @@ func (x *recordExt) ownerString() string {
 	var b [32]byte
 	hex.Encode(b[:], x.owner[:x.ownerLen])
 	return string(b[:2*x.ownerLen])
+}
+
+// gossipAddress returns the record's gossip address; host is the
+// record's.
+func (x *recordExt) gossipAddress(host string) string {
+	if x.gossipPort == 0 {
+		return x.strs().gossipAddr
+	}
+	return gossipAddrOf(host, x.gossipPort)
+}
+
+// gossipAddrOf is net.JoinHostPort(host, port) in one allocation.
+func gossipAddrOf(host string, port uint16) string {
+	var b [5]byte
+	p := strconv.AppendUint(b[:0], uint64(port), 10)
+	if strings.IndexByte(host, ':') >= 0 {
+		return "[" + host + "]:" + string(p)
+	}
+	return host + ":" + string(p)
+}
+
+// gossipPortOf returns port when addr is gossipAddrOf(host, port), a port
+// of 1 to 65535 in decimal without a leading zero, and 0 for any other
+// address (another host, the host's other spellings, port 0, none), which
+// the record keeps as a string.
+func gossipPortOf(addr, host string) uint16 {
+	rest, ok := addr, true
+	if strings.IndexByte(host, ':') >= 0 {
+		if rest, ok = strings.CutPrefix(rest, "["); ok {
+			if rest, ok = strings.CutPrefix(rest, host); ok {
+				rest, ok = strings.CutPrefix(rest, "]:")
+			}
+		}
+	} else if rest, ok = strings.CutPrefix(rest, host); ok {
+		rest, ok = strings.CutPrefix(rest, ":")
+	}
+	if !ok || rest == "" || len(rest) > 5 || rest[0] == '0' {
+		return 0
+	}
+	port := 0
+	for i := 0; i < len(rest); i++ {
+		c := rest[i]
+		if c < '0' || c > '9' {
+			return 0
+		}
+		port = port*10 + int(c-'0')
+	}
+	if port > 65535 {
+		return 0
+	}
+	return uint16(port)
 }
 
 // packOwner returns the bytes owner encodes and their number when owner
@@ -368,10 +429,7 @@ func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64, regio
 		port: uint16(in.Port), weight: uint16(in.Weight), secure: in.Secure,
 		regional: regional,
 	}, sum: sum}
-	ext := recordExt{
-		gossipAddr: in.GossipAddr,
-		natsServer: m.conns.intern(in.NATSServerID), natsClient: in.NATSClientID,
-	}
+	ext := recordExt{natsServer: m.conns.intern(in.NATSServerID), natsClient: in.NATSClientID}
 	if regional {
 		// Another region's connection: its advisories are not this
 		// region's (a copy is written without it; this keeps it so).
@@ -380,6 +438,9 @@ func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64, regio
 	var more extStrings
 	if ext.owner, ext.ownerLen = packOwner(in.Owner); ext.ownerLen == 0 {
 		more.owner = in.Owner
+	}
+	if ext.gossipPort = gossipPortOf(in.GossipAddr, in.Host); ext.gossipPort == 0 {
+		more.gossipAddr = in.GossipAddr
 	}
 	if isDefaultGossipNode(in.GossipNode, in.Service, id, in.Incarnation) {
 		e.rec.gossipDefault = true
@@ -407,7 +468,7 @@ func (e *mirrorEntry) base(service string) Instance {
 	in := Instance{
 		Service: service, InstanceID: r.id, Host: r.host, Port: int(r.port), Secure: r.secure,
 		Zone: r.place.zoneName(), Region: r.place.regionName(), Weight: int(r.weight), Incarnation: r.incarnation,
-		GossipNode: x.strs().gossipNode, GossipAddr: x.gossipAddr, Owner: x.ownerString(),
+		GossipNode: x.strs().gossipNode, GossipAddr: x.gossipAddress(r.host), Owner: x.ownerString(),
 		NATSServerID: x.serverID(), NATSClientID: x.natsClient,
 	}
 	if r.gossipDefault {

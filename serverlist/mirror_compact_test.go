@@ -3,7 +3,9 @@ package serverlist
 import (
 	"fmt"
 	"maps"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
@@ -41,8 +43,12 @@ func TestMirrorSharesRepeatedStrings(t *testing.T) {
 	if size := unsafe.Sizeof(mirrorEntry{}); size > 96 {
 		t.Errorf("a mirror entry takes %d bytes, want at most 96", size)
 	}
-	if size := unsafe.Sizeof(recordExt{}); size > 64 {
-		t.Errorf("a record's extension takes %d bytes, want at most 64", size)
+	// The extension's: 64 with the owner and the gossip address as
+	// strings (and their bytes besides), 48 with the owner's bytes and
+	// the address's port in their place, the strings that take no
+	// smaller form apart (extStrings).
+	if size := unsafe.Sizeof(recordExt{}); size > 48 {
+		t.Errorf("a record's extension takes %d bytes, want at most 48", size)
 	}
 
 	// Readers get a map of their own.
@@ -372,6 +378,7 @@ func TestRecordExtension(t *testing.T) {
 		{"gossip node", with(func(in *Instance) { in.GossipNode = "node-a" }), false, true, true},
 		{"default gossip node", with(func(in *Instance) { in.GossipNode = defaultGossipNode(service, id, 7) }), false, false, false},
 		{"gossip address", with(func(in *Instance) { in.GossipAddr = "10.0.0.1:7946" }), false, true, false},
+		{"gossip address of another host", with(func(in *Instance) { in.GossipAddr = "10.0.0.2:7946" }), false, true, true},
 		{"server", with(func(in *Instance) { in.NATSServerID = "NSERVER" }), false, true, false},
 		{"client", with(func(in *Instance) { in.NATSClientID = 9 }), false, true, false},
 		{"regional connection", with(func(in *Instance) { in.NATSServerID, in.NATSClientID = "NSERVER", 9 }), true, false, false},
@@ -483,5 +490,93 @@ func TestPackedOwner(t *testing.T) {
 				t.Errorf("owner %q holds one of owner %q: %v", owners[i].owner, owners[j].owner, held)
 			}
 		}
+	}
+}
+
+// TestPackedGossipAddr: a gossip address that is the record's host and a
+// port, as net.JoinHostPort writes them (IPv6 in brackets), is kept as its
+// port and read back identical; any other is kept as it is. Addresses that
+// differ in any byte are never the same.
+func TestPackedGossipAddr(t *testing.T) {
+	const service, id = "orders", "i-1"
+	addrs := []struct {
+		host, addr string
+		port       uint16 // kept; 0: kept as a string
+	}{
+		{"10.0.0.1", "10.0.0.1:7946", 7946},
+		{"10.0.0.1", "10.0.0.1:1", 1},
+		{"10.0.0.1", "10.0.0.1:65535", 65535},
+		{"10.0.0.1", "10.0.0.1:65536", 0},
+		{"10.0.0.1", "10.0.0.1:100000", 0},
+		{"10.0.0.1", "10.0.0.1:0", 0},
+		{"10.0.0.1", "10.0.0.1:07946", 0},
+		{"10.0.0.1", "10.0.0.1:+7946", 0},
+		{"10.0.0.1", "10.0.0.1:7946 ", 0},
+		{"10.0.0.1", "10.0.0.1:", 0},
+		{"10.0.0.1", "10.0.0.1", 0},
+		{"10.0.0.1", "10.0.0.10:7946", 0},
+		{"10.0.0.1", "10.0.0.2:7946", 0},
+		{"10.0.0.1", "[10.0.0.1]:7946", 0},
+		{"10.0.0.1", "node-a.example:7946", 0},
+		{"10.0.0.1", "", 0},
+		{"fd00::1", "[fd00::1]:7946", 7946},
+		{"fd00::1", "fd00::1:7946", 0},
+		{"fd00::1", "[fd00::0001]:7946", 0},
+		{"fd00::1", "[fd00::1]7946", 0},
+		{"fe80::1%eth0", "[fe80::1%eth0]:7946", 7946},
+		{"node-a.example", "node-a.example:7946", 7946},
+		{"node-a.example", "10.0.0.1:7946", 0},
+	}
+	var m Mirror
+	var entries []*mirrorEntry
+	for _, tc := range addrs {
+		if got := gossipPortOf(tc.addr, tc.host); got != tc.port {
+			t.Errorf("gossipPortOf(%q, %q) = %d, want %d", tc.addr, tc.host, got, tc.port)
+		}
+		if tc.port != 0 {
+			if got, join := gossipAddrOf(tc.host, tc.port), net.JoinHostPort(tc.host, strconv.Itoa(int(tc.port))); got != tc.addr || join != tc.addr {
+				t.Errorf("gossipAddrOf(%q, %d) = %q, net.JoinHostPort %q, want %q", tc.host, tc.port, got, join, tc.addr)
+			}
+		}
+		in := Instance{Service: service, InstanceID: id, Host: tc.host, Port: 8080, Incarnation: 7, GossipAddr: tc.addr}
+		e := m.compact(in, id, valueSum{}, 1, false)
+		var port uint16
+		if e.rec.ext != nil {
+			port = e.rec.ext.gossipPort
+		}
+		if port != tc.port {
+			t.Errorf("%q of %q: port %d kept, want %d", tc.addr, tc.host, port, tc.port)
+		}
+		if got := e.instance(service); got.GossipAddr != tc.addr || !got.Equal(in) || !e.holds(in) {
+			t.Errorf("%q of %q: read back %q", tc.addr, tc.host, got.GossipAddr)
+		}
+		if tc.port != 0 {
+			// The address's string, nothing more.
+			if a := testing.AllocsPerRun(100, func() { _ = e.base(service) }); a != 1 {
+				t.Errorf("%q: base allocates %v times, want 1", tc.addr, a)
+			}
+		}
+		entries = append(entries, e)
+	}
+	for i, a := range entries {
+		for j, b := range entries {
+			if same := sameInstance(a, b); same != (i == j) {
+				t.Errorf("%q of %q and %q of %q: the same instance: %v", addrs[i].addr, addrs[i].host, addrs[j].addr, addrs[j].host, same)
+			}
+			other := a.instance(service)
+			other.GossipAddr = addrs[j].addr
+			if held := a.holds(other); held != (addrs[i].addr == addrs[j].addr) {
+				t.Errorf("%q of %q holds one of gossip address %q: %v", addrs[i].addr, addrs[i].host, addrs[j].addr, held)
+			}
+		}
+	}
+
+	// A record as announce writes it keeps no string in its extension.
+	in := Instance{Service: service, InstanceID: id, Host: "fd00::1", Port: 8080, Incarnation: 7,
+		Owner: "0123456789abcdef01234567", GossipNode: defaultGossipNode(service, id, 7), GossipAddr: "[fd00::1]:40123",
+		NATSServerID: "NSERVER", NATSClientID: 9}
+	e := m.compact(in, id, valueSum{}, 1, false)
+	if e.rec.ext == nil || e.rec.ext.more != nil || !e.holds(in) {
+		t.Errorf("announce's record: extension %+v", e.rec.ext)
 	}
 }
