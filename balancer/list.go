@@ -29,6 +29,33 @@ func (b *Balancer) SetServers(servers []Server) error {
 	return err
 }
 
+// SetServersShared is SetServers for servers the caller built for this
+// balancer and never modifies: the balancer keeps each as its copy
+// instead of copying it, and fills in its unexported fields. The caller
+// may go on reading their exported fields, as a registry's copy does that
+// hands the balancer the servers it holds (lbvisitor, from the mirror):
+// one copy of each instance instead of two. A server this balancer lists
+// is kept as it is, and so is a listed one equal to a server given (an
+// equal list changes nothing); one that another balancer holds, or that
+// this one listed before, is copied, as SetServers copies. A server must
+// not be given to two balancers at once.
+func (b *Balancer) SetServersShared(servers []*Server) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	list, byID, err := b.adoptShared(servers)
+	if len(list) == 0 && err != nil {
+		b.mu.Unlock()
+		return fmt.Errorf("balancer %q: no valid server, list kept: %w", b.name, err)
+	}
+	b.installLocked(list, byID)
+	b.mu.Unlock()
+	b.notify()
+	return err
+}
+
 // AddServers adds servers to the list; a server with an ID already listed
 // replaces it in place.
 func (b *Balancer) AddServers(servers ...Server) error {

@@ -61,6 +61,67 @@ func (b *Balancer) adopt(servers []Server) ([]*Server, serverIndex, error) {
 	return list, byID, joinInOrder(errs)
 }
 
+// adoptShared is adopt for SetServersShared: the servers become the
+// balancer's copies themselves. Called with b.mu held.
+func (b *Balancer) adoptShared(servers []*Server) ([]*Server, serverIndex, error) {
+	var errs []indexedError
+	list := make([]*Server, 0, len(servers))
+	from := make([]int, 0, len(servers)) // list[i] is servers[from[i]]
+	prev := b.snap.Load().all
+	for i, s := range servers {
+		if s == nil {
+			errs = append(errs, indexedError{i, fmt.Errorf("balancer: server %d: nil", i)})
+			continue
+		}
+		var old *Server
+		if j := len(list); j < len(prev) && prev[j].ID == s.ID {
+			old = prev[j]
+		} else {
+			old = b.byID.find(s.ID)
+		}
+		if s.inst != nil {
+			if s == old {
+				// Listed now: kept as it is.
+				list = append(list, s)
+				from = append(from, i)
+				continue
+			}
+			// Another balancer's, or one this balancer listed before
+			// and whose state (statistics, alive) older snapshots may
+			// still read: a copy of our own, as SetServers makes.
+			c := *s
+			c.inst, c.zone = nil, zoneName{}
+			s = &c
+		}
+		if err := s.normalize(); err != nil {
+			errs = append(errs, indexedError{i, err})
+			continue
+		}
+		if b.loc.excludes(s.Region) {
+			continue
+		}
+		if old != nil && old.sameAs(s) {
+			// An equal server changes nothing, as in SetServers. (A
+			// caller that keeps its servers, as the mirror does, gives
+			// the same one again: old is s, kept above.)
+			list = append(list, old)
+			from = append(from, i)
+			continue
+		}
+		s.zone = zoneNameOf(s.Zone)
+		if old != nil {
+			s.inst = old.inst // same instance: keep its stats
+		} else {
+			s.inst = newInstance(b.shared)
+		}
+		list = append(list, s)
+		from = append(from, i)
+	}
+	list, byID, dups := indexByID(list, from)
+	errs = append(errs, dups...)
+	return list, byID, joinInOrder(errs)
+}
+
 // serverIndex is a list of servers sorted by ID, searched by binary
 // search: 8 bytes a server, where a map by ID took about 33 (docs/perf/memory.md,
 // "What keeps it down").

@@ -31,6 +31,18 @@ type Resolver interface {
 	ResolveEach(ctx context.Context, service string, ids []string) (found []serverlist.Instance, errs []error)
 }
 
+// ServerResolver is a Resolver that gives balancer servers too:
+// *serverlist.Lookup, whose servers for the instances its mirror holds are
+// the mirror's own. A Visitor hands them to its balancer as they are
+// (balancer.SetServersShared), so that a client holds one copy of each
+// instance, not two.
+type ServerResolver interface {
+	Resolver
+	// ResolveServers is ResolveEach with each instance as a server, which
+	// nobody modifies.
+	ResolveServers(ctx context.Context, service string, ids []string) (servers []*balancer.Server, errs []error)
+}
+
 // Guard has the last word on the lists a Visitor applies: it may keep the
 // balancer's last list instead (subscriber.EmptyGuard keeps it when the
 // registry loses every instance of a service at once). Its methods are
@@ -130,15 +142,15 @@ func (v *Visitor) Apply(ctx context.Context, lc events.ListChanged) error {
 			return err
 		}
 	}
-	found, errs := v.res.ResolveEach(ctx, v.service, lc.InstanceIDs)
-	list := make([]balancer.Server, 0, len(lc.InstanceIDs))
+	servers, errs := v.resolve(ctx, lc.InstanceIDs)
+	list := make([]*balancer.Server, 0, len(lc.InstanceIDs))
 	var keptIDs, missing []string
 	outage := 0
 	for i, id := range lc.InstanceIDs {
 		err := errs[i]
 		switch {
 		case err == nil:
-			list = append(list, server(found[i]))
+			list = append(list, servers[i])
 		case errors.Is(err, serverlist.ErrNotFound):
 			// The registry is the truth: an ID it does not hold routes nothing.
 			v.notFound.Add(1)
@@ -147,7 +159,7 @@ func (v *Visitor) Apply(ctx context.Context, lc events.ListChanged) error {
 			// The registry could not be asked: keep what the balancer has.
 			outage++
 			if s := v.b.Server(id); s != nil {
-				list = append(list, *s)
+				list = append(list, s) // listed: the balancer keeps it as it is
 				keptIDs = append(keptIDs, id)
 			}
 		}
@@ -164,7 +176,7 @@ func (v *Visitor) Apply(ctx context.Context, lc events.ListChanged) error {
 			return err
 		}
 	}
-	if err := v.b.SetServers(list); err != nil && !errors.Is(err, balancer.ErrClosed) {
+	if err := v.b.SetServersShared(list); err != nil && !errors.Is(err, balancer.ErrClosed) {
 		v.log.Warn().Err(err).Str("service", v.service).Msg("invalid servers from the registry left out")
 	} else if errors.Is(err, balancer.ErrClosed) {
 		return err
@@ -189,7 +201,7 @@ func (v *Visitor) Apply(ctx context.Context, lc events.ListChanged) error {
 // lostMeanwhile is lc as its lookups left it: the IDs of list, the
 // servers of listed it no longer names removed, the missing ones by the
 // registry and the others for the cause lc gave them.
-func lostMeanwhile(lc events.ListChanged, listed []*balancer.Server, list []balancer.Server, missing []string) events.ListChanged {
+func lostMeanwhile(lc events.ListChanged, listed, list []*balancer.Server, missing []string) events.ListChanged {
 	out := lc
 	out.InstanceIDs = make([]string, len(list))
 	kept := make(map[string]bool, len(list))
@@ -211,16 +223,20 @@ func lostMeanwhile(lc events.ListChanged, listed []*balancer.Server, list []bala
 	return out
 }
 
-// server converts the registry's record of an instance into a balancer
-// server. It lives here, not in serverlist, so that the registry does not
-// depend on the balancer.
-func server(in serverlist.Instance) balancer.Server {
-	scheme := "http"
-	if in.Secure {
-		scheme = "https"
+// resolve resolves ids as servers the balancer may keep as they are: a
+// ServerResolver's, or servers of their own made from a Resolver's
+// instances.
+func (v *Visitor) resolve(ctx context.Context, ids []string) ([]*balancer.Server, []error) {
+	if sr, ok := v.res.(ServerResolver); ok {
+		return sr.ResolveServers(ctx, v.service, ids)
 	}
-	return balancer.Server{
-		ID: in.InstanceID, Host: in.Host, Port: in.Port, Scheme: scheme,
-		Zone: in.Zone, Region: in.Region, Metadata: in.Metadata, Weight: in.Weight, Incarnation: in.Incarnation,
+	found, errs := v.res.ResolveEach(ctx, v.service, ids)
+	servers := make([]*balancer.Server, len(ids))
+	for i := range found {
+		if errs[i] == nil {
+			s := serverlist.ServerOf(found[i])
+			servers[i] = &s
+		}
 	}
+	return servers, errs
 }

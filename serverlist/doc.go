@@ -72,8 +72,10 @@
 // without decoding the value or allocating (about 0.2 µs in a mirror of
 // 100,000 instances, BenchmarkMirrorRefresh). Its records are compact (a
 // cold start loads them all): the strings records repeat (zones, labels,
-// NATS server IDs) are kept once, metadata as sorted labels rather than a
-// map per instance (one set shared by the records that carry the same),
+// NATS server IDs) are kept once, metadata as one map shared by the
+// records that carry the same labels, the fields a balancer routes by as
+// a balancer server that the balancer keeps instead of a copy
+// ([Mirror.Server], [Lookup.ResolveServers], balancer.SetServersShared),
 // and values in the shape publishers write are decoded
 // without encoding/json; readers still get Instances of their own.
 // [Mirror.Versions] gives a reconciliation what it needs (incarnation and

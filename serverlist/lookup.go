@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/internal/base/ctxutil"
 	"github.com/pushlb/pushlb/internal/base/expiry"
 )
@@ -263,6 +264,42 @@ func (l *Lookup) ResolveEach(ctx context.Context, service string, ids []string) 
 		l.failures.Add(1)
 	}
 	return found, errs
+}
+
+// ResolveServers is ResolveEach for a balancer: per ID, the instance's
+// server (when errs[i] is nil). An instance the mirror holds is given as
+// the mirror's own server, which a balancer keeps instead of a copy
+// (balancer.SetServersShared) and nobody may modify; others are read as
+// ResolveEach reads them, each server the caller's own.
+func (l *Lookup) ResolveServers(ctx context.Context, service string, ids []string) (servers []*balancer.Server, errs []error) {
+	servers = make([]*balancer.Server, len(ids))
+	errs = make([]error, len(ids))
+	var missed []int
+	for i, id := range ids {
+		if l.mirror != nil {
+			if s, ok := l.mirror.Server(service, id); ok {
+				l.hits.Add(1)
+				servers[i] = s
+				continue
+			}
+		}
+		missed = append(missed, i)
+	}
+	if len(missed) == 0 {
+		return servers, errs
+	}
+	rest := make([]string, len(missed))
+	for j, i := range missed {
+		rest[j] = ids[i]
+	}
+	found, restErrs := l.ResolveEach(ctx, service, rest)
+	for j, i := range missed {
+		if errs[i] = restErrs[j]; errs[i] == nil {
+			s := ServerOf(found[j])
+			servers[i] = &s
+		}
+	}
+	return servers, errs
 }
 
 // errRateLimited marks a miss answered without a read because the budget

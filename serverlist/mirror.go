@@ -177,8 +177,6 @@ type Mirror struct {
 	// shared keeps one copy of the zones and labels records repeat
 	// (mirror_compact.go); only the mirror's goroutine uses it.
 	shared interner
-	// places keeps one copy of each zone and region records share.
-	places places
 	// labelSets keeps one copy of the sets of labels records repeat
 	// (mirror_compact.go); only the mirror's goroutine uses it.
 	labelSets labelSets

@@ -104,7 +104,7 @@ func (m *Mirror) applyFresh(fresh map[string]map[string]*mirrorEntry, skipped ma
 		ids = make(map[string]*mirrorEntry)
 		fresh[strings.Clone(c.service)] = ids
 	}
-	ids[c.id] = m.compact(c.in, c.id, m.valueSum(e.Value()), rev, c.regional)
+	ids[c.id] = m.compact(c.in, c.id, m.valueSum(e.Value()), rev, c.regional, m.heldEntry(c.service, c.id))
 }
 
 // apply applies a live entry at (mirror) revision rev and calls OnChange or
@@ -167,7 +167,7 @@ func (m *Mirror) apply(e jetstream.KeyValueEntry, rev uint64, sw *scopeWatch) {
 		next = ids.without(id)
 		m.instances.Add(-1)
 	} else {
-		ne := m.compact(in, id, m.valueSum(e.Value()), rev, c.regional)
+		ne := m.compact(in, id, m.valueSum(e.Value()), rev, c.regional, old)
 		curConn = ne.connKey()
 		next = ids.with(ne)
 		if !had {
@@ -222,7 +222,7 @@ func (m *Mirror) refresh(service string, old *mirrorEntry, rev uint64) {
 	old.rev.Store(rev)
 	m.refreshes.Add(1)
 	if m.cfg.OnRefresh != nil {
-		m.cfg.OnRefresh(service, old.rec.id, old.rec.incarnation, rev)
+		m.cfg.OnRefresh(service, old.rec.srv.ID, old.rec.srv.Incarnation, rev)
 	}
 }
 
@@ -309,7 +309,7 @@ func (m *Mirror) resynced(service string, ids map[string]*mirrorEntry, before in
 	if m.cfg.OnRefresh != nil {
 		for id, e := range ids {
 			if r := e.rev.Load(); r > before.find(id).rev.Load() {
-				m.cfg.OnRefresh(service, id, e.rec.incarnation, r)
+				m.cfg.OnRefresh(service, id, e.rec.srv.Incarnation, r)
 			}
 		}
 	}
@@ -357,7 +357,7 @@ func sameInstances(ids map[string]*mirrorEntry, before instanceList) bool {
 		return false
 	}
 	for _, b := range before {
-		if a, ok := ids[b.rec.id]; !ok || !sameInstance(a, b) {
+		if a, ok := ids[b.rec.srv.ID]; !ok || !sameInstance(a, b) {
 			return false
 		}
 	}

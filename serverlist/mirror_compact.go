@@ -10,9 +10,12 @@ package serverlist
 import (
 	"encoding/binary"
 	"encoding/hex"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/pushlb/pushlb/balancer"
 )
 
 // interner returns one copy of each string it is given, so that the
@@ -64,35 +67,19 @@ func (x *interner) internBytes(b []byte) string {
 // label is one metadata entry.
 type label struct{ key, value string }
 
-// labels is an instance's metadata, sorted by key: nil for none. A map of
-// one entry costs some 300 bytes (a group of eight slots and its header),
-// a label 32.
-type labels []label
-
-// newLabels returns md as labels, its keys and values interned.
-func newLabels(md map[string]string, x *interner) labels {
-	if len(md) == 0 {
-		return nil
-	}
-	out := make(labels, 0, len(md))
-	for k, v := range md {
-		out = append(out, label{x.intern(k), x.intern(v)})
-	}
-	slices.SortFunc(out, func(a, b label) int { return strings.Compare(a.key, b.key) })
-	return out
-}
-
 // labelSets keeps one copy of each set of labels records repeat: the
 // instances of a service mostly carry the same labels (a version, a
-// team), and a copy per record was 3.4 MB of a mirror of 100,000 records
-// with one label each. Like the interner it never forgets a set and is
+// team), and a map per record costs some 300 bytes (a group of eight
+// slots and its header) for one label. The set is the map the record's
+// server holds (record.srv.Metadata), shared with the balancer that lists
+// it, never modified. Like the interner it never forgets a set and is
 // bounded: past maxLabelSets sets, or for a set whose key would exceed
-// maxLabelSetKey bytes, it returns a copy of the record's own. Not safe
+// maxLabelSetKey bytes, it returns a map of the record's own. Not safe
 // for concurrent use: only the mirror's goroutine calls it.
 type labelSets struct {
-	m map[string]*labels // by key (see of)
+	m map[string]map[string]string // by key (see of)
 	// Scratch space of of, reused from one record to the next.
-	sorted labels
+	sorted []label
 	key    []byte
 }
 
@@ -101,9 +88,9 @@ const (
 	maxLabelSetKey = 512
 )
 
-// of returns md's labels (nil for none), shared with the records that
-// carry the same ones, their keys and values interned.
-func (s *labelSets) of(md map[string]string, x *interner) *labels {
+// of returns md's labels as a map (nil for none), shared with the records
+// that carry the same ones, their keys and values interned.
+func (s *labelSets) of(md map[string]string, x *interner) map[string]string {
 	if len(md) == 0 {
 		return nil
 	}
@@ -125,107 +112,37 @@ func (s *labelSets) of(md map[string]string, x *interner) *labels {
 	if l, ok := s.m[string(s.key)]; ok {
 		return l
 	}
-	l := newLabels(md, x)
+	l := make(map[string]string, len(md))
+	for k, v := range md {
+		l[x.intern(k)] = x.intern(v)
+	}
 	if len(s.m) < maxLabelSets && len(s.key) <= maxLabelSetKey {
 		if s.m == nil {
-			s.m = make(map[string]*labels)
+			s.m = make(map[string]map[string]string)
 		}
-		s.m[string(s.key)] = &l
+		s.m[string(s.key)] = l
 	}
-	return &l
+	return l
 }
 
-// get returns the labels p points to, nil for none (p nil).
-func (p *labels) get() labels {
-	if p == nil {
-		return nil
-	}
-	return *p
-}
-
-// toMap returns the labels as a map of the caller's own (nil for none).
-func (l labels) toMap() map[string]string {
-	if len(l) == 0 {
-		return nil
-	}
-	m := make(map[string]string, len(l))
-	for _, kv := range l {
-		m[kv.key] = kv.value
-	}
-	return m
-}
-
-// equalMap reports whether l holds exactly md's entries (nil and empty
-// are equal).
-func (l labels) equalMap(md map[string]string) bool {
-	if len(l) != len(md) {
-		return false
-	}
-	for _, kv := range l {
-		if v, ok := md[kv.key]; !ok || v != kv.value {
-			return false
-		}
-	}
-	return true
-}
-
-// place is an instance's zone and region, one copy for the records that
-// share them (places): 8 bytes a record where a zone alone took 16.
-type place struct{ zone, region string }
-
-func (p *place) zoneName() string {
-	if p == nil {
-		return ""
-	}
-	return p.zone
-}
-
-func (p *place) regionName() string {
-	if p == nil {
-		return ""
-	}
-	return p.region
-}
-
-// places keeps one place per zone and region that records carry. Like
-// the interner it is bounded (maxInterned places; beyond, a record gets a
-// place of its own) and never forgets one. Not safe for concurrent use:
-// only the mirror's goroutine calls it.
-type places struct{ m map[place]*place }
-
-// of returns the place of zone and region, nil for neither.
-func (ps *places) of(zone, region string, x *interner) *place {
-	if zone == "" && region == "" {
-		return nil
-	}
-	if p, ok := ps.m[place{zone, region}]; ok {
-		return p
-	}
-	p := &place{x.intern(zone), x.intern(region)}
-	if len(ps.m) < maxInterned {
-		if ps.m == nil {
-			ps.m = make(map[place]*place)
-		}
-		ps.m[*p] = p
-	}
-	return p
-}
-
-// record is an instance as the mirror keeps it: its fields in their
-// smallest form, without its service (the service's map holds it:
-// mirrorService.name), its metadata as labels shared with the records
-// that carry the same (labelSets), the fields that many records leave
-// empty in an extension of their own (recordExt). With its revision and
-// sum, an entry takes 96 bytes, against 224 for an Instance and 300 more
-// for a metadata map of one label.
+// record is an instance as the mirror keeps it: the fields a balancer
+// routes by as the balancer's own server (srv), which lbvisitor hands to
+// the balancer that lists the instance instead of a copy
+// (balancer.SetServersShared: one copy of each instance, not two), and the
+// fields that many records leave empty in an extension of their own
+// (recordExt). Without its service (the service's map holds it:
+// mirrorService.name), with its revision and sum, an entry takes 48
+// bytes and its server 144: 192 where a compact record of its own (96)
+// and the balancer's copy (144) took 240.
 type record struct {
-	id, host     string
-	place        *place     // zone and region; nil for neither; shared (places)
-	ext          *recordExt // nil when all its fields are empty; never modified
-	incarnation  int64
-	meta         *labels // nil for none; shared: never modified
-	port, weight uint16
-	secure       bool
+	// srv is the instance's ID, address, scheme, zone, region, metadata
+	// (shared with the records that carry the same: labelSets), weight
+	// and incarnation. The mirror never modifies it once stored: a
+	// change makes another (compact), which keeps the one before when
+	// its fields are the same. A balancer fills in its unexported fields
+	// when it lists it; the mirror reads its exported fields only.
+	srv *balancer.Server
+	ext *recordExt // nil when all its fields are empty; never modified
 	// gossipDefault: the instance's gossip node has the name gossip gives
 	// it by default, which the record derives instead of keeping it
 	// (extStrings.gossipNode is then empty): see defaultGossipNode. Kept
@@ -235,6 +152,28 @@ type record struct {
 	// regional: a copy of another region's record (IsRegionalKey), never
 	// in the connection index, leased or reaped here.
 	regional bool
+}
+
+// ServerOf returns the balancer server of an instance: its ID, address,
+// scheme (https when Secure), zone, region, metadata, weight and
+// incarnation.
+func ServerOf(in Instance) balancer.Server {
+	scheme := "http"
+	if in.Secure {
+		scheme = "https"
+	}
+	return balancer.Server{
+		ID: in.InstanceID, Host: in.Host, Port: in.Port, Scheme: scheme,
+		Zone: in.Zone, Region: in.Region, Metadata: in.Metadata, Weight: in.Weight, Incarnation: in.Incarnation,
+	}
+}
+
+// sameServer reports whether s has the exported fields of c, whose
+// metadata is md.
+func sameServer(s, c *balancer.Server, md map[string]string) bool {
+	return s.ID == c.ID && s.Host == c.Host && s.Port == c.Port && s.Scheme == c.Scheme &&
+		s.Zone == c.Zone && s.Region == c.Region && s.Weight == c.Weight && s.Incarnation == c.Incarnation &&
+		s.Value == nil && maps.Equal(s.Metadata, md)
 }
 
 // recordExt holds the fields of a record that a bare instance (a service,
@@ -420,15 +359,19 @@ func cutPart(s, part string) (string, bool) {
 // compact returns the entry of a decoded, valid instance of id (regional:
 // another region's copy): its strings
 // shared with the records that repeat them, its metadata as labels.
-func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64, regional bool) *mirrorEntry {
-	e := &mirrorEntry{rec: record{
-		id: id, host: in.Host, place: m.places.of(in.Zone, in.Region, &m.shared),
-		incarnation: in.Incarnation,
-		meta:        m.labelSets.of(in.Metadata, &m.shared),
-		// Validated: 1 to 65535, 0 to MaxWeight.
-		port: uint16(in.Port), weight: uint16(in.Weight), secure: in.Secure,
-		regional: regional,
-	}, sum: sum}
+func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64, regional bool, prev *mirrorEntry) *mirrorEntry {
+	e := &mirrorEntry{rec: record{regional: regional}, sum: sum}
+	c := ServerOf(in)
+	c.ID, c.Zone, c.Region, c.Metadata = id, m.shared.intern(in.Zone), m.shared.intern(in.Region), nil
+	if prev != nil && sameServer(prev.rec.srv, &c, in.Metadata) {
+		// Only the extension changed (a new connection, owner or
+		// gossip member): the balancer keeps its server.
+		e.rec.srv = prev.rec.srv
+	} else {
+		c.Metadata = m.labelSets.of(in.Metadata, &m.shared)
+		e.rec.srv = new(balancer.Server)
+		*e.rec.srv = c
+	}
 	ext := recordExt{natsServer: m.conns.intern(in.NATSServerID), natsClient: in.NATSClientID}
 	if regional {
 		// Another region's connection: its advisories are not this
@@ -463,16 +406,16 @@ func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64, regio
 
 // base returns the entry's instance of service without its metadata.
 func (e *mirrorEntry) base(service string) Instance {
-	r := &e.rec
+	r, s := &e.rec, e.rec.srv
 	x := r.extra()
 	in := Instance{
-		Service: service, InstanceID: r.id, Host: r.host, Port: int(r.port), Secure: r.secure,
-		Zone: r.place.zoneName(), Region: r.place.regionName(), Weight: int(r.weight), Incarnation: r.incarnation,
-		GossipNode: x.strs().gossipNode, GossipAddr: x.gossipAddress(r.host), Owner: x.ownerString(),
+		Service: service, InstanceID: s.ID, Host: s.Host, Port: s.Port, Secure: s.Scheme == "https",
+		Zone: s.Zone, Region: s.Region, Weight: s.Weight, Incarnation: s.Incarnation,
+		GossipNode: x.strs().gossipNode, GossipAddr: x.gossipAddress(s.Host), Owner: x.ownerString(),
 		NATSServerID: x.serverID(), NATSClientID: x.natsClient,
 	}
 	if r.gossipDefault {
-		in.GossipNode = defaultGossipNode(service, r.id, r.incarnation)
+		in.GossipNode = defaultGossipNode(service, s.ID, s.Incarnation)
 	}
 	return in
 }
@@ -481,7 +424,7 @@ func (e *mirrorEntry) base(service string) Instance {
 // its own.
 func (e *mirrorEntry) instance(service string) Instance {
 	in := e.base(service)
-	in.Metadata = e.rec.meta.get().toMap()
+	in.Metadata = maps.Clone(e.rec.srv.Metadata)
 	return in
 }
 
@@ -504,7 +447,7 @@ func (x *recordExt) serverID() string {
 func (e *mirrorEntry) holds(in Instance) bool {
 	md := in.Metadata
 	in.Metadata = nil
-	return e.base(in.Service).Equal(in) && e.rec.meta.get().equalMap(md)
+	return e.base(in.Service).Equal(in) && maps.Equal(e.rec.srv.Metadata, md)
 }
 
 // sameInstance reports whether two entries of one service hold the same
@@ -513,5 +456,5 @@ func sameInstance(a, b *mirrorEntry) bool {
 	// Of one service: a default gossip name is the same one on both
 	// sides when their flags, IDs and incarnations are (base compares
 	// those), whatever service name base is given.
-	return a.base("").Equal(b.base("")) && (a.rec.meta == b.rec.meta || slices.Equal(a.rec.meta.get(), b.rec.meta.get()))
+	return a.base("").Equal(b.base("")) && (a.rec.srv == b.rec.srv || maps.Equal(a.rec.srv.Metadata, b.rec.srv.Metadata))
 }

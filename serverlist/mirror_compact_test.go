@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,36 +13,35 @@ import (
 )
 
 // TestMirrorSharesRepeatedStrings: the records of a fleet that repeat a
-// zone or a label share one copy of it in the mirror, its metadata is kept
-// as labels (one set shared by the records that carry the same), and
-// readers still get the metadata as a map of their own.
+// zone or a label share one copy of it in the mirror, their metadata is
+// one map shared by the records that carry the same labels, and readers
+// still get the metadata as a map of their own.
 func TestMirrorSharesRepeatedStrings(t *testing.T) {
 	m, ents := refreshFleet(t, 3, 4, MirrorConfig{})
-	var zone *place
-	var version *byte
-	var set *labels
+	var zone, version *byte
+	var set map[string]string
 	for _, service := range m.Services() {
 		for _, e := range m.state.Load().instances(service) {
-			id := e.rec.id
-			meta := e.rec.meta.get()
-			if len(meta) != 1 || meta[0] != (label{"version", "1.2.3"}) {
-				t.Fatalf("%s/%s: labels %v, want version=1.2.3", service, id, meta)
+			id, srv := e.rec.srv.ID, e.rec.srv
+			if !maps.Equal(srv.Metadata, map[string]string{"version": "1.2.3"}) {
+				t.Fatalf("%s/%s: labels %v, want version=1.2.3", service, id, srv.Metadata)
 			}
 			if zone == nil {
-				zone, version, set = e.rec.place, unsafe.StringData(meta[0].value), e.rec.meta
+				zone, version, set = unsafe.StringData(srv.Zone), unsafe.StringData(srv.Metadata["version"]), srv.Metadata
 			}
-			if e.rec.place != zone || zone == nil || unsafe.StringData(meta[0].value) != version || e.rec.meta != set {
+			if unsafe.StringData(srv.Zone) != zone || zone == nil || unsafe.StringData(srv.Metadata["version"]) != version || !sameMap(srv.Metadata, set) {
 				t.Fatalf("%s/%s: zone or labels not shared with the other records", service, id)
 			}
 		}
 	}
-	// The entry's size class (the fields of an Instance, 224 bytes with
-	// its revision and sum, a metadata map beside it; 160 with the owner,
-	// gossip and connection fields in the record, which bare records leave
-	// empty: they are in recordExt, allocated for the records that carry
-	// them, so that a bare entry takes 96).
-	if size := unsafe.Sizeof(mirrorEntry{}); size > 96 {
-		t.Errorf("a mirror entry takes %d bytes, want at most 96", size)
+	// The entry's size class: 224 bytes with the fields of an Instance,
+	// its revision and sum, a metadata map beside it; 160 with them in
+	// smaller forms, the owner, gossip and connection fields included;
+	// 96 with those in recordExt, allocated for the records that carry
+	// them; 48 with the fields a balancer routes by in its server
+	// (record.srv), which the balancer keeps instead of a copy.
+	if size := unsafe.Sizeof(mirrorEntry{}); size > 48 {
+		t.Errorf("a mirror entry takes %d bytes, want at most 48", size)
 	}
 	// The extension's: 64 with the owner and the gossip address as
 	// strings (and their bytes besides), 48 with the owner's bytes and
@@ -127,63 +127,36 @@ func TestInternerBounds(t *testing.T) {
 	}
 }
 
-// TestLabels: labels hold a map's entries sorted, compare with maps
-// (nil and empty equal), and give back a map of the caller's own.
-func TestLabels(t *testing.T) {
-	var x interner
-	md := map[string]string{"b": "2", "a": "1", "c": ""}
-	l := newLabels(md, &x)
-	if want := (labels{{"a", "1"}, {"b", "2"}, {"c", ""}}); !equalLabels(l, want) {
-		t.Fatalf("newLabels = %v, want %v", l, want)
-	}
-	if !l.equalMap(md) || l.equalMap(map[string]string{"a": "1", "b": "2", "c": "x"}) || l.equalMap(nil) {
-		t.Fatal("equalMap")
-	}
-	if !maps.Equal(l.toMap(), md) {
-		t.Fatalf("toMap = %v", l.toMap())
-	}
-	if newLabels(map[string]string{}, &x) != nil || labels(nil).toMap() != nil || !labels(nil).equalMap(map[string]string{}) {
-		t.Fatal("no labels")
-	}
-}
-
 // TestLabelSets: records with the same labels, in any order, share one
-// set; other labels get another; a set too large to keep is the record's
+// map; other labels get another; a set too large to keep is the record's
 // own, equal all the same.
 func TestLabelSets(t *testing.T) {
 	var x interner
 	var s labelSets
 	a := s.of(map[string]string{"version": "1", "team": "x"}, &x)
-	if b := s.of(map[string]string{"team": "x", "version": "1"}, &x); b != a {
+	if b := s.of(map[string]string{"team": "x", "version": "1"}, &x); !sameMap(a, b) {
 		t.Fatal("the same labels got two sets")
 	}
-	if want := (labels{{"team", "x"}, {"version", "1"}}); !equalLabels(a.get(), want) {
-		t.Fatalf("set %v, want %v", a.get(), want)
+	if want := map[string]string{"team": "x", "version": "1"}; !maps.Equal(a, want) {
+		t.Fatalf("set %v, want %v", a, want)
 	}
 	// Keys and values that would read alike if simply joined.
-	if c := s.of(map[string]string{"version": "1t", "eam": "x"}, &x); c == a {
+	if c := s.of(map[string]string{"version": "1t", "eam": "x"}, &x); sameMap(c, a) {
 		t.Fatal("other labels share a set")
 	}
-	if s.of(nil, &x) != nil || s.of(map[string]string{}, &x) != nil || (*labels)(nil).get() != nil {
+	if s.of(nil, &x) != nil || s.of(map[string]string{}, &x) != nil {
 		t.Fatal("no labels")
 	}
 	big := map[string]string{"k": strings.Repeat("v", maxLabelSetKey)}
 	b1, b2 := s.of(big, &x), s.of(big, &x)
-	if b1 == b2 || !b1.get().equalMap(big) || !b2.get().equalMap(big) {
-		t.Fatalf("a set over maxLabelSetKey: shared %v, equal %v %v", b1 == b2, b1.get().equalMap(big), b2.get().equalMap(big))
+	if sameMap(b1, b2) || !maps.Equal(b1, big) || !maps.Equal(b2, big) {
+		t.Fatalf("a set over maxLabelSetKey: shared %v, equal %v %v", sameMap(b1, b2), maps.Equal(b1, big), maps.Equal(b2, big))
 	}
 }
 
-func equalLabels(a, b labels) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
+// sameMap reports whether a and b are one map.
+func sameMap(a, b map[string]string) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // TestMirrorVersions: Versions yields every instance of a service with the
@@ -272,7 +245,7 @@ func TestConnIndexRebuild(t *testing.T) {
 	var m Mirror
 	on := func(service, id, server string, client uint64) *mirrorEntry {
 		in := Instance{Service: service, InstanceID: id, Host: "h", Port: 1, NATSServerID: server, NATSClientID: client}
-		return m.compact(in, id, valueSum{}, 1, false)
+		return m.compact(in, id, valueSum{}, 1, false, nil)
 	}
 	found := func(c Connection) []string {
 		var out []string
@@ -342,7 +315,7 @@ func TestDefaultGossipNode(t *testing.T) {
 	var m Mirror
 	for _, node := range []string{name, "node-a", ""} {
 		in := Instance{Service: service, InstanceID: id, Host: "10.0.0.1", Port: 8080, Incarnation: inc, GossipNode: node, GossipAddr: "10.0.0.1:7946"}
-		e := m.compact(in, id, valueSum{}, 1, false)
+		e := m.compact(in, id, valueSum{}, 1, false, nil)
 		if e.rec.gossipDefault != (node == name) {
 			t.Errorf("%q: kept as the default name: %v", node, e.rec.gossipDefault)
 		}
@@ -388,7 +361,7 @@ func TestRecordExtension(t *testing.T) {
 			in.NATSServerID, in.NATSClientID = "NSERVER", 9
 		}), false, true, false},
 	} {
-		e := m.compact(tc.in, id, valueSum{}, 1, tc.regional)
+		e := m.compact(tc.in, id, valueSum{}, 1, tc.regional, nil)
 		if (e.rec.ext != nil) != tc.ext {
 			t.Errorf("%s: extension %+v, want one: %v", tc.name, e.rec.ext, tc.ext)
 		}
@@ -402,27 +375,27 @@ func TestRecordExtension(t *testing.T) {
 		if got := e.connection(); got != (Connection{ServerID: want.NATSServerID, ClientID: want.NATSClientID}) {
 			t.Errorf("%s: connection %v", tc.name, got)
 		}
-		if !sameInstance(e, m.compact(tc.in, id, valueSum{}, 2, tc.regional)) {
+		if !sameInstance(e, m.compact(tc.in, id, valueSum{}, 2, tc.regional, nil)) {
 			t.Errorf("%s: not the same instance as itself", tc.name)
 		}
-		if tc.name != "bare" && !tc.regional && (sameInstance(e, m.compact(bare, id, valueSum{}, 2, false)) || e.holds(bare)) {
+		if tc.name != "bare" && !tc.regional && (sameInstance(e, m.compact(bare, id, valueSum{}, 2, false, nil)) || e.holds(bare)) {
 			t.Errorf("%s: the same instance as the bare one", tc.name)
 		}
-		// The entry, its extension if it has one and the extension's
-		// strings if it keeps any (an owner not in hex, a gossip node
-		// not named by default): nothing more (its zone and server ID
+		// The entry, its server, its extension if it has one and the
+		// extension's strings if it keeps any (an owner not in hex, a
+		// gossip node not named by default): nothing more (its zone and server ID
 		// are the mirror's already).
-		allocs := 1.0
+		allocs := 2.0 // the entry and its server
 		if tc.ext {
-			allocs = 2
+			allocs = 3
 		}
 		if tc.strs {
-			allocs = 3
+			allocs = 4
 		}
 		if got := e.rec.ext != nil && e.rec.ext.more != nil; got != tc.strs {
 			t.Errorf("%s: strings kept apart: %v, want %v", tc.name, got, tc.strs)
 		}
-		if a := testing.AllocsPerRun(100, func() { m.compact(tc.in, id, valueSum{}, 1, tc.regional) }); a != allocs {
+		if a := testing.AllocsPerRun(100, func() { m.compact(tc.in, id, valueSum{}, 1, tc.regional, nil) }); a != allocs {
 			t.Errorf("%s: %v allocations, want %v", tc.name, a, allocs)
 		}
 	}
@@ -459,7 +432,7 @@ func TestPackedOwner(t *testing.T) {
 	var entries []*mirrorEntry
 	for _, tc := range owners {
 		in := Instance{Service: service, InstanceID: id, Host: "10.0.0.1", Port: 8080, Incarnation: 7, Owner: tc.owner}
-		e := m.compact(in, id, valueSum{}, 1, false)
+		e := m.compact(in, id, valueSum{}, 1, false, nil)
 		var n uint8
 		if e.rec.ext != nil {
 			n = e.rec.ext.ownerLen
@@ -539,7 +512,7 @@ func TestPackedGossipAddr(t *testing.T) {
 			}
 		}
 		in := Instance{Service: service, InstanceID: id, Host: tc.host, Port: 8080, Incarnation: 7, GossipAddr: tc.addr}
-		e := m.compact(in, id, valueSum{}, 1, false)
+		e := m.compact(in, id, valueSum{}, 1, false, nil)
 		var port uint16
 		if e.rec.ext != nil {
 			port = e.rec.ext.gossipPort
@@ -575,7 +548,7 @@ func TestPackedGossipAddr(t *testing.T) {
 	in := Instance{Service: service, InstanceID: id, Host: "fd00::1", Port: 8080, Incarnation: 7,
 		Owner: "0123456789abcdef01234567", GossipNode: defaultGossipNode(service, id, 7), GossipAddr: "[fd00::1]:40123",
 		NATSServerID: "NSERVER", NATSClientID: 9}
-	e := m.compact(in, id, valueSum{}, 1, false)
+	e := m.compact(in, id, valueSum{}, 1, false, nil)
 	if e.rec.ext == nil || e.rec.ext.more != nil || !e.holds(in) {
 		t.Errorf("announce's record: extension %+v", e.rec.ext)
 	}

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+
+	"github.com/pushlb/pushlb/balancer"
 )
 
 // mirrorState is one view of the bucket: its services. It is never modified
@@ -47,7 +49,7 @@ func (st *mirrorState) instances(service string) instanceList {
 }
 
 // instanceList is a service's entries sorted by instance ID (each entry's
-// rec.id), searched by binary search: 8 bytes an instance, where a map by
+// rec.srv.ID), searched by binary search: 8 bytes an instance, where a map by
 // ID took about 30 (docs/perf/memory.md, "What keeps it down"). A list is
 // never modified once stored: with and without return copies.
 type instanceList []*mirrorEntry
@@ -58,13 +60,13 @@ func listOf(ids map[string]*mirrorEntry) instanceList {
 	for _, e := range ids {
 		l = append(l, e)
 	}
-	slices.SortFunc(l, func(a, b *mirrorEntry) int { return strings.Compare(a.rec.id, b.rec.id) })
+	slices.SortFunc(l, func(a, b *mirrorEntry) int { return strings.Compare(a.rec.srv.ID, b.rec.srv.ID) })
 	return l
 }
 
 // search returns where id is or would be, and whether it is there.
 func (l instanceList) search(id string) (int, bool) {
-	return slices.BinarySearchFunc(l, id, func(e *mirrorEntry, id string) int { return strings.Compare(e.rec.id, id) })
+	return slices.BinarySearchFunc(l, id, func(e *mirrorEntry, id string) int { return strings.Compare(e.rec.srv.ID, id) })
 }
 
 // find returns the entry of id, or nil.
@@ -83,7 +85,7 @@ func (l instanceList) findBytes(id []byte) *mirrorEntry {
 	lo, hi := 0, len(l)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		switch c := compareBytes(l[mid].rec.id, id); {
+		switch c := compareBytes(l[mid].rec.srv.ID, id); {
 		case c == 0:
 			return l[mid]
 		case c < 0:
@@ -110,7 +112,7 @@ func compareBytes(s string, b []byte) int {
 
 // with returns a copy of l with e in the place of its ID.
 func (l instanceList) with(e *mirrorEntry) instanceList {
-	i, ok := l.search(e.rec.id)
+	i, ok := l.search(e.rec.srv.ID)
 	if ok {
 		out := slices.Clone(l)
 		out[i] = e
@@ -164,6 +166,26 @@ func (m *Mirror) valueSum(value []byte) valueSum {
 
 func (e *mirrorEntry) entry(service string) Entry {
 	return Entry{Instance: e.instance(service), Revision: e.rev.Load()}
+}
+
+// heldEntry returns the entry the mirror holds for service/id, nil for
+// none.
+func (m *Mirror) heldEntry(service, id string) *mirrorEntry {
+	if svc := m.state.Load().services[service]; svc != nil {
+		return svc.ids.Load().find(id)
+	}
+	return nil
+}
+
+// Server returns the server of the instance service/id if the mirror
+// holds it: the mirror's own, which a balancer may keep as its copy
+// (balancer.SetServersShared) and nobody modifies.
+func (m *Mirror) Server(service, id string) (*balancer.Server, bool) {
+	e := m.heldEntry(service, id)
+	if e == nil {
+		return nil, false
+	}
+	return e.rec.srv, true
 }
 
 // Get returns the instance service/id if the mirror holds it.
@@ -238,7 +260,7 @@ func (m *Mirror) Versions(service string) iter.Seq2[string, Version] {
 	ids := m.state.Load().instances(service)
 	return func(yield func(string, Version) bool) {
 		for _, e := range ids {
-			if !yield(e.rec.id, Version{Incarnation: e.rec.incarnation, Revision: e.rev.Load()}) {
+			if !yield(e.rec.srv.ID, Version{Incarnation: e.rec.srv.Incarnation, Revision: e.rev.Load()}) {
 				return
 			}
 		}

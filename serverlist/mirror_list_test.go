@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/pushlb/pushlb/balancer"
 )
 
 // TestInstanceListUnderManyChanges: a service's entries, a list sorted by
@@ -23,15 +25,15 @@ func TestInstanceListUnderManyChanges(t *testing.T) {
 			list = list.without(id)
 			delete(want, id)
 		} else {
-			e := &mirrorEntry{rec: record{id: id, incarnation: int64(step)}}
+			e := &mirrorEntry{rec: record{srv: &balancer.Server{ID: id, Incarnation: int64(step)}}}
 			list = list.with(e)
 			want[id] = e
 		}
 		if !slices.Equal(prev, before) {
 			t.Fatalf("step %d: the change modified the list it copied", step)
 		}
-		if len(list) != len(want) || !slices.IsSortedFunc(list, func(a, b *mirrorEntry) int { return compareBytes(a.rec.id, []byte(b.rec.id)) }) {
-			t.Fatalf("step %d: %d entries (want %d), sorted %v", step, len(list), len(want), slices.IsSortedFunc(list, func(a, b *mirrorEntry) int { return compareBytes(a.rec.id, []byte(b.rec.id)) }))
+		if len(list) != len(want) || !slices.IsSortedFunc(list, func(a, b *mirrorEntry) int { return compareBytes(a.rec.srv.ID, []byte(b.rec.srv.ID)) }) {
+			t.Fatalf("step %d: %d entries (want %d), sorted %v", step, len(list), len(want), slices.IsSortedFunc(list, func(a, b *mirrorEntry) int { return compareBytes(a.rec.srv.ID, []byte(b.rec.srv.ID)) }))
 		}
 		for _, probe := range []string{id, id + "x", id[:len(id)-1], ""} {
 			if got, w := list.find(probe), want[probe]; got != w {

@@ -371,7 +371,7 @@ func (m *Mirror) swapService(service string, ids map[string]*mirrorEntry, rev ui
 	}
 	m.state.Store(&mirrorState{services: services})
 	for _, e := range before {
-		m.conns.update(service, e.rec.id, e.connKey(), connKey{})
+		m.conns.update(service, e.rec.srv.ID, e.connKey(), connKey{})
 	}
 	for id, e := range ids {
 		m.conns.update(service, id, connKey{}, e.connKey())
@@ -397,7 +397,7 @@ func (m *Mirror) dropService(service string) {
 	delete(services, service)
 	m.state.Store(&mirrorState{services: services})
 	for _, e := range before {
-		m.conns.update(service, e.rec.id, e.connKey(), connKey{})
+		m.conns.update(service, e.rec.srv.ID, e.connKey(), connKey{})
 	}
 	m.instances.Add(-int64(len(before)))
 }

@@ -179,10 +179,10 @@ func (r *Reaper) sweepMirrored(ctx context.Context, m *Mirror, prev map[string]u
 	}
 	for name, svc := range services {
 		for _, e := range *svc.ids.Load() {
-			if e.rec.regional || live.holdsLeaseOfInstance(name, e.rec.id) {
+			if e.rec.regional || live.holdsLeaseOfInstance(name, e.rec.srv.ID) {
 				continue
 			}
-			if key, err := EncodeKey(name, e.rec.id); err == nil {
+			if key, err := EncodeKey(name, e.rec.srv.ID); err == nil {
 				if _, listed := unindexed[key]; !listed {
 					orphans = append(orphans, key)
 				}
