@@ -29,17 +29,52 @@ type Cluster struct {
 // StartCluster starts n nodes on 127.0.0.1, waits until JetStream has a
 // meta leader (the cluster can create streams), and registers their
 // shutdown with tb.Cleanup. opts apply to every node.
+//
+// The nodes' ports are chosen free and let go for the nodes to take (each
+// node lists the others' route ports before it starts), so another test's
+// server may take one in between, and that node cannot listen: the
+// cluster then starts again on other ports, up to clusterAttempts times.
 func StartCluster(tb testing.TB, n int, opts ...Option) *Cluster {
 	tb.Helper()
 	if n < 1 {
 		tb.Fatalf("natstest: cluster of %d nodes", n)
 	}
-	routePorts, clientPorts := clusterPorts(tb, n)
-	routes := make([]*url.URL, n)
-	for i := range n {
-		routes[i] = &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", routePorts[i])}
+	for attempt := 1; ; attempt++ {
+		routePorts, clientPorts := choosePorts(tb, n)
+		routes := make([]*url.URL, n)
+		for i := range n {
+			routes[i] = &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", routePorts[i])}
+		}
+		c, err := tryNodes(tb, routePorts, clientPorts, func(int, *server.Options) []*url.URL { return routes }, opts)
+		if err == nil {
+			c.WaitJetStream(tb)
+			return c
+		}
+		if attempt == clusterAttempts {
+			tb.Fatalf("%v (%d attempts, each on other ports)", err, attempt)
+		}
+		tb.Logf("%v; the cluster starts again on other ports", err)
 	}
-	return startNodes(tb, routePorts, clientPorts, func(int, *server.Options) []*url.URL { return routes }, opts)
+}
+
+// clusterAttempts bounds StartCluster's starts.
+const clusterAttempts = 3
+
+// choosePorts is clusterPorts; tests of StartCluster replace it.
+var choosePorts = clusterPorts
+
+// portsFree reports an error when a port was taken since it was chosen:
+// a node given it would not listen, which it would only tell by not
+// becoming ready within readyTimeout.
+func portsFree(ports ...int) error {
+	for _, p := range ports {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			return fmt.Errorf("port %d taken since it was chosen: %w", p, err)
+		}
+		ln.Close()
+	}
+	return nil
 }
 
 // clusterPorts returns the route and the client ports of n nodes. They are
@@ -58,6 +93,18 @@ func clusterPorts(tb testing.TB, n int) (routePorts, clientPorts []int) {
 // JetStream has a meta leader.
 func startNodes(tb testing.TB, routePorts, clientPorts []int, routes func(i int, o *server.Options) []*url.URL, opts []Option) *Cluster {
 	tb.Helper()
+	c, err := tryNodes(tb, routePorts, clientPorts, routes, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c.WaitJetStream(tb)
+	return c
+}
+
+// tryNodes is startNodes without the wait for a meta leader: a node that
+// does not start shuts down those started before it and is the error.
+func tryNodes(tb testing.TB, routePorts, clientPorts []int, routes func(i int, o *server.Options) []*url.URL, opts []Option) (*Cluster, error) {
+	tb.Helper()
 	c := &Cluster{}
 	for i := range routePorts {
 		name := fmt.Sprintf("n%d", i+1)
@@ -69,16 +116,22 @@ func startNodes(tb testing.TB, routePorts, clientPorts []int, routes func(i int,
 		s := &Server{opts: node, storeDir: tb.TempDir(), port: clientPorts[i]}
 		// A node's readiness for clients does not wait for its routes, so
 		// the nodes can start one after the other.
-		srv, err := s.start()
+		err := portsFree(clientPorts[i], routePorts[i])
+		var srv *server.Server
+		if err == nil {
+			srv, err = s.start()
+		}
 		if err != nil {
-			tb.Fatalf("natstest: cluster node %s: %v", name, err)
+			for _, started := range c.Nodes {
+				started.Shutdown()
+			}
+			return nil, fmt.Errorf("natstest: cluster node %s (client port %d, route port %d): %w", name, clientPorts[i], routePorts[i], err)
 		}
 		s.srv = srv
 		tb.Cleanup(s.Shutdown)
 		c.Nodes = append(c.Nodes, s)
 	}
-	c.WaitJetStream(tb)
-	return c
+	return c, nil
 }
 
 // freeTCPPorts returns n distinct ports on 127.0.0.1 that were free a
