@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pushlb/pushlb/internal/testkit/testutil"
 )
 
 // clusterName names every test cluster; clusters of different tests never
@@ -30,10 +32,11 @@ type Cluster struct {
 // meta leader (the cluster can create streams), and registers their
 // shutdown with tb.Cleanup. opts apply to every node.
 //
-// The nodes' ports are chosen free and let go for the nodes to take (each
-// node lists the others' route ports before it starts), so another test's
-// server may take one in between, and that node cannot listen: the
-// cluster then starts again on other ports, up to clusterAttempts times.
+// The nodes' ports are chosen before the nodes start (each node lists the
+// others' route ports), reserved against other tests (freeTCPPorts); a
+// process outside the tests may still take one in between, and that node
+// cannot listen: the cluster then starts again on other ports, up to
+// clusterAttempts times.
 func StartCluster(tb testing.TB, n int, opts ...Option) *Cluster {
 	tb.Helper()
 	if n < 1 {
@@ -134,20 +137,17 @@ func tryNodes(tb testing.TB, routePorts, clientPorts []int, routes func(i int, o
 	return c, nil
 }
 
-// freeTCPPorts returns n distinct ports on 127.0.0.1 that were free a
-// moment ago: it holds them all open before it closes them. Route ports
-// must be known before the nodes start, so that each node can list the
-// others.
+// freeTCPPorts returns n distinct ports on 127.0.0.1 for the nodes to
+// take (route ports must be known before the nodes start, so that each
+// node can list the others): testutil.FreePort's, below the kernel's
+// ephemeral range and reserved for the test's life, so that no other
+// test's port-0 socket or FreePort takes one before its node binds it. A
+// port 0 bound and closed here raced exactly so.
 func freeTCPPorts(tb testing.TB, n int) []int {
 	tb.Helper()
 	ports := make([]int, n)
 	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatalf("natstest: free port: %v", err)
-		}
-		defer ln.Close()
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		ports[i] = testutil.FreePort(tb)
 	}
 	return ports
 }
