@@ -13,12 +13,18 @@ import (
 // alone empties it). An equal list changes nothing. Stats of servers that
 // stay are kept; servers new to the list start alive.
 func (b *Balancer) SetServers(servers []Server) error {
+	return b.replace(func() ([]*Server, serverIndex, error) { return b.adopt(servers) })
+}
+
+// replace installs the list adopt makes under b.mu, unless adopt found no
+// valid server and an error: then the list is kept.
+func (b *Balancer) replace(adopt func() ([]*Server, serverIndex, error)) error {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return ErrClosed
 	}
-	list, byID, err := b.adopt(servers)
+	list, byID, err := adopt()
 	if len(list) == 0 && err != nil {
 		b.mu.Unlock()
 		return fmt.Errorf("balancer %q: no valid server, list kept: %w", b.name, err)
@@ -40,20 +46,7 @@ func (b *Balancer) SetServers(servers []Server) error {
 // this one listed before, is copied, as SetServers copies. A server must
 // not be given to two balancers at once.
 func (b *Balancer) SetServersShared(servers []*Server) error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return ErrClosed
-	}
-	list, byID, err := b.adoptShared(servers)
-	if len(list) == 0 && err != nil {
-		b.mu.Unlock()
-		return fmt.Errorf("balancer %q: no valid server, list kept: %w", b.name, err)
-	}
-	b.installLocked(list, byID)
-	b.mu.Unlock()
-	b.notify()
-	return err
+	return b.replace(func() ([]*Server, serverIndex, error) { return b.adoptShared(servers) })
 }
 
 // AddServers adds servers to the list; a server with an ID already listed

@@ -8,38 +8,81 @@ import (
 	"strings"
 )
 
+// adoption turns one list into the balancer's servers: it finds each
+// one's listed server, keeps the servers in the caller's order with their
+// positions, and gathers the errors. adopt and adoptShared share it.
+// Called with b.mu held.
+type adoption struct {
+	b    *Balancer
+	prev []*Server // the current list
+	list []*Server
+	from []int // list[i] is the caller's server at from[i]
+	errs []indexedError
+}
+
+func (b *Balancer) newAdoption(n int) adoption {
+	return adoption{b: b, prev: b.snap.Load().all, list: make([]*Server, 0, n), from: make([]int, 0, n)}
+}
+
+// listed returns the listed server with this ID, or nil. A list mostly
+// comes in the order of the one before: the server at the same position
+// is the likely one, then a search.
+func (a *adoption) listed(id string) *Server {
+	if j := len(a.list); j < len(a.prev) && a.prev[j].ID == id {
+		return a.prev[j]
+	}
+	return a.b.byID.find(id)
+}
+
+// keep lists s, the caller's server at position i.
+func (a *adoption) keep(s *Server, i int) {
+	a.list = append(a.list, s)
+	a.from = append(a.from, i)
+}
+
+// fail records the error of the caller's server at position i.
+func (a *adoption) fail(i int, err error) { a.errs = append(a.errs, indexedError{i, err}) }
+
+// take lists s, new or changed, as the balancer's own: its derived fields
+// set, and the statistics of old (the listed server of its ID, nil for
+// none) kept.
+func (a *adoption) take(s, old *Server, i int) {
+	s.zone = zoneNameOf(s.Zone)
+	if old != nil {
+		s.inst = old.inst // same instance, new details: keep its stats
+	} else {
+		s.inst = newInstance(a.b.shared)
+	}
+	a.keep(s, i)
+}
+
+// done indexes the list by ID and returns it with the errors.
+func (a *adoption) done() ([]*Server, serverIndex, error) {
+	list, byID, dups := indexByID(a.list, a.from)
+	return list, byID, joinInOrder(append(a.errs, dups...))
+}
+
 // adopt turns caller values into the balancer's *Server copies, reusing the
 // current copy of an unchanged server, and indexes them by ID. Called with
 // b.mu held.
 func (b *Balancer) adopt(servers []Server) ([]*Server, serverIndex, error) {
-	var errs []indexedError
+	a := b.newAdoption(len(servers))
 	var metadata metadataCopies
-	list := make([]*Server, 0, len(servers))
-	from := make([]int, 0, len(servers)) // list[i] is servers[from[i]]
-	prev := b.snap.Load().all
 	for i := range servers {
 		s := servers[i]
 		// A copy of one of our servers carries derived fields: drop them,
 		// the caller may have changed what they derive from.
 		s.inst, s.zone = nil, zoneName{}
 		if err := s.normalize(); err != nil {
-			errs = append(errs, indexedError{i, err})
+			a.fail(i, err)
 			continue
 		}
 		if b.loc.excludes(s.Region) {
 			continue // another region's, under LocalRegionOnly
 		}
-		// A list mostly comes in the order of the one before: the server
-		// at the same position is the likely one, then a search.
-		var old *Server
-		if j := len(list); j < len(prev) && prev[j].ID == s.ID {
-			old = prev[j]
-		} else {
-			old = b.byID.find(s.ID)
-		}
+		old := a.listed(s.ID)
 		if old != nil && old.sameAs(&s) {
-			list = append(list, old)
-			from = append(from, i)
+			a.keep(old, i)
 			continue
 		}
 		// A fresh copy only for new or changed servers: taking &s would
@@ -47,43 +90,24 @@ func (b *Balancer) adopt(servers []Server) ([]*Server, serverIndex, error) {
 		ns := new(Server)
 		*ns = s
 		ns.Metadata = metadata.copyOf(s.Metadata)
-		ns.zone = zoneNameOf(s.Zone)
-		if old != nil {
-			ns.inst = old.inst // same instance, new details: keep its stats
-		} else {
-			ns.inst = newInstance(b.shared)
-		}
-		list = append(list, ns)
-		from = append(from, i)
+		a.take(ns, old, i)
 	}
-	list, byID, dups := indexByID(list, from)
-	errs = append(errs, dups...)
-	return list, byID, joinInOrder(errs)
+	return a.done()
 }
 
 // adoptShared is adopt for SetServersShared: the servers become the
 // balancer's copies themselves. Called with b.mu held.
 func (b *Balancer) adoptShared(servers []*Server) ([]*Server, serverIndex, error) {
-	var errs []indexedError
-	list := make([]*Server, 0, len(servers))
-	from := make([]int, 0, len(servers)) // list[i] is servers[from[i]]
-	prev := b.snap.Load().all
+	a := b.newAdoption(len(servers))
 	for i, s := range servers {
 		if s == nil {
-			errs = append(errs, indexedError{i, fmt.Errorf("balancer: server %d: nil", i)})
+			a.fail(i, fmt.Errorf("balancer: server %d: nil", i))
 			continue
 		}
-		var old *Server
-		if j := len(list); j < len(prev) && prev[j].ID == s.ID {
-			old = prev[j]
-		} else {
-			old = b.byID.find(s.ID)
-		}
+		old := a.listed(s.ID)
 		if s.inst != nil {
 			if s == old {
-				// Listed now: kept as it is.
-				list = append(list, s)
-				from = append(from, i)
+				a.keep(s, i) // listed now: kept as it is
 				continue
 			}
 			// Another balancer's, or one this balancer listed before
@@ -94,7 +118,7 @@ func (b *Balancer) adoptShared(servers []*Server) ([]*Server, serverIndex, error
 			s = &c
 		}
 		if err := s.normalize(); err != nil {
-			errs = append(errs, indexedError{i, err})
+			a.fail(i, err)
 			continue
 		}
 		if b.loc.excludes(s.Region) {
@@ -104,22 +128,12 @@ func (b *Balancer) adoptShared(servers []*Server) ([]*Server, serverIndex, error
 			// An equal server changes nothing, as in SetServers. (A
 			// caller that keeps its servers, as the mirror does, gives
 			// the same one again: old is s, kept above.)
-			list = append(list, old)
-			from = append(from, i)
+			a.keep(old, i)
 			continue
 		}
-		s.zone = zoneNameOf(s.Zone)
-		if old != nil {
-			s.inst = old.inst // same instance: keep its stats
-		} else {
-			s.inst = newInstance(b.shared)
-		}
-		list = append(list, s)
-		from = append(from, i)
+		a.take(s, old, i)
 	}
-	list, byID, dups := indexByID(list, from)
-	errs = append(errs, dups...)
-	return list, byID, joinInOrder(errs)
+	return a.done()
 }
 
 // serverIndex is a list of servers sorted by ID, searched by binary
