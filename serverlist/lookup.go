@@ -215,54 +215,8 @@ func (l *Lookup) ResolveAll(ctx context.Context, service string, ids []string) (
 func (l *Lookup) ResolveEach(ctx context.Context, service string, ids []string) (found []Instance, errs []error) {
 	found = make([]Instance, len(ids))
 	errs = make([]error, len(ids))
-	var missed []int
-	for i, id := range ids {
-		if l.mirror != nil {
-			if in, ok := l.mirror.Get(service, id); ok {
-				l.hits.Add(1)
-				found[i] = in
-				continue
-			}
-		}
-		l.misses.Add(1)
-		key, err := EncodeKey(service, id)
-		switch {
-		case err != nil:
-			errs[i] = err
-			l.failures.Add(1)
-		case l.negativeHit(key):
-			errs[i] = fmt.Errorf("%w: %s/%s (recently not found)", ErrNotFound, service, id)
-			l.negHits.Add(1)
-			l.failures.Add(1)
-		default:
-			missed = append(missed, i)
-		}
-	}
-	backoff := l.cfg.InitialBackoff
-	for attempt := 0; attempt < l.cfg.Attempts && len(missed) > 0; attempt++ {
-		if attempt > 0 {
-			if err := ctxutil.Sleep(ctx, backoff); err != nil {
-				for _, i := range missed {
-					errs[i] = fmt.Errorf("serverlist: resolve %s/%s: %w (last: %w)", service, ids[i], err, errs[i])
-				}
-				break
-			}
-			backoff = min(2*backoff, l.cfg.MaxBackoff)
-			missed = l.mirrorCatchUp(service, ids, missed, found, errs)
-		}
-		missed = l.readRound(ctx, service, ids, missed, found, errs)
-	}
-	for _, i := range missed {
-		// Absent after every attempt (not cut short by ctx): remembered,
-		// so the next list naming it costs a map read.
-		if errors.Is(errs[i], ErrNotFound) && ctx.Err() == nil {
-			errs[i] = fmt.Errorf("%w: %s/%s after %d attempts", ErrNotFound, service, ids[i], l.cfg.Attempts)
-			if key, err := EncodeKey(service, ids[i]); err == nil {
-				l.remember(key)
-			}
-		}
-		l.failures.Add(1)
-	}
+	missed := fromMirror(l, ids, found, func(id string) (Instance, bool) { return l.mirror.Get(service, id) })
+	l.resolveMissed(ctx, service, ids, missed, found, errs)
 	return found, errs
 }
 
@@ -274,32 +228,82 @@ func (l *Lookup) ResolveEach(ctx context.Context, service string, ids []string) 
 func (l *Lookup) ResolveServers(ctx context.Context, service string, ids []string) (servers []*balancer.Server, errs []error) {
 	servers = make([]*balancer.Server, len(ids))
 	errs = make([]error, len(ids))
-	var missed []int
+	missed := fromMirror(l, ids, servers, func(id string) (*balancer.Server, bool) { return l.mirror.Server(service, id) })
+	if len(missed) == 0 {
+		return servers, errs
+	}
+	found := make([]Instance, len(ids))
+	l.resolveMissed(ctx, service, ids, missed, found, errs)
+	for _, i := range missed {
+		if errs[i] == nil {
+			s := ServerOf(found[i])
+			servers[i] = &s
+		}
+	}
+	return servers, errs
+}
+
+// fromMirror sets out[i] to what get gives for ids[i] where the mirror
+// holds it (a hit), and returns the positions of the others.
+func fromMirror[T any](l *Lookup, ids []string, out []T, get func(id string) (T, bool)) (missed []int) {
 	for i, id := range ids {
 		if l.mirror != nil {
-			if s, ok := l.mirror.Server(service, id); ok {
+			if v, ok := get(id); ok {
 				l.hits.Add(1)
-				servers[i] = s
+				out[i] = v
 				continue
 			}
 		}
 		missed = append(missed, i)
 	}
-	if len(missed) == 0 {
-		return servers, errs
-	}
-	rest := make([]string, len(missed))
-	for j, i := range missed {
-		rest[j] = ids[i]
-	}
-	found, restErrs := l.ResolveEach(ctx, service, rest)
-	for j, i := range missed {
-		if errs[i] = restErrs[j]; errs[i] == nil {
-			s := ServerOf(found[j])
-			servers[i] = &s
+	return missed
+}
+
+// resolveMissed resolves ids[i] for the positions in missed, which the
+// mirror did not hold: the negative cache, then rounds of registry reads
+// (see ResolveEach).
+func (l *Lookup) resolveMissed(ctx context.Context, service string, ids []string, missed []int, found []Instance, errs []error) {
+	var pending []int
+	for _, i := range missed {
+		l.misses.Add(1)
+		key, err := EncodeKey(service, ids[i])
+		switch {
+		case err != nil:
+			errs[i] = err
+			l.failures.Add(1)
+		case l.negativeHit(key):
+			errs[i] = fmt.Errorf("%w: %s/%s (recently not found)", ErrNotFound, service, ids[i])
+			l.negHits.Add(1)
+			l.failures.Add(1)
+		default:
+			pending = append(pending, i)
 		}
 	}
-	return servers, errs
+	backoff := l.cfg.InitialBackoff
+	for attempt := 0; attempt < l.cfg.Attempts && len(pending) > 0; attempt++ {
+		if attempt > 0 {
+			if err := ctxutil.Sleep(ctx, backoff); err != nil {
+				for _, i := range pending {
+					errs[i] = fmt.Errorf("serverlist: resolve %s/%s: %w (last: %w)", service, ids[i], err, errs[i])
+				}
+				break
+			}
+			backoff = min(2*backoff, l.cfg.MaxBackoff)
+			pending = l.mirrorCatchUp(service, ids, pending, found, errs)
+		}
+		pending = l.readRound(ctx, service, ids, pending, found, errs)
+	}
+	for _, i := range pending {
+		// Absent after every attempt (not cut short by ctx): remembered,
+		// so the next list naming it costs a map read.
+		if errors.Is(errs[i], ErrNotFound) && ctx.Err() == nil {
+			errs[i] = fmt.Errorf("%w: %s/%s after %d attempts", ErrNotFound, service, ids[i], l.cfg.Attempts)
+			if key, err := EncodeKey(service, ids[i]); err == nil {
+				l.remember(key)
+			}
+		}
+		l.failures.Add(1)
+	}
 }
 
 // errRateLimited marks a miss answered without a read because the budget
