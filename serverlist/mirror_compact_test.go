@@ -452,15 +452,25 @@ func TestPackedOwner(t *testing.T) {
 		}
 		entries = append(entries, e)
 	}
+	checkPairs(t, service, entries, func(i int) string { return "owner " + strconv.Quote(owners[i].owner) },
+		func(in *Instance, j int) { in.Owner = owners[j].owner },
+		func(i, j int) bool { return i == j })
+}
+
+// checkPairs checks every pair of entries of service, each named by name:
+// i and j are the same instance only when i is j, and i holds its own
+// instance given j's value (set) only where held(i, j).
+func checkPairs(t *testing.T, service string, entries []*mirrorEntry, name func(i int) string, set func(in *Instance, j int), held func(i, j int) bool) {
+	t.Helper()
 	for i, a := range entries {
 		for j, b := range entries {
 			if same := sameInstance(a, b); same != (i == j) {
-				t.Errorf("owners %q and %q: the same instance: %v", owners[i].owner, owners[j].owner, same)
+				t.Errorf("%s and %s: the same instance: %v", name(i), name(j), same)
 			}
 			other := a.instance(service)
-			other.Owner = owners[j].owner
-			if held := a.holds(other); held != (i == j) {
-				t.Errorf("owner %q holds one of owner %q: %v", owners[i].owner, owners[j].owner, held)
+			set(&other, j)
+			if got := a.holds(other); got != held(i, j) {
+				t.Errorf("%s holds one with %s: %v", name(i), name(j), got)
 			}
 		}
 	}
@@ -531,18 +541,9 @@ func TestPackedGossipAddr(t *testing.T) {
 		}
 		entries = append(entries, e)
 	}
-	for i, a := range entries {
-		for j, b := range entries {
-			if same := sameInstance(a, b); same != (i == j) {
-				t.Errorf("%q of %q and %q of %q: the same instance: %v", addrs[i].addr, addrs[i].host, addrs[j].addr, addrs[j].host, same)
-			}
-			other := a.instance(service)
-			other.GossipAddr = addrs[j].addr
-			if held := a.holds(other); held != (addrs[i].addr == addrs[j].addr) {
-				t.Errorf("%q of %q holds one of gossip address %q: %v", addrs[i].addr, addrs[i].host, addrs[j].addr, held)
-			}
-		}
-	}
+	checkPairs(t, service, entries, func(i int) string { return fmt.Sprintf("gossip address %q of %q", addrs[i].addr, addrs[i].host) },
+		func(in *Instance, j int) { in.GossipAddr = addrs[j].addr },
+		func(i, j int) bool { return addrs[i].addr == addrs[j].addr })
 
 	// A record as announce writes it keeps no string in its extension.
 	in := Instance{Service: service, InstanceID: id, Host: "fd00::1", Port: 8080, Incarnation: 7,
