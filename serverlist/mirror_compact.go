@@ -428,12 +428,6 @@ func (e *mirrorEntry) instance(service string) Instance {
 	return in
 }
 
-// connection is the NATS connection the entry's record names.
-func (e *mirrorEntry) connection() Connection {
-	x := e.rec.extra()
-	return Connection{ServerID: x.serverID(), ClientID: x.natsClient}
-}
-
 // serverID is the record's NATS server ID, empty for none.
 func (x *recordExt) serverID() string {
 	if x.natsServer == nil {

@@ -372,7 +372,7 @@ func TestRecordExtension(t *testing.T) {
 		if got := e.instance(service); !got.Equal(want) || !e.holds(want) {
 			t.Errorf("%s: read back %+v, want %+v", tc.name, got, want)
 		}
-		if got := e.connection(); got != (Connection{ServerID: want.NATSServerID, ClientID: want.NATSClientID}) {
+		if got := e.instance(service).Connection(); got != (Connection{ServerID: want.NATSServerID, ClientID: want.NATSClientID}) {
 			t.Errorf("%s: connection %v", tc.name, got)
 		}
 		if !sameInstance(e, m.compact(tc.in, id, valueSum{}, 2, tc.regional, nil)) {
