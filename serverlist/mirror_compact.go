@@ -446,9 +446,18 @@ func (e *mirrorEntry) holds(in Instance) bool {
 
 // sameInstance reports whether two entries of one service hold the same
 // instance.
+//
+// It compares the records' stored forms, which compact makes the same for
+// the same instance (interned strings aside, compared by value; an owner
+// and a gossip address packed or not by their value alone), rather than
+// building each side's Instance: a resync compares every entry, and
+// building one allocates its owner, gossip address and default node name.
+// Of one service, a default gossip name is the same one on both sides
+// when their flags, IDs and incarnations are.
 func sameInstance(a, b *mirrorEntry) bool {
-	// Of one service: a default gossip name is the same one on both
-	// sides when their flags, IDs and incarnations are (base compares
-	// those), whatever service name base is given.
-	return a.base("").Equal(b.base("")) && (a.rec.srv == b.rec.srv || maps.Equal(a.rec.srv.Metadata, b.rec.srv.Metadata))
+	x, y := a.rec.extra(), b.rec.extra()
+	return (a.rec.srv == b.rec.srv || sameServer(a.rec.srv, b.rec.srv, b.rec.srv.Metadata)) &&
+		a.rec.gossipDefault == b.rec.gossipDefault &&
+		x.owner == y.owner && x.ownerLen == y.ownerLen && x.gossipPort == y.gossipPort &&
+		x.natsClient == y.natsClient && x.serverID() == y.serverID() && x.strs() == y.strs()
 }
