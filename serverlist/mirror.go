@@ -501,7 +501,10 @@ func (m *Mirror) watch(ctx context.Context, status <-chan nats.Status) (synced b
 		// The client ties the subscription to this context; cancelling it
 		// on return also ends the client's goroutine waiting on it.
 		wctx, cancel := context.WithCancel(ctx)
-		w, err := m.reg.kv.Watch(wctx, RecordKeys) // records only: leases never reach a gateway
+		// Records only: leases never reach a gateway. A bounded watch, so
+		// that the client holds little of the registry in flight while the
+		// mirror applies it (kvwatch.go).
+		w, err := m.reg.watchBounded(wctx, RecordKeys)
 		if err != nil {
 			cancel()
 			return false, err

@@ -1,0 +1,241 @@
+package serverlist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// watchBuffer is how many of a bounded watch's messages the client holds
+// before the mirror takes them: the pull consumer's buffer. With the
+// updates channel's watchUpdates entries it bounds what a watch of the
+// whole registry holds in flight to some 0.5 MB.
+const (
+	watchBuffer  = 512
+	watchUpdates = 256
+)
+
+// boundedWatch is a watch of the registry's keys that match a filter,
+// delivered as jetstream's KeyValue.Watch delivers it: the last entry of
+// each key, a nil entry once those are all delivered (the catch-up
+// marker), then every change, in revision order. It reads through an
+// ordered pull consumer that holds at most watchBuffer messages, where
+// KeyValue.Watch's push consumer lets the server send ahead up to its
+// flow-control window (32 MiB): a mirror of 100,000 records that applies
+// them more slowly than the server sends held some 20 MB of queued
+// messages at its start, which the collector's pacer doubles in resident
+// memory (docs/perf/memory.md).
+//
+// Its goroutine delivers on a channel of watchUpdates entries and blocks
+// while it is full; Stop ends it without a reader. The channel is closed
+// when the watch ends: Stop, its context's end, or a consumer that cannot
+// go on (the caller resyncs).
+type boundedWatch struct {
+	updates chan jetstream.KeyValueEntry
+	it      jetstream.MessagesContext
+	quit    chan struct{}
+	once    sync.Once
+	done    chan struct{}
+	unhook  func() bool
+}
+
+// watchBounded starts a boundedWatch of the keys matching filter (the
+// key's pattern, as KeyValue.Watch takes it).
+func (r *Registry) watchBounded(ctx context.Context, filter string) (jetstream.KeyWatcher, error) {
+	cons, err := r.js.OrderedConsumer(ctx, "KV_"+r.cfg.Bucket, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{r.subject(filter)},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("serverlist: watch %s: %w", filter, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(watchBuffer))
+	if err != nil {
+		return nil, fmt.Errorf("serverlist: watch %s: %w", filter, err)
+	}
+	// The pending count when the consumer was created: the entries
+	// before the catch-up marker.
+	var initial uint64
+	if info := cons.CachedInfo(); info != nil {
+		initial = info.NumPending
+	}
+	w := &boundedWatch{
+		updates: make(chan jetstream.KeyValueEntry, watchUpdates),
+		it:      it,
+		quit:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	w.unhook = context.AfterFunc(ctx, func() { _ = w.Stop() })
+	go w.run(r.subject(""), r.cfg.Bucket, initial)
+	return w, nil
+}
+
+// Updates returns the watch's entries; see boundedWatch.
+func (w *boundedWatch) Updates() <-chan jetstream.KeyValueEntry { return w.updates }
+
+// Stop ends the watch and waits for its goroutine; the updates channel is
+// closed when it returns. Safe to call more than once and concurrently.
+func (w *boundedWatch) Stop() error {
+	w.once.Do(func() {
+		close(w.quit)
+		w.it.Stop()
+	})
+	<-w.done
+	return nil
+}
+
+func (w *boundedWatch) run(prefix, bucket string, initial uint64) {
+	defer close(w.done)
+	defer close(w.updates)
+	defer w.unhook()
+	synced := initial == 0
+	if synced && !w.send(nil) {
+		return
+	}
+	var received uint64
+	for {
+		msg, err := w.it.Next()
+		if err != nil {
+			// ErrMsgIteratorClosed after Stop; anything else ends the
+			// watch too, and the caller resyncs.
+			return
+		}
+		e, ok := kvEntryOf(msg, prefix, bucket)
+		if !ok {
+			continue
+		}
+		if !w.send(e) {
+			return
+		}
+		if !synced {
+			if received++; received >= initial || e.delta == 0 {
+				synced = true
+				if !w.send(nil) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// send delivers e (nil: the catch-up marker) unless the watch stops.
+func (w *boundedWatch) send(e jetstream.KeyValueEntry) bool {
+	select {
+	case w.updates <- e:
+		return true
+	case <-w.quit:
+		return false
+	}
+}
+
+// kvEntry is one entry of a boundedWatch: what jetstream.KeyValueEntry
+// reports, read from the message as KeyValue.Watch reads it.
+type kvEntry struct {
+	bucket, key string
+	value       []byte
+	revision    uint64
+	created     time.Time
+	delta       uint64
+	op          jetstream.KeyValueOp
+}
+
+func (e *kvEntry) Bucket() string                  { return e.bucket }
+func (e *kvEntry) Key() string                     { return e.key }
+func (e *kvEntry) Value() []byte                   { return e.value }
+func (e *kvEntry) Revision() uint64                { return e.revision }
+func (e *kvEntry) Created() time.Time              { return e.created }
+func (e *kvEntry) Delta() uint64                   { return e.delta }
+func (e *kvEntry) Operation() jetstream.KeyValueOp { return e.op }
+
+// kvEntryOf reads a watch's message: its key (the subject past prefix),
+// value, revision (the stream sequence), time, pending count (from the
+// acknowledgement subject, as jetstream's metadata), and operation (the
+// KV-Operation header, or a marker's reason: a TTL's marker is a purge, a
+// removal's a delete). ok is false for a message that is not a key's.
+func kvEntryOf(msg jetstream.Msg, prefix, bucket string) (e *kvEntry, ok bool) {
+	subject := msg.Subject()
+	if len(subject) <= len(prefix) || !strings.HasPrefix(subject, prefix) {
+		return nil, false
+	}
+	seq, ts, pending, ok := ackFields(msg.Reply())
+	if !ok {
+		return nil, false
+	}
+	e = &kvEntry{bucket: bucket, key: subject[len(prefix):], value: msg.Data(), revision: seq, created: time.Unix(0, ts), delta: pending}
+	if h := msg.Headers(); len(h) > 0 {
+		e.op = kvOperation(h)
+	}
+	return e, true
+}
+
+// kvOperation is the KV operation a message's headers state, as
+// jetstream's KeyValue.Watch reads them.
+func kvOperation(h nats.Header) jetstream.KeyValueOp {
+	if op := h.Get("KV-Operation"); op != "" {
+		switch op {
+		case "DEL":
+			return jetstream.KeyValueDelete
+		case "PURGE":
+			return jetstream.KeyValuePurge
+		}
+		return jetstream.KeyValuePut
+	}
+	switch h.Get(jetstream.MarkerReasonHeader) {
+	case "MaxAge", "Purge":
+		return jetstream.KeyValuePurge
+	case "Remove":
+		return jetstream.KeyValueDelete
+	}
+	return jetstream.KeyValuePut
+}
+
+// ackFields reads the stream sequence, timestamp and pending count of a
+// JetStream acknowledgement subject, without the allocations of
+// jetstream's Metadata: $JS.ACK.<stream>.<consumer>.<delivered>.<stream
+// seq>.<consumer seq>.<time>.<pending> (9 tokens), or the form with a
+// domain and an account hash, <domain>.<hash> after $JS.ACK, and a
+// random token at the end (12 tokens or more).
+func ackFields(reply string) (seq uint64, ts int64, pending uint64, ok bool) {
+	var tok [12]string
+	n := 0
+	for s := reply; ; {
+		i := strings.IndexByte(s, '.')
+		if n == len(tok) {
+			break // a longer form: the fields read are within the first 12
+		}
+		if i < 0 {
+			tok[n] = s
+			n++
+			break
+		}
+		tok[n] = s[:i]
+		n++
+		s = s[i+1:]
+	}
+	if tok[0] != "$JS" || tok[1] != "ACK" {
+		return 0, 0, 0, false
+	}
+	var off int
+	switch {
+	case n == 9: // no domain and hash
+	case n >= 11:
+		off = 2
+	default:
+		return 0, 0, 0, false
+	}
+	var err1, err2, err3 error
+	seq, err1 = strconv.ParseUint(tok[5+off], 10, 64)
+	ts, err2 = strconv.ParseInt(tok[7+off], 10, 64)
+	pending, err3 = strconv.ParseUint(tok[8+off], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return 0, 0, 0, false
+	}
+	return seq, ts, pending, true
+}
