@@ -37,7 +37,9 @@ type seen struct {
 	delta uint64
 }
 
-func (s seen) String() string { return fmt.Sprintf("%s=%q@%d op %v delta %d", s.key, s.value, s.rev, s.op, s.delta) }
+func (s seen) String() string {
+	return fmt.Sprintf("%s=%q@%d op %v delta %d", s.key, s.value, s.rev, s.op, s.delta)
+}
 
 // take reads n entries of w (a marker as key "<marker>").
 func take(t *testing.T, w jetstream.KeyWatcher, n int) []seen {
