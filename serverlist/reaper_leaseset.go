@@ -100,8 +100,12 @@ type leaseSet struct {
 	sums map[uint64]struct{}
 }
 
-func newLeaseSet() leaseSet {
-	return leaseSet{seed: maphash.MakeSeed(), sums: make(map[uint64]struct{})}
+func newLeaseSet() leaseSet { return newLeaseSetFor(0) }
+
+// newLeaseSetFor returns a set sized for n keys: a mirrored sweep's batch
+// knows about how many leases it lists, and its set does not grow.
+func newLeaseSetFor(n int) leaseSet {
+	return leaseSet{seed: maphash.MakeSeed(), sums: make(map[uint64]struct{}, n)}
 }
 
 // add adds the lease key key.

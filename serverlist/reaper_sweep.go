@@ -3,7 +3,7 @@ package serverlist
 import (
 	"context"
 	"errors"
-	"maps"
+	"iter"
 	"slices"
 	"strings"
 
@@ -135,61 +135,135 @@ func (r *Reaper) sweep(ctx context.Context, prev map[string]uint64) (next map[st
 // of them queue (docs/perf/memory.md, "What keeps it down").
 const sweepBatch = 50
 
+// sweepBatchLeases bounds the mirrored instances (and records the mirror
+// leaves out) of one batch of a mirrored sweep: the services of a batch
+// are added until the next one would take it past this many, and a
+// service larger than that is a batch alone. A batch's leases are listed
+// into a set of their own, its records are checked against it, and the
+// set goes before the next batch is listed: a sweep holds one batch's
+// set and queued messages, not the fleet's. At 100,000 instances one set
+// for the fleet (1.1 MB of hashes and the garbage of its growth) and the
+// messages queued by a consumer of 50 services (some 5,000, 2.5 MB)
+// were live during every sweep, and the GC's pacer (GOGC=100) turned
+// that transient into twice its size of resident memory.
+const sweepBatchLeases = 1000
+
+// testHookSweepBatch, when set (by tests only), is called for each batch
+// of a mirrored sweep with its services and the set of its leases, once
+// they are listed and before its records are checked.
+var testHookSweepBatch func(services []string, live leaseSet)
+
 // sweepMirrored is sweep with the records taken from m, a synced mirror
 // of the bucket: its index and the records it leaves out (malformed or
 // marked down). A record the mirror has not applied yet waits for the
 // next sweep; the records found without a lease are read from the bucket
-// before anything is removed, as in sweep.
+// before anything is removed, as in sweep. The services are swept in
+// batches (sweepBatches), each against the set of its own leases.
 func (r *Reaper) sweepMirrored(ctx context.Context, m *Mirror, prev map[string]uint64) (next map[string]uint64, plain int) {
 	r.mirroredSweeps.Add(1)
 	services := m.state.Load().services
+	// The records the index leaves out, by service. An indexed record
+	// that is also among them (read while the mirror applied its change)
+	// is checked once, as one of them (unindexed). A key without a valid
+	// service is under none of the subjects a batch lists: no lease of it
+	// is ever found.
 	skipped := m.skippedKeys()
-	names := make(map[string]struct{}, len(services)+len(skipped))
-	for name := range services {
-		names[name] = struct{}{}
-	}
+	unindexed := make(map[string]struct{}, len(skipped))
+	skippedOf := make(map[string][]string)
+	var unserviced []string
 	for _, key := range skipped {
+		unindexed[key] = struct{}{}
 		if service, _, ok := strings.Cut(key, "."); ok && validateService(service) == nil {
-			names[service] = struct{}{}
+			skippedOf[service] = append(skippedOf[service], key)
+		} else {
+			unserviced = append(unserviced, key)
 		}
 	}
-	filters := make([]string, 0, len(names))
-	for _, name := range slices.Sorted(maps.Keys(names)) {
-		filters = append(filters, r.reg.subject(name+".*"+leaseSuffix))
+	var orphans []string
+	for _, key := range unserviced {
+		if !IsRegionalKey(key) {
+			orphans = append(orphans, key) // no lease of it is listed
+		}
 	}
-	live := newLeaseSet()
-	for batch := range slices.Chunk(filters, sweepBatch) {
-		n, err := r.listLeasesInto(ctx, live, batch)
+	filters := make([]string, 0, sweepBatch)
+	for batch, leases := range sweepBatches(services, skippedOf) {
+		filters = filters[:0]
+		for _, name := range batch {
+			filters = append(filters, r.reg.subject(name+".*"+leaseSuffix))
+		}
+		live := newLeaseSetFor(leases)
+		n, err := r.listLeasesInto(ctx, live, filters)
 		if err != nil {
 			r.failed(ctx, err).Msg("serverlist: reaper: list the leases")
 			return prev, -1
 		}
 		plain += n
-	}
-	// The records the index leaves out first; an indexed record that was
-	// also among them (read while the mirror applied its change) is not
-	// listed twice.
-	var orphans []string
-	unindexed := make(map[string]struct{}, len(skipped))
-	for _, key := range skipped {
-		unindexed[key] = struct{}{}
-		if !IsRegionalKey(key) && !live.holdsLeaseOf(key) {
-			orphans = append(orphans, key)
+		if testHookSweepBatch != nil {
+			testHookSweepBatch(batch, live)
 		}
-	}
-	for name, svc := range services {
-		for _, e := range *svc.ids.Load() {
-			if e.rec.regional || live.holdsLeaseOfInstance(name, e.rec.srv.ID) {
-				continue
-			}
-			if key, err := EncodeKey(name, e.rec.srv.ID); err == nil {
-				if _, listed := unindexed[key]; !listed {
+		for _, name := range batch {
+			for _, key := range skippedOf[name] {
+				if !IsRegionalKey(key) && !live.holdsLeaseOf(key) {
 					orphans = append(orphans, key)
+				}
+			}
+			svc := services[name]
+			if svc == nil {
+				continue // only records the index leaves out
+			}
+			for _, e := range *svc.ids.Load() {
+				if e.rec.regional || live.holdsLeaseOfInstance(name, e.rec.srv.ID) {
+					continue
+				}
+				if key, err := EncodeKey(name, e.rec.srv.ID); err == nil {
+					if _, listed := unindexed[key]; !listed {
+						orphans = append(orphans, key)
+					}
 				}
 			}
 		}
 	}
 	return r.sweepOrphans(ctx, orphans, prev), plain
+}
+
+// sweepBatches yields the batches of a mirrored sweep: the services of
+// the mirror (services) and of the records it leaves out (skippedOf), in
+// order, grouped while a group holds at most sweepBatch services and
+// sweepBatchLeases records (the mirror's instances of its services and
+// the records left out), a larger service alone; with each, its count of
+// records. A batch is reused for the next one: the caller keeps none.
+func sweepBatches(services map[string]*mirrorService, skippedOf map[string][]string) iter.Seq2[[]string, int] {
+	return func(yield func([]string, int) bool) {
+		names := make([]string, 0, len(services)+len(skippedOf))
+		for name := range services {
+			names = append(names, name)
+		}
+		for name := range skippedOf {
+			if _, indexed := services[name]; !indexed {
+				names = append(names, name)
+			}
+		}
+		slices.Sort(names)
+		batch := make([]string, 0, sweepBatch)
+		leases := 0
+		for _, name := range names {
+			n := len(skippedOf[name])
+			if svc := services[name]; svc != nil {
+				n += len(*svc.ids.Load())
+			}
+			if len(batch) > 0 && (len(batch) == sweepBatch || leases+n > sweepBatchLeases) {
+				if !yield(batch, leases) {
+					return
+				}
+				batch, leases = batch[:0], 0
+			}
+			batch = append(batch, name)
+			leases += n
+		}
+		if len(batch) > 0 {
+			yield(batch, leases)
+		}
+	}
 }
 
 // sweepOrphans reads again the records found without a lease (orphans),
