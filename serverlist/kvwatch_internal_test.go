@@ -187,8 +187,9 @@ func TestBoundedWatchHoldsLittleInFlight(t *testing.T) {
 	}
 }
 
-// TestBoundedWatchStops: Stop returns without a reader and closes the
-// channel; so does the end of the watch's context.
+// TestBoundedWatchStops: Stop returns without a reader, closes the channel
+// and deletes the watch's consumer; so does the end of the watch's
+// context.
 func TestBoundedWatchStops(t *testing.T) {
 	r := openWatchRegistry(t)
 	for i := range 600 { // more than the channel holds
@@ -208,6 +209,9 @@ func TestBoundedWatchStops(t *testing.T) {
 	}
 	_ = w.Stop() // again
 	closed(t, w)
+	if n := consumers(t, r); n != 0 {
+		t.Fatalf("%d consumers left on the bucket's stream after the watch's Stop returned", n)
+	}
 
 	ctx, cancel := context.WithCancel(t.Context())
 	w, err = r.watchBounded(ctx, RecordKeys)
@@ -217,6 +221,23 @@ func TestBoundedWatchStops(t *testing.T) {
 	cancel()
 	closed(t, w)
 	_ = w.Stop()
+	testutil.EventuallyWithin(t, 10*time.Second, "the consumer of a watch whose context ended to be deleted", func() bool {
+		return consumers(t, r) == 0
+	})
+}
+
+// consumers counts the consumers of r's bucket.
+func consumers(t *testing.T, r *Registry) int {
+	t.Helper()
+	stream, err := r.js.Stream(t.Context(), "KV_"+r.cfg.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for range stream.ListConsumers(t.Context()).Info() {
+		n++
+	}
+	return n
 }
 
 // closed drains w and fails unless its channel is closed within 10 s.
