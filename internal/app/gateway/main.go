@@ -39,6 +39,7 @@ func Main(args []string, stdout, stderr io.Writer, exts ...Extension) int {
 	}
 	limit.apply()
 	log.Info().Int64("bytes", limit.bytes).Str("source", limit.source).Msg("memory limit")
+	setHeapProfiling(cfg.Pprof)
 	g, err := New(cfg, log, exts...)
 	if err != nil {
 		fmt.Fprintln(stderr, err)

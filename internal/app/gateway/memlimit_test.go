@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -75,5 +76,20 @@ func TestBadMemoryLimitFlag(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "-memory-limit") {
 		t.Errorf("stderr does not name the flag: %s", stderr.String())
+	}
+}
+
+// A gateway that does not serve profiles records no heap profile; one
+// run with -pprof samples at the rate in effect.
+func TestHeapProfilingOnlyWithPprof(t *testing.T) {
+	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
+	runtime.MemProfileRate = 4096
+	setHeapProfiling(true)
+	if runtime.MemProfileRate != 4096 {
+		t.Errorf("with -pprof: MemProfileRate %d, want the rate in effect, 4096", runtime.MemProfileRate)
+	}
+	setHeapProfiling(false)
+	if runtime.MemProfileRate != 0 {
+		t.Errorf("without -pprof: MemProfileRate %d, want 0", runtime.MemProfileRate)
 	}
 }

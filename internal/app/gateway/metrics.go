@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"regexp"
 	"sync"
 	"time"
 
@@ -66,7 +67,12 @@ func newMetrics(g *Gateway) *metrics {
 		}, []string{"service", "subset"}),
 	}
 	m.reg.MustRegister(m.lag, m.applyLag, m.picks, m.retries, m.denied, m.failures, m.requests, m.subsets,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		// go_gc_heap_live_bytes besides the defaults: the heap the last
+		// collection marked, which the collector lets grow to twice that
+		// (GOGC=100) before the next: what the resident memory follows.
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&stateCollector{g: g})
 	return m
 }

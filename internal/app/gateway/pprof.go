@@ -3,6 +3,7 @@ package gateway
 import (
 	"net/http"
 	"net/http/pprof"
+	"runtime"
 )
 
 // registerPprof serves net/http/pprof under /debug/pprof/ on the admin
@@ -17,6 +18,20 @@ func registerPprof(mux *http.ServeMux) {
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+}
+
+// setHeapProfiling turns the runtime's heap profiling off
+// (runtime.MemProfileRate 0) when profiles are not served (pprof false),
+// since nobody can read them: the samples' stacks, and the table that
+// finds them (some 1.5 MB once many are recorded), would stay in the
+// gateway's memory for its life, and each sample walks its stack. With
+// -pprof the heap profile samples at the rate in effect (Go's default: once
+// every 512 KiB allocated). Main calls it before the gateway loads
+// anything; what the program's initialisation sampled stays.
+func setHeapProfiling(pprof bool) {
+	if !pprof {
+		runtime.MemProfileRate = 0
+	}
 }
 
 // servePprofOff answers /debug/pprof/ when profiling is off with how to
