@@ -28,25 +28,25 @@ const (
 // showed (or a newer one an event announced since).
 //
 // The table holds one per instance (100,000 in a large fleet), so a
-// member is three words (24 bytes, an allocation of that size class): one
+// member is two words (16 bytes, an allocation of that size class): one
 // live, confirmed by the registry and never offline while the table knew
 // it, as most are, needs only its incarnation and revision; the rest
-// (extra) is allocated for the few others. With its map entry, an
-// instance then costs 60 bytes at 100 instances per service, 79 at 1,000,
-// 68 at 10,000 (a Go map's room per entry varies with its count): 8 less
-// than with a 32-byte member. Members held in the maps by value would
-// cost 55, 99 and 79 bytes (24-byte values; 67, 115 and 92 with 32): a
-// map's slack, up to half its room after a split, grows with the value,
-// while a separate allocation is exact.
+// (memberExtra) is in a map of its own for the few others
+// (serviceMembers). With its map entry, an instance then costs 53 bytes at
+// 100 instances per service, 71 at 1,000, 60 at 10,000 (a Go map's room
+// per entry varies with its count; BenchmarkTableBytes): 7 or 8 less
+// than when a member was 24 bytes, its extra's pointer with it (60, 79,
+// 68). Members held in the maps by value would cost 51, 82 and 66 bytes
+// (16-byte values; 55, 99 and 79 with 24): a map's slack, up to half its
+// room after a split, grows with the slot, and a table's slots are one
+// allocation rounded up to a size class (1,024 slots of 32 bytes with
+// their control bytes, 33,792 bytes, take 40,960; of 24 bytes, 25,600
+// take 27,264), while a 16-byte allocation is exact.
 type member struct {
 	incarnation int64
 	// rev is the registry revision (the mirror's, see
 	// serverlist.MirrorStats.Revision) of the entry last seen; 0: none yet.
 	rev uint64
-	// extra is nil for a member the registry confirmed that never went
-	// offline; it is allocated at its first offline, kept after, and for
-	// an unconfirmed member until the registry confirms it.
-	extra *memberExtra
 }
 
 // memberExtra is what few members need: whether (and why) the instance is
@@ -67,41 +67,59 @@ type memberExtra struct {
 	unconfirmed bool
 }
 
-func (m *member) live() bool { return m.extra == nil || m.extra.off == offNone }
+// serviceMembers is the table of one service: its members by instance ID,
+// and the extras of the few that have one by instance ID (nil while none
+// has).
+type serviceMembers struct {
+	ids   map[string]*member
+	extra map[string]*memberExtra
+}
+
+// entry is a member as the table's methods read and change it (get): a
+// copy of it, and its extra, nil for a member the registry confirmed that
+// never went offline. The extra is allocated at the member's first
+// offline, kept after, and for an unconfirmed member until the registry
+// confirms it. A changed entry is stored with put.
+type entry struct {
+	member
+	extra *memberExtra
+}
+
+func (e *entry) live() bool { return e.extra == nil || e.extra.off == offNone }
 
 // confirmed reports whether the registry has held the instance.
-func (m *member) confirmed() bool { return m.extra == nil || !m.extra.unconfirmed }
+func (e *entry) confirmed() bool { return e.extra == nil || !e.extra.unconfirmed }
 
 // off says why the instance is offline; offNone means it is live.
-func (m *member) off() offReason {
-	if m.extra == nil {
+func (e *entry) off() offReason {
+	if e.extra == nil {
 		return offNone
 	}
-	return m.extra.off
+	return e.extra.off
 }
 
 // goLive brings the member back (its last offline's revision is kept).
-func (m *member) goLive() {
-	if m.extra != nil {
-		m.extra.off = offNone
+func (e *entry) goLive() {
+	if e.extra != nil {
+		e.extra.off = offNone
 	}
 }
 
 // goOffline takes the member offline for reason off, as of revision rev,
 // at changed.
-func (m *member) goOffline(off offReason, rev uint64, changed time.Duration) {
-	if m.extra == nil {
-		m.extra = new(memberExtra)
+func (e *entry) goOffline(off offReason, rev uint64, changed time.Duration) {
+	if e.extra == nil {
+		e.extra = new(memberExtra)
 	}
-	m.extra.off, m.extra.rev, m.extra.changed = off, rev, changed
+	e.extra.off, e.extra.rev, e.extra.changed = off, rev, changed
 }
 
 // offRev is the revision of the member's last offline (0: none yet).
-func (m *member) offRev() uint64 {
-	if m.extra == nil {
+func (e *entry) offRev() uint64 {
+	if e.extra == nil {
 		return 0
 	}
-	return m.extra.rev
+	return e.extra.rev
 }
 
 // offReason records who took an instance offline, which decides who may
@@ -129,7 +147,7 @@ const (
 // cannot bring an instance back. It is not safe for concurrent use: the
 // Subscriber guards it with its mutex.
 type membership struct {
-	services map[string]map[string]*member
+	services map[string]*serviceMembers
 	// epoch is the time members' changes are stamped from (stamp).
 	epoch time.Time
 
@@ -150,7 +168,7 @@ type pendingMember struct {
 }
 
 func newMembership() *membership {
-	return &membership{services: make(map[string]map[string]*member), confirmedIn: make(map[string]int), epoch: time.Now()}
+	return &membership{services: make(map[string]*serviceMembers), confirmedIn: make(map[string]int), epoch: time.Now()}
 }
 
 // stamp is t as a member's change time: the time since the table's epoch
@@ -161,9 +179,55 @@ func (m *membership) stamp(t time.Time) time.Duration { return t.Sub(m.epoch) }
 // service that the table still knows.
 func (m *membership) hasConfirmed(service string) bool { return m.confirmedIn[service] > 0 }
 
+// get returns the member service/id, and whether the table knows it.
+func (m *membership) get(service, id string) (entry, bool) {
+	sm := m.services[service]
+	if sm == nil {
+		return entry{}, false
+	}
+	mem := sm.ids[id]
+	if mem == nil {
+		return entry{}, false
+	}
+	return entry{*mem, sm.extra[id]}, true
+}
+
+// put stores e as the member service/id, adding it (and its service) if
+// new, and its extra, or that it has none.
+func (m *membership) put(service, id string, e entry) {
+	sm := m.services[service]
+	if sm == nil {
+		sm = &serviceMembers{ids: make(map[string]*member)}
+		m.services[service] = sm
+	}
+	if mem := sm.ids[id]; mem != nil {
+		*mem = e.member
+	} else {
+		mem := e.member // alone: &e.member would allocate e whole
+		sm.ids[id] = &mem
+	}
+	switch {
+	case e.extra != nil:
+		if sm.extra == nil {
+			sm.extra = make(map[string]*memberExtra)
+		}
+		sm.extra[id] = e.extra
+	case sm.extra != nil:
+		sm.dropExtra(id)
+	}
+}
+
+// dropExtra deletes the extra of id, and the map of extras once empty.
+func (sm *serviceMembers) dropExtra(id string) {
+	delete(sm.extra, id)
+	if len(sm.extra) == 0 {
+		sm.extra = nil
+	}
+}
+
 // forget updates the counts for a member leaving the table.
-func (m *membership) forget(service string, mem *member) {
-	if !mem.confirmed() {
+func (m *membership) forget(service string, e entry) {
+	if !e.confirmed() {
 		m.nUnconfirmed--
 		return
 	}
@@ -177,16 +241,20 @@ func (m *membership) forget(service string, mem *member) {
 // unconfirmed members, services and instances per service. A zero limit is
 // no limit.
 func (m *membership) admits(service, id string, lim limits) bool {
-	ids, ok := m.services[service]
-	if ok && ids[id] != nil {
-		return true
+	sm, ok := m.services[service]
+	n := 0
+	if ok {
+		if _, known := sm.ids[id]; known {
+			return true
+		}
+		n = len(sm.ids)
 	}
 	switch {
 	case lim.unconfirmed > 0 && m.nUnconfirmed >= lim.unconfirmed:
 		return false
 	case !ok && lim.services > 0 && len(m.services) >= lim.services:
 		return false
-	case lim.perService > 0 && len(ids) >= lim.perService:
+	case lim.perService > 0 && n >= lim.perService:
 		return false
 	}
 	return true
@@ -197,49 +265,59 @@ type limits struct {
 	unconfirmed, services, perService int
 }
 
-// addUnconfirmed records mem, of service/id, created by an event or gossip.
-func (m *membership) addUnconfirmed(service, id string, mem *member, now time.Time) {
-	if mem.extra == nil {
-		mem.extra = new(memberExtra)
+// addUnconfirmed marks e, of service/id, as created by an event or gossip
+// (the caller stores it).
+func (m *membership) addUnconfirmed(service, id string, e *entry, now time.Time) {
+	if e.extra == nil {
+		e.extra = new(memberExtra)
 	}
-	mem.extra.unconfirmed = true
+	e.extra.unconfirmed = true
 	m.nUnconfirmed++
 	m.unconfirmed = append(m.unconfirmed, pendingMember{service, id, now})
 }
 
-// confirm marks a member of service as held by the registry. A live one
-// with no offline to remember (an instance announced before the registry
-// showed it, as at a fleet's start) lets its extra go: it is then as small
-// as one the registry added.
-func (m *membership) confirm(service string, mem *member) {
-	if mem.confirmed() {
-		return
+// confirm marks a member of service as held by the registry, and reports
+// whether that changed it (the caller stores it). A live one with no
+// offline to remember (an instance announced before the registry showed
+// it, as at a fleet's start) lets its extra go: it is then as small as one
+// the registry added.
+func (m *membership) confirm(service string, e *entry) bool {
+	if e.confirmed() {
+		return false
 	}
-	mem.extra.unconfirmed = false
+	e.extra.unconfirmed = false
 	m.nUnconfirmed--
 	m.confirmedIn[service]++
-	if mem.live() && mem.extra.rev == 0 {
-		mem.extra = nil
+	if e.live() && e.extra.rev == 0 {
+		e.extra = nil
 	}
+	return true
 }
 
 // remove deletes a member, and its service once empty.
 func (m *membership) remove(service, id string) {
-	ids := m.services[service]
-	mem := ids[id]
-	if mem == nil {
+	e, ok := m.get(service, id)
+	if !ok {
 		return
 	}
-	m.forget(service, mem)
-	delete(ids, id)
-	if len(ids) == 0 {
+	m.forget(service, e)
+	sm := m.services[service]
+	delete(sm.ids, id)
+	if e.extra != nil {
+		sm.dropExtra(id)
+	}
+	if len(sm.ids) == 0 {
 		delete(m.services, service)
 	}
 }
 
 // dropService deletes every member of service (an unfollowed service).
 func (m *membership) dropService(service string) {
-	for id := range m.services[service] {
+	sm := m.services[service]
+	if sm == nil {
+		return
+	}
+	for id := range sm.ids {
 		m.remove(service, id)
 	}
 }
@@ -251,18 +329,20 @@ func (m *membership) dropService(service string) {
 // set changed.
 func (m *membership) expire(cutoff time.Time) (changed []string, dropped int) {
 	servicesBefore := len(m.services)
-	sizeBefore := map[string]int{} // of the services this pass shrinks
+	// Of the services this pass shrinks: their members and extras before.
+	sizeBefore := map[string][2]int{}
 	i := 0
 	for ; i < len(m.unconfirmed) && m.unconfirmed[i].at.Before(cutoff); i++ {
 		p := m.unconfirmed[i]
-		mem := m.services[p.service][p.id]
-		if mem == nil || mem.confirmed() {
+		e, ok := m.get(p.service, p.id)
+		if !ok || e.confirmed() {
 			continue // gone or confirmed since
 		}
 		if _, ok := sizeBefore[p.service]; !ok {
-			sizeBefore[p.service] = len(m.services[p.service])
+			sm := m.services[p.service]
+			sizeBefore[p.service] = [2]int{len(sm.ids), len(sm.extra)}
 		}
-		if mem.live() {
+		if e.live() {
 			changed = append(changed, p.service)
 		}
 		m.remove(p.service, p.id)
@@ -275,12 +355,20 @@ func (m *membership) expire(cutoff time.Time) (changed []string, dropped int) {
 	}
 	// Go maps keep their size when entries go: after a flood, copy the
 	// maps that shrank a lot, so that memory returns to its idle figure.
+	// (A service's map of extras goes once empty: see dropExtra.)
 	if servicesBefore >= shrinkMin && len(m.services) <= servicesBefore/4 {
 		m.services = copyMap(m.services)
 	}
 	for svc, before := range sizeBefore {
-		if ids := m.services[svc]; before >= shrinkMin && len(ids) <= before/4 && ids != nil {
-			m.services[svc] = copyMap(ids)
+		sm := m.services[svc]
+		if sm == nil {
+			continue
+		}
+		if shrank(before[0], len(sm.ids)) {
+			sm.ids = copyMap(sm.ids)
+		}
+		if shrank(before[1], len(sm.extra)) && sm.extra != nil {
+			sm.extra = copyMap(sm.extra)
 		}
 	}
 	slices.Sort(changed)
@@ -290,6 +378,10 @@ func (m *membership) expire(cutoff time.Time) (changed []string, dropped int) {
 // shrinkMin is the map size below which shrinking is not worth a copy.
 const shrinkMin = 256
 
+// shrank reports whether a map of before entries that now holds after
+// shrank enough to be copied.
+func shrank(before, after int) bool { return before >= shrinkMin && after <= before/4 }
+
 // copyMap returns a copy of m sized for its content.
 func copyMap[K comparable, V any](m map[K]V) map[K]V {
 	out := make(map[K]V, len(m))
@@ -297,20 +389,6 @@ func copyMap[K comparable, V any](m map[K]V) map[K]V {
 		out[k] = v
 	}
 	return out
-}
-
-func (m *membership) member(service, id string) *member {
-	return m.services[service][id]
-}
-
-// add records a new member.
-func (m *membership) add(service, id string, mem *member) {
-	ids := m.services[service]
-	if ids == nil {
-		ids = make(map[string]*member)
-		m.services[service] = ids
-	}
-	ids[id] = mem
 }
 
 // event records that instance id of service is online (or offline) in
@@ -326,28 +404,29 @@ func (m *membership) add(service, id string, mem *member) {
 //     suspicion) or the registry is written again. An online event never
 //     revives: it is the announcement the instance already made.
 func (m *membership) event(service, id string, inc int64, online bool, src source, regRev uint64, now time.Time) outcome {
-	cur := m.member(service, id)
+	cur, known := m.get(service, id)
 	off := offAnnounced
 	if src == fromGossip {
 		off = offGossip
 	}
 	switch {
-	case online && src == fromGossip && (cur == nil || inc != cur.incarnation):
+	case online && src == fromGossip && (!known || inc != cur.incarnation):
 		// Gossip seeing a node alive only undoes its own suspicion: an
 		// instance becomes live by announcing (or registering), which may
 		// reach us after its gossip.
 		return unchanged
-	case cur == nil:
-		cur = &member{incarnation: inc}
-		m.add(service, id, cur)
-		m.addUnconfirmed(service, id, cur, now)
+	case !known:
+		cur = entry{member: member{incarnation: inc}}
+		m.addUnconfirmed(service, id, &cur, now)
+		out := applied
 		if !online {
 			// Remember the tombstone: an online of this incarnation that
 			// arrives late must not resurrect the instance.
 			cur.goOffline(off, regRev, m.stamp(now))
-			return unchanged
+			out = unchanged
 		}
-		return applied
+		m.put(service, id, cur)
+		return out
 	case inc < cur.incarnation:
 		return stale
 	case inc > cur.incarnation:
@@ -358,6 +437,7 @@ func (m *membership) event(service, id string, inc int64, online bool, src sourc
 		} else {
 			cur.goOffline(off, regRev, m.stamp(now))
 		}
+		m.put(service, id, cur)
 		if !wasLive && !online {
 			return unchanged
 		}
@@ -369,12 +449,14 @@ func (m *membership) event(service, id string, inc int64, online bool, src sourc
 		case src == fromEvent && cur.off() != offAnnounced:
 			wasLive := cur.live()
 			cur.goOffline(offAnnounced, max(cur.offRev(), regRev), m.stamp(now))
+			m.put(service, id, cur)
 			if wasLive {
 				return applied
 			}
 			return unchanged
 		case cur.live():
 			cur.goOffline(off, regRev, m.stamp(now))
+			m.put(service, id, cur)
 			return applied
 		}
 		return duplicate
@@ -384,6 +466,7 @@ func (m *membership) event(service, id string, inc int64, online bool, src sourc
 		return duplicate
 	case src == fromGossip && cur.off() == offGossip:
 		cur.goLive()
+		m.put(service, id, cur)
 		return applied
 	}
 	return stale
@@ -396,15 +479,25 @@ func (m *membership) event(service, id string, inc int64, online bool, src sourc
 // incarnation becomes the one events are ordered against, and an instance
 // taken offline before it (offRev below rev), by whatever event, comes back.
 func (m *membership) registered(service, id string, inc int64, rev uint64, now time.Time) outcome {
-	cur := m.member(service, id)
-	if cur != nil {
-		m.confirm(service, cur)
-	}
-	switch {
-	case cur == nil:
-		m.add(service, id, &member{incarnation: inc, rev: rev})
+	cur, known := m.get(service, id)
+	if !known {
+		m.put(service, id, entry{member: member{incarnation: inc, rev: rev}})
 		m.confirmedIn[service]++
 		return applied
+	}
+	confirmed := m.confirm(service, &cur)
+	out := m.registeredKnown(&cur, inc, rev)
+	if confirmed || out != duplicate && out != stale {
+		m.put(service, id, cur)
+	}
+	return out
+}
+
+// registeredKnown is registered for a member the table knows, cur, which
+// it changes unless the write is a duplicate or stale (the caller stores
+// it).
+func (m *membership) registeredKnown(cur *entry, inc int64, rev uint64) outcome {
+	switch {
 	case rev == 0:
 		if cur.live() {
 			return duplicate
@@ -438,11 +531,12 @@ func (m *membership) registered(service, id string, inc int64, rev uint64, now t
 // instance not live, of another incarnation, or whose table entry already
 // reflects a later write, is left as it is.
 func (m *membership) crashed(service, id string, inc int64, recRev uint64, now time.Time) outcome {
-	cur := m.member(service, id)
-	if cur == nil || !cur.live() || cur.incarnation != inc || cur.rev > recRev {
+	cur, known := m.get(service, id)
+	if !known || !cur.live() || cur.incarnation != inc || cur.rev > recRev {
 		return unchanged
 	}
 	cur.goOffline(offAdvisory, recRev, m.stamp(now))
+	m.put(service, id, cur)
 	return applied
 }
 
@@ -450,11 +544,12 @@ func (m *membership) crashed(service, id string, inc int64, recRev uint64, now t
 // registry; asOf is the mirror's revision when the read began. An entry
 // written since (rev above asOf) wins over the read.
 func (m *membership) unregistered(service, id string, asOf uint64, now time.Time) outcome {
-	cur := m.services[service][id]
-	if cur == nil || !cur.live() || cur.rev > asOf {
+	cur, known := m.get(service, id)
+	if !known || !cur.live() || cur.rev > asOf {
 		return unchanged
 	}
 	cur.goOffline(offRegistry, asOf, m.stamp(now))
+	m.put(service, id, cur)
 	return applied
 }
 
@@ -477,13 +572,24 @@ func (m *membership) addRegistered(service string, truth map[string]regEntry, no
 	return changed
 }
 
+// isLive reports whether member id of sm, which sm holds, is live: a
+// member without extra is.
+func (sm *serviceMembers) isLive(id string) bool {
+	x := sm.extra[id]
+	return x == nil || x.off == offNone
+}
+
 // liveAbsent returns the live instances of service that truth does not
 // hold: candidates for removal once the registry confirms their absence (a
 // local mirror may lag an event by a moment).
 func (m *membership) liveAbsent(service string, truth map[string]regEntry) []string {
 	var out []string
-	for id, mem := range m.services[service] {
-		if _, ok := truth[id]; !ok && mem.live() {
+	sm := m.services[service]
+	if sm == nil {
+		return nil
+	}
+	for id := range sm.ids {
+		if _, ok := truth[id]; !ok && sm.isLive(id) {
 			out = append(out, id)
 		}
 	}
@@ -493,10 +599,13 @@ func (m *membership) liveAbsent(service string, truth map[string]regEntry) []str
 
 // live returns the sorted live instance IDs of service.
 func (m *membership) live(service string) []string {
-	ids := m.services[service]
-	out := make([]string, 0, len(ids))
-	for id, mem := range ids {
-		if mem.live() {
+	sm := m.services[service]
+	if sm == nil {
+		return []string{}
+	}
+	out := make([]string, 0, len(sm.ids))
+	for id := range sm.ids {
+		if sm.isLive(id) {
 			out = append(out, id)
 		}
 	}
@@ -508,11 +617,13 @@ func (m *membership) live(service string) []string {
 // each ID with its incarnation (convergence.ListDigest).
 func (m *membership) digest(service string, live []string) string {
 	d := convergence.NewListDigest()
-	members := m.services[service]
+	sm := m.services[service]
 	for _, id := range live {
 		var inc int64
-		if mem := members[id]; mem != nil {
-			inc = mem.incarnation
+		if sm != nil {
+			if mem := sm.ids[id]; mem != nil {
+				inc = mem.incarnation
+			}
 		}
 		d.Add(id, inc)
 	}
@@ -529,16 +640,18 @@ func (m *membership) serviceNames() []string {
 	return out
 }
 
-// collect drops tombstones older than cutoff and services left empty.
+// collect drops tombstones older than cutoff and services left empty. Only
+// a member with an extra can be offline.
 func (m *membership) collect(cutoff time.Time) {
-	for service, ids := range m.services {
-		for id, mem := range ids {
-			if !mem.live() && mem.extra.changed < m.stamp(cutoff) {
-				m.forget(service, mem)
-				delete(ids, id)
+	for service, sm := range m.services {
+		for id, x := range sm.extra {
+			if x.off != offNone && x.changed < m.stamp(cutoff) {
+				m.forget(service, entry{*sm.ids[id], x})
+				delete(sm.ids, id)
+				sm.dropExtra(id)
 			}
 		}
-		if len(ids) == 0 {
+		if len(sm.ids) == 0 {
 			delete(m.services, service)
 		}
 	}

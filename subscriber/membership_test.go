@@ -123,7 +123,7 @@ func TestMembershipRegistryAndCollect(t *testing.T) {
 	}
 	m.event("svc", "b", 1, false, fromEvent, 2, now)
 	m.collect(now.Add(time.Second))
-	if _, ok := m.services["svc"]["b"]; ok {
+	if _, ok := m.get("svc", "b"); ok {
 		t.Fatal("old tombstone not collected")
 	}
 	if got := m.live("svc"); !slices.Equal(got, []string{"a", "c"}) {
@@ -160,7 +160,7 @@ func TestMembershipLimitsAndExpiry(t *testing.T) {
 	// a/1 is confirmed by the registry: it stays; a/2 expires.
 	m.registered("a", "1", 1, 5, t0)
 	changed, dropped := m.expire(t0.Add(500 * time.Millisecond))
-	if dropped != 1 || !slices.Equal(changed, []string{"a"}) || m.member("a", "2") != nil || m.member("a", "1") == nil {
+	if dropped != 1 || !slices.Equal(changed, []string{"a"}) || m.lookup("a", "2") != nil || m.lookup("a", "1") == nil {
 		t.Fatalf("expire: changed %v, dropped %d", changed, dropped)
 	}
 	if m.nUnconfirmed != 1 {
@@ -172,12 +172,22 @@ func TestMembershipLimitsAndExpiry(t *testing.T) {
 	}
 }
 
+// lookup returns a copy of the member service/id, nil if the table does
+// not know it.
+func (m *membership) lookup(service, id string) *entry {
+	e, ok := m.get(service, id)
+	if !ok {
+		return nil
+	}
+	return &e
+}
+
 // TestMemberSize: the table holds one member per instance; a live,
-// confirmed one stays in a 24-byte allocation (its offline state, or its
-// want of confirmation, is allocated apart).
+// confirmed one stays in a 16-byte allocation (its offline state, or its
+// want of confirmation, is in a map apart: serviceMembers.extra).
 func TestMemberSize(t *testing.T) {
-	if size := unsafe.Sizeof(member{}); size > 24 {
-		t.Errorf("a member takes %d bytes, want at most 24", size)
+	if size := unsafe.Sizeof(member{}); size > 16 {
+		t.Errorf("a member takes %d bytes, want at most 16", size)
 	}
 	if size := unsafe.Sizeof(memberExtra{}); size > 24 {
 		t.Errorf("a member's extra takes %d bytes, want at most 24", size)
@@ -197,7 +207,7 @@ func TestMemberExtraConfirmed(t *testing.T) {
 	m.event("a", "back", 1, false, fromGossip, 8, now)
 	m.event("a", "back", 1, true, fromGossip, 8, now)
 	for _, id := range []string{"live", "dead", "back"} {
-		if mem := m.member("a", id); mem.confirmed() || mem.extra == nil {
+		if mem := m.lookup("a", id); mem.confirmed() || mem.extra == nil {
 			t.Fatalf("%s: confirmed before the registry held it", id)
 		}
 	}
@@ -210,21 +220,21 @@ func TestMemberExtraConfirmed(t *testing.T) {
 	if m.nUnconfirmed != 0 || m.confirmedIn["a"] != 3 {
 		t.Fatalf("%d unconfirmed, %d confirmed; want 0 and 3", m.nUnconfirmed, m.confirmedIn["a"])
 	}
-	if mem := m.member("a", "live"); mem.extra != nil || !mem.live() || !mem.confirmed() || mem.rev != 5 {
+	if mem := m.lookup("a", "live"); mem.extra != nil || !mem.live() || !mem.confirmed() || mem.rev != 5 {
 		t.Fatalf("live: %+v, extra %+v; want a confirmed live member without extra", mem, mem.extra)
 	}
-	if mem := m.member("a", "dead"); !mem.confirmed() || mem.live() || mem.offRev() != 7 {
+	if mem := m.lookup("a", "dead"); !mem.confirmed() || mem.live() || mem.offRev() != 7 {
 		t.Fatalf("dead: confirmed %v, live %v, offline revision %d; want a confirmed tombstone of revision 7", mem.confirmed(), mem.live(), mem.offRev())
 	}
-	if mem := m.member("a", "back"); !mem.confirmed() || !mem.live() || mem.offRev() != 8 {
+	if mem := m.lookup("a", "back"); !mem.confirmed() || !mem.live() || mem.offRev() != 8 {
 		t.Fatalf("back: confirmed %v, live %v, offline revision %d; want it live, its offline of revision 8 kept", mem.confirmed(), mem.live(), mem.offRev())
 	}
 	// The offline kept still orders an announced offline (max(8, 6)), and
 	// the member whose extra went takes a new one.
-	if m.event("a", "back", 1, false, fromEvent, 6, now) != applied || m.member("a", "back").offRev() != 8 {
+	if m.event("a", "back", 1, false, fromEvent, 6, now) != applied || m.lookup("a", "back").offRev() != 8 {
 		t.Fatal("back: an announced offline does not keep the later offline revision")
 	}
-	if m.event("a", "live", 1, false, fromEvent, 9, now) != applied || m.member("a", "live").offRev() != 9 || m.member("a", "live").live() {
+	if m.event("a", "live", 1, false, fromEvent, 9, now) != applied || m.lookup("a", "live").offRev() != 9 || m.lookup("a", "live").live() {
 		t.Fatal("live: an announced offline not recorded")
 	}
 	if m.registered("a", "live", 1, 9, now) != unchanged || m.registered("a", "live", 1, 10, now) != applied {
@@ -242,28 +252,31 @@ func TestMemberOfflineStateLazy(t *testing.T) {
 	if got := m.registered("a", "i1", 1, 10, t0); got != applied {
 		t.Fatalf("registered: %v", got)
 	}
-	cur := m.member("a", "i1")
+	cur := m.lookup("a", "i1")
 	if cur.extra != nil || cur.offRev() != 0 {
 		t.Fatal("a live member has an offline state")
 	}
-	if got := m.event("a", "i1", 1, false, fromEvent, 20, t0.Add(time.Second)); got != applied || cur.extra == nil || cur.offRev() != 20 {
+	got := m.event("a", "i1", 1, false, fromEvent, 20, t0.Add(time.Second))
+	if cur = m.lookup("a", "i1"); got != applied || cur.extra == nil || cur.offRev() != 20 {
 		t.Fatalf("offline event: %v, offline state %+v", got, cur.extra)
 	}
-	if got := m.registered("a", "i1", 1, 15, t0.Add(2*time.Second)); got != unchanged || cur.live() {
+	got = m.registered("a", "i1", 1, 15, t0.Add(2*time.Second))
+	if cur = m.lookup("a", "i1"); got != unchanged || cur.live() {
 		t.Fatalf("a write older than the offline: %v, live %v; want it offline", got, cur.live())
 	}
-	if got := m.registered("a", "i1", 1, 25, t0.Add(3*time.Second)); got != applied || !cur.live() {
+	got = m.registered("a", "i1", 1, 25, t0.Add(3*time.Second))
+	if cur = m.lookup("a", "i1"); got != applied || !cur.live() {
 		t.Fatalf("a write newer than the offline: %v, live %v; want it back", got, cur.live())
 	}
 	if got := m.event("a", "i1", 1, false, fromGossip, 30, t0.Add(4*time.Second)); got != applied {
 		t.Fatalf("gossip offline: %v", got)
 	}
 	m.collect(t0.Add(4 * time.Second)) // offline at 4 s: not older than the cutoff
-	if m.member("a", "i1") == nil {
+	if m.lookup("a", "i1") == nil {
 		t.Fatal("a tombstone collected before its age")
 	}
 	m.collect(t0.Add(5 * time.Second))
-	if m.member("a", "i1") != nil {
+	if m.lookup("a", "i1") != nil {
 		t.Fatal("a tombstone older than the cutoff kept")
 	}
 }

@@ -526,8 +526,8 @@ func (s *Subscriber) reconcile(ctx context.Context, service string, cause events
 	s.mu.Lock()
 	changed := false
 	for id, e := range truth {
-		mem := s.table.services[service][id]
-		wasOff := mem != nil && !mem.live()
+		mem, known := s.table.get(service, id)
+		wasOff := known && !mem.live()
 		if s.table.registered(service, id, e.inc, e.rev, now) == applied {
 			changed = true
 			s.noteLocked(service, id, cause, time.Time{})
@@ -711,9 +711,8 @@ func (s *Subscriber) AppliedAll(f func(service string, a Applied)) {
 // mu held.
 func (s *Subscriber) pruneChangesLocked() {
 	for svc, m := range s.changes {
-		members := s.table.services[svc]
 		for id := range m {
-			if _, ok := members[id]; !ok {
+			if _, ok := s.table.get(svc, id); !ok {
 				delete(m, id)
 			}
 		}
