@@ -80,6 +80,12 @@ func (g *gw) ids(t testing.TB) []string {
 
 // bucketReplicated reports whether the registry stream has a leader and
 // replicas-1 followers, all current and online.
+// bucketTimeout bounds the wait for the registry stream's replicas to be
+// placed and current: a precondition, not a figure. Its raft groups form
+// in seconds, but took more than 20 s once on two cores loaded by other
+// packages' tests.
+const bucketTimeout = time.Minute
+
 func bucketReplicated(js jetstream.JetStream, replicas int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -178,7 +184,7 @@ func TestClusterNodeLoss(t *testing.T) {
 	if l := g.WaitFor(t, "scaled the registry bucket up", lineTimeout); !strings.Contains(l.Text, `"from":1,"to":3`) {
 		t.Fatalf("scaled, but not from R1 to R3: %s", l.Text)
 	}
-	testutil.Eventually(t, "the registry bucket at R3, every replica current", func() bool { return bucketReplicated(js, 3) })
+	testutil.EventuallyWithin(t, bucketTimeout, "the registry bucket at R3, every replica current", func() bool { return bucketReplicated(js, 3) })
 
 	var backends []*tracked
 	var anns []*testutil.Proc
@@ -277,7 +283,7 @@ func TestClusterNodeLoss(t *testing.T) {
 	before, before2 := updates(g), updates(g2)
 	leader.Restart(t)
 	c.WaitJetStream(t)
-	testutil.Eventually(t, "the returned node current in the registry stream", func() bool { return bucketReplicated(js, 3) })
+	testutil.EventuallyWithin(t, bucketTimeout, "the returned node current in the registry stream", func() bool { return bucketReplicated(js, 3) })
 	late := newTracked(t, "late")
 	announceOn(t, c.URL(), late).WaitFor(t, "announced online", lineTimeout)
 	live = append(live, "late")

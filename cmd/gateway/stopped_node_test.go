@@ -56,7 +56,7 @@ func TestClusterNodeStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, "the registry bucket at three replicas", func() bool { return bucketReplicated(js, 3) })
+	testutil.EventuallyWithin(t, bucketTimeout, "the registry bucket at three replicas", func() bool { return bucketReplicated(js, 3) })
 	leadStream(t, nc, js, c.Names[0])
 
 	var anns []*testutil.Proc
