@@ -240,20 +240,12 @@ func consumers(t *testing.T, r *Registry) int {
 	return n
 }
 
-// closed drains w and fails unless its channel is closed within 10 s.
+// closed drains w and fails unless its channel is closed within
+// watchDrainTimeout.
 func closed(t *testing.T, w jetstream.KeyWatcher) {
 	t.Helper()
-	timeout := time.NewTimer(10 * time.Second)
-	defer timeout.Stop()
-	for {
-		select {
-		case _, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-		case <-timeout.C:
-			t.Fatal("the watch's channel is still open 10 s after its stop")
-		}
+	if !drain(w) {
+		t.Fatalf("the watch's channel is still open %v after its stop", watchDrainTimeout)
 	}
 }
 

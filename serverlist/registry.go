@@ -700,18 +700,18 @@ func stopWatcherAsync(w jetstream.KeyWatcher, stopping *sync.WaitGroup) <-chan s
 }
 
 // drain drops w's updates until the client closes its channel, or for
-// watchDrainTimeout at most.
-func drain(w jetstream.KeyWatcher) {
+// watchDrainTimeout at most; closed reports which.
+func drain(w jetstream.KeyWatcher) (closed bool) {
 	timer := time.NewTimer(watchDrainTimeout)
 	defer timer.Stop()
 	for {
 		select {
 		case _, ok := <-w.Updates():
 			if !ok {
-				return
+				return true
 			}
 		case <-timer.C:
-			return
+			return false
 		}
 	}
 }
