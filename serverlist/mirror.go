@@ -171,7 +171,7 @@ type Mirror struct {
 	refreshes, recreated, wentBack                 atomic.Uint64
 	instances                                      atomic.Int64
 
-	seeds [2]maphash.Seed // of valueSum
+	seed maphash.Seed // of valueSum
 
 	conns connIndex // records by the NATS connection that holds them (mirror_conns.go)
 	// shared keeps one copy of the zones and labels records repeat
@@ -224,7 +224,7 @@ func NewMirror(reg *Registry, cfg MirrorConfig) *Mirror {
 		log:     cfg.Logger,
 		done:    make(chan struct{}),
 		synced:  make(chan struct{}),
-		seeds:   [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+		seed:    maphash.MakeSeed(),
 		skipped: make(map[string]struct{}),
 
 		wants:       make(map[string]*scopeWant),

@@ -69,7 +69,7 @@ type change struct {
 // replaces or removes it, and is counted as a collision when it would; an
 // own key's removal leaves a copy alone.
 func (m *Mirror) displaces(c change, held *mirrorEntry) bool {
-	if held == nil || held.rec.regional == c.regional {
+	if held == nil || held.rec.regional() == c.regional {
 		return true
 	}
 	if c.regional && !c.remove {

@@ -131,8 +131,8 @@ func (s *labelSets) of(md map[string]string, x *interner) map[string]string {
 // (balancer.SetServersShared: one copy of each instance, not two), and the
 // fields that many records leave empty in an extension of their own
 // (recordExt). Without its service (the service's map holds it:
-// mirrorService.name), with its revision and sum, an entry takes 48
-// bytes and its server 144: 192 where a compact record of its own (96)
+// mirrorService.name), with its revision and sum, an entry takes 32
+// bytes and its server 144: 176 where a compact record of its own (96)
 // and the balancer's copy (144) took 240.
 type record struct {
 	// srv is the instance's ID, address, scheme, zone, region, metadata
@@ -143,16 +143,16 @@ type record struct {
 	// when it lists it; the mirror reads its exported fields only.
 	srv *balancer.Server
 	ext *recordExt // nil when all its fields are empty; never modified
-	// gossipDefault: the instance's gossip node has the name gossip gives
-	// it by default, which the record derives instead of keeping it
-	// (extStrings.gossipNode is then empty): see defaultGossipNode. Kept
-	// here, where it takes a byte of padding, so that the flag alone
-	// needs no extension.
-	gossipDefault bool
-	// regional: a copy of another region's record (IsRegionalKey), never
-	// in the connection index, leased or reaped here.
-	regional bool
 }
+
+// regional reports whether the record is a copy of another region's
+// (IsRegionalKey): never in the connection index, leased or reaped here.
+func (r *record) regional() bool { return r.ext != nil && r.ext.regional }
+
+// gossipDefault reports whether the instance's gossip node has the name
+// gossip gives it by default, which the record derives instead of keeping
+// it (extStrings.gossipNode is then empty): see defaultGossipNode.
+func (r *record) gossipDefault() bool { return r.ext != nil && r.ext.gossipDefault }
 
 // ServerOf returns the balancer server of an instance: its ID, address,
 // scheme (https when Secure), zone, region, metadata, weight and
@@ -211,6 +211,12 @@ type recordExt struct {
 	natsClient uint64
 	gossipPort uint16 // 0: the gossip address is more.gossipAddr
 	ownerLen   uint8  // 0: the owner is more.owner
+	// The record's flags (record.gossipDefault, record.regional), in the
+	// extension's padding rather than in every entry's: a record from
+	// announce with gossip on has an extension anyway (its owner, its
+	// connection), and another region's copy costs one more (48 bytes)
+	// where every entry saves 16.
+	gossipDefault, regional bool
 }
 
 // extStrings holds the fields of a record's extension that it keeps as
@@ -360,7 +366,7 @@ func cutPart(s, part string) (string, bool) {
 // another region's copy): its strings
 // shared with the records that repeat them, its metadata as labels.
 func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64, regional bool, prev *mirrorEntry) *mirrorEntry {
-	e := &mirrorEntry{rec: record{regional: regional}, sum: sum}
+	e := &mirrorEntry{sum: sum}
 	c := ServerOf(in)
 	c.ID, c.Zone, c.Region, c.Metadata = id, m.shared.intern(in.Zone), m.shared.intern(in.Region), nil
 	if prev != nil && sameServer(prev.rec.srv, &c, in.Metadata) {
@@ -372,7 +378,7 @@ func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64, regio
 		e.rec.srv = new(balancer.Server)
 		*e.rec.srv = c
 	}
-	ext := recordExt{natsServer: m.conns.intern(in.NATSServerID), natsClient: in.NATSClientID}
+	ext := recordExt{natsServer: m.conns.intern(in.NATSServerID), natsClient: in.NATSClientID, regional: regional}
 	if regional {
 		// Another region's connection: its advisories are not this
 		// region's (a copy is written without it; this keeps it so).
@@ -386,7 +392,7 @@ func (m *Mirror) compact(in Instance, id string, sum valueSum, rev uint64, regio
 		more.gossipAddr = in.GossipAddr
 	}
 	if isDefaultGossipNode(in.GossipNode, in.Service, id, in.Incarnation) {
-		e.rec.gossipDefault = true
+		ext.gossipDefault = true
 	} else {
 		more.gossipNode = in.GossipNode
 	}
@@ -414,7 +420,7 @@ func (e *mirrorEntry) base(service string) Instance {
 		GossipNode: x.strs().gossipNode, GossipAddr: x.gossipAddress(s.Host), Owner: x.ownerString(),
 		NATSServerID: x.serverID(), NATSClientID: x.natsClient,
 	}
-	if r.gossipDefault {
+	if x.gossipDefault {
 		in.GossipNode = defaultGossipNode(service, s.ID, s.Incarnation)
 	}
 	return in
@@ -457,7 +463,7 @@ func (e *mirrorEntry) holds(in Instance) bool {
 func sameInstance(a, b *mirrorEntry) bool {
 	x, y := a.rec.extra(), b.rec.extra()
 	return (a.rec.srv == b.rec.srv || sameServer(a.rec.srv, b.rec.srv, b.rec.srv.Metadata)) &&
-		a.rec.gossipDefault == b.rec.gossipDefault &&
+		x.gossipDefault == y.gossipDefault &&
 		x.owner == y.owner && x.ownerLen == y.ownerLen && x.gossipPort == y.gossipPort &&
 		x.natsClient == y.natsClient && x.serverID() == y.serverID() && x.strs() == y.strs()
 }

@@ -39,9 +39,10 @@ func TestMirrorSharesRepeatedStrings(t *testing.T) {
 	// smaller forms, the owner, gossip and connection fields included;
 	// 96 with those in recordExt, allocated for the records that carry
 	// them; 48 with the fields a balancer routes by in its server
-	// (record.srv), which the balancer keeps instead of a copy.
-	if size := unsafe.Sizeof(mirrorEntry{}); size > 48 {
-		t.Errorf("a mirror entry takes %d bytes, want at most 48", size)
+	// (record.srv), which the balancer keeps instead of a copy; 32 with
+	// a 64-bit sum and the record's two flags in the extension.
+	if size := unsafe.Sizeof(mirrorEntry{}); size > 32 {
+		t.Errorf("a mirror entry takes %d bytes, want at most 32", size)
 	}
 	// The extension's: 64 with the owner and the gossip address as
 	// strings (and their bytes besides), 48 with the owner's bytes and
@@ -245,7 +246,7 @@ func TestConnIndexRebuild(t *testing.T) {
 	var m Mirror
 	on := func(service, id, server string, client uint64) *mirrorEntry {
 		in := Instance{Service: service, InstanceID: id, Host: "h", Port: 1, NATSServerID: server, NATSClientID: client}
-		return m.compact(in, id, valueSum{}, 1, false, nil)
+		return m.compact(in, id, 0, 1, false, nil)
 	}
 	found := func(c Connection) []string {
 		var out []string
@@ -315,9 +316,9 @@ func TestDefaultGossipNode(t *testing.T) {
 	var m Mirror
 	for _, node := range []string{name, "node-a", ""} {
 		in := Instance{Service: service, InstanceID: id, Host: "10.0.0.1", Port: 8080, Incarnation: inc, GossipNode: node, GossipAddr: "10.0.0.1:7946"}
-		e := m.compact(in, id, valueSum{}, 1, false, nil)
-		if e.rec.gossipDefault != (node == name) {
-			t.Errorf("%q: kept as the default name: %v", node, e.rec.gossipDefault)
+		e := m.compact(in, id, 0, 1, false, nil)
+		if e.rec.gossipDefault() != (node == name) {
+			t.Errorf("%q: kept as the default name: %v", node, e.rec.gossipDefault())
 		}
 		if got := e.instance(service); !got.Equal(in) || !e.holds(in) {
 			t.Errorf("%q: read back %+v, want %+v", node, got, in)
@@ -349,19 +350,19 @@ func TestRecordExtension(t *testing.T) {
 		{"owner", with(func(in *Instance) { in.Owner = "3f9c0a7e5b1d2c4e3f9c0a7e5b1d2c4e" }), false, true, false},
 		{"owner not in hex", with(func(in *Instance) { in.Owner = "3F9C0A7E5B1D2C4E3F9C0A7E5B1D2C4E" }), false, true, true},
 		{"gossip node", with(func(in *Instance) { in.GossipNode = "node-a" }), false, true, true},
-		{"default gossip node", with(func(in *Instance) { in.GossipNode = defaultGossipNode(service, id, 7) }), false, false, false},
+		{"default gossip node", with(func(in *Instance) { in.GossipNode = defaultGossipNode(service, id, 7) }), false, true, false},
 		{"gossip address", with(func(in *Instance) { in.GossipAddr = "10.0.0.1:7946" }), false, true, false},
 		{"gossip address of another host", with(func(in *Instance) { in.GossipAddr = "10.0.0.2:7946" }), false, true, true},
 		{"server", with(func(in *Instance) { in.NATSServerID = "NSERVER" }), false, true, false},
 		{"client", with(func(in *Instance) { in.NATSClientID = 9 }), false, true, false},
-		{"regional connection", with(func(in *Instance) { in.NATSServerID, in.NATSClientID = "NSERVER", 9 }), true, false, false},
+		{"regional connection", with(func(in *Instance) { in.NATSServerID, in.NATSClientID = "NSERVER", 9 }), true, true, false},
 		{"regional owner", with(func(in *Instance) { in.Owner, in.NATSServerID, in.NATSClientID = "o", "NSERVER", 9 }), true, true, true},
 		{"announce", with(func(in *Instance) {
 			in.Owner, in.GossipNode, in.GossipAddr = "3f9c0a7e5b1d2c4e3f9c0a7e5b1d2c4e", defaultGossipNode(service, id, 7), "10.0.0.1:7946"
 			in.NATSServerID, in.NATSClientID = "NSERVER", 9
 		}), false, true, false},
 	} {
-		e := m.compact(tc.in, id, valueSum{}, 1, tc.regional, nil)
+		e := m.compact(tc.in, id, 0, 1, tc.regional, nil)
 		if (e.rec.ext != nil) != tc.ext {
 			t.Errorf("%s: extension %+v, want one: %v", tc.name, e.rec.ext, tc.ext)
 		}
@@ -375,10 +376,10 @@ func TestRecordExtension(t *testing.T) {
 		if got := e.instance(service).Connection(); got != (Connection{ServerID: want.NATSServerID, ClientID: want.NATSClientID}) {
 			t.Errorf("%s: connection %v", tc.name, got)
 		}
-		if !sameInstance(e, m.compact(tc.in, id, valueSum{}, 2, tc.regional, nil)) {
+		if !sameInstance(e, m.compact(tc.in, id, 0, 2, tc.regional, nil)) {
 			t.Errorf("%s: not the same instance as itself", tc.name)
 		}
-		if tc.name != "bare" && !tc.regional && (sameInstance(e, m.compact(bare, id, valueSum{}, 2, false, nil)) || e.holds(bare)) {
+		if tc.name != "bare" && !tc.regional && (sameInstance(e, m.compact(bare, id, 0, 2, false, nil)) || e.holds(bare)) {
 			t.Errorf("%s: the same instance as the bare one", tc.name)
 		}
 		// The entry, its server, its extension if it has one and the
@@ -395,7 +396,7 @@ func TestRecordExtension(t *testing.T) {
 		if got := e.rec.ext != nil && e.rec.ext.more != nil; got != tc.strs {
 			t.Errorf("%s: strings kept apart: %v, want %v", tc.name, got, tc.strs)
 		}
-		if a := testing.AllocsPerRun(100, func() { m.compact(tc.in, id, valueSum{}, 1, tc.regional, nil) }); a != allocs {
+		if a := testing.AllocsPerRun(100, func() { m.compact(tc.in, id, 0, 1, tc.regional, nil) }); a != allocs {
 			t.Errorf("%s: %v allocations, want %v", tc.name, a, allocs)
 		}
 	}
@@ -432,7 +433,7 @@ func TestPackedOwner(t *testing.T) {
 	var entries []*mirrorEntry
 	for _, tc := range owners {
 		in := Instance{Service: service, InstanceID: id, Host: "10.0.0.1", Port: 8080, Incarnation: 7, Owner: tc.owner}
-		e := m.compact(in, id, valueSum{}, 1, false, nil)
+		e := m.compact(in, id, 0, 1, false, nil)
 		var n uint8
 		if e.rec.ext != nil {
 			n = e.rec.ext.ownerLen
@@ -522,7 +523,7 @@ func TestPackedGossipAddr(t *testing.T) {
 			}
 		}
 		in := Instance{Service: service, InstanceID: id, Host: tc.host, Port: 8080, Incarnation: 7, GossipAddr: tc.addr}
-		e := m.compact(in, id, valueSum{}, 1, false, nil)
+		e := m.compact(in, id, 0, 1, false, nil)
 		var port uint16
 		if e.rec.ext != nil {
 			port = e.rec.ext.gossipPort
@@ -549,7 +550,7 @@ func TestPackedGossipAddr(t *testing.T) {
 	in := Instance{Service: service, InstanceID: id, Host: "fd00::1", Port: 8080, Incarnation: 7,
 		Owner: "0123456789abcdef01234567", GossipNode: defaultGossipNode(service, id, 7), GossipAddr: "[fd00::1]:40123",
 		NATSServerID: "NSERVER", NATSClientID: 9}
-	e := m.compact(in, id, valueSum{}, 1, false, nil)
+	e := m.compact(in, id, 0, 1, false, nil)
 	if e.rec.ext == nil || e.rec.ext.more != nil || !e.holds(in) {
 		t.Errorf("announce's record: extension %+v", e.rec.ext)
 	}

@@ -212,7 +212,7 @@ func (r *Reaper) sweepMirrored(ctx context.Context, m *Mirror, prev map[string]u
 				continue // only records the index leaves out
 			}
 			for _, e := range *svc.ids.Load() {
-				if e.rec.regional || live.holdsLeaseOfInstance(name, e.rec.srv.ID) {
+				if e.rec.regional() || live.holdsLeaseOfInstance(name, e.rec.srv.ID) {
 					continue
 				}
 				if key, err := EncodeKey(name, e.rec.srv.ID); err == nil {
