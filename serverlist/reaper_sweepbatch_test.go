@@ -39,10 +39,10 @@ func TestReaperSweepBatches(t *testing.T) {
 	}
 
 	// The services and their records, indexed or left out by the mirror.
-	// In order: a and b fill a batch (900 records), c would take it past
-	// 1,000 and d (1,500) is a batch alone; e, f (a record marked down
+	// In order: a and b fill a batch (225 records), c would take it past
+	// 250 and d (375) is a batch alone; e, f (a record marked down
 	// alone) and g share the last.
-	sizes := map[string]int{"svc-a": 400, "svc-b": 500, "svc-c": 300, "svc-d": 1500, "svc-e": 200, "svc-g": 300}
+	sizes := map[string]int{"svc-a": 100, "svc-b": 125, "svc-c": 75, "svc-d": 375, "svc-e": 50, "svc-g": 75}
 	want := [][]string{{"svc-a", "svc-b"}, {"svc-c"}, {"svc-d"}, {"svc-e", "svc-f", "svc-g"}}
 	unleased := map[string]struct{}{} // record keys without a lease
 	records := map[string]int{}       // service: its records
