@@ -556,7 +556,7 @@ func TestTrippedServerIsNotReachable(t *testing.T) {
 	nc := srv.Connect(t)
 	testpub.AnnounceAddr(t, nc, "orders", "", "dead", dead)
 	announce(t, srv, "orders", "", testpub.Backend(t, "live"))
-	testutil.Eventually(t, "both listed", func() bool { b, _ := c.Balancer("orders"); return len(b.Servers()) == 2 })
+	testutil.Eventually(t, "both listed", func() bool { b, err := c.Balancer("orders"); return err == nil && len(b.Servers()) == 2 })
 	client := &http.Client{Transport: c.Transport()}
 	b, _ := c.Balancer("orders")
 	testutil.Eventually(t, "the dead server's breaker to trip", func() bool {
