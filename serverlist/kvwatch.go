@@ -2,9 +2,7 @@ package serverlist
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -174,9 +172,9 @@ func (e *kvEntry) Created() time.Time              { return e.created }
 func (e *kvEntry) Delta() uint64                   { return e.delta }
 func (e *kvEntry) Operation() jetstream.KeyValueOp { return e.op }
 
-// kvEntryOf reads a watch's message: its key (the subject past prefix),
-// value, revision (the stream sequence), time, pending count (from the
-// acknowledgement subject, as jetstream's metadata), and operation (the
+// kvEntryOf reads a watch's message as KeyValue.Watch reads it: its key
+// (the subject past prefix), value, revision (the stream sequence), time
+// and pending count (its JetStream metadata), and operation (the
 // KV-Operation header, or a marker's reason: a TTL's marker is a purge, a
 // removal's a delete). ok is false for a message that is not a key's.
 func kvEntryOf(msg jetstream.Msg, prefix, bucket string) (e *kvEntry, ok bool) {
@@ -184,11 +182,11 @@ func kvEntryOf(msg jetstream.Msg, prefix, bucket string) (e *kvEntry, ok bool) {
 	if len(subject) <= len(prefix) || !strings.HasPrefix(subject, prefix) {
 		return nil, false
 	}
-	seq, ts, pending, ok := ackFields(msg.Reply())
-	if !ok {
+	md, err := msg.Metadata()
+	if err != nil {
 		return nil, false
 	}
-	e = &kvEntry{bucket: bucket, key: subject[len(prefix):], value: msg.Data(), revision: seq, created: time.Unix(0, ts), delta: pending}
+	e = &kvEntry{bucket: bucket, key: subject[len(prefix):], value: msg.Data(), revision: md.Sequence.Stream, created: md.Timestamp, delta: md.NumPending}
 	if h := msg.Headers(); len(h) > 0 {
 		e.op = kvOperation(h)
 	}
@@ -214,48 +212,4 @@ func kvOperation(h nats.Header) jetstream.KeyValueOp {
 		return jetstream.KeyValueDelete
 	}
 	return jetstream.KeyValuePut
-}
-
-// ackFields reads the stream sequence, timestamp and pending count of a
-// JetStream acknowledgement subject, without the allocations of
-// jetstream's Metadata: $JS.ACK.<stream>.<consumer>.<delivered>.<stream
-// seq>.<consumer seq>.<time>.<pending> (9 tokens), or the form with a
-// domain and an account hash, <domain>.<hash> after $JS.ACK, and a
-// random token at the end (12 tokens or more).
-func ackFields(reply string) (seq uint64, ts int64, pending uint64, ok bool) {
-	var tok [12]string
-	n := 0
-	for s := reply; ; {
-		i := strings.IndexByte(s, '.')
-		if n == len(tok) {
-			break // a longer form: the fields read are within the first 12
-		}
-		if i < 0 {
-			tok[n] = s
-			n++
-			break
-		}
-		tok[n] = s[:i]
-		n++
-		s = s[i+1:]
-	}
-	if tok[0] != "$JS" || tok[1] != "ACK" {
-		return 0, 0, 0, false
-	}
-	var off int
-	switch {
-	case n == 9: // no domain and hash
-	case n >= 11:
-		off = 2
-	default:
-		return 0, 0, 0, false
-	}
-	var err1, err2, err3 error
-	seq, err1 = strconv.ParseUint(tok[5+off], 10, 64)
-	ts, err2 = strconv.ParseInt(tok[7+off], 10, 64)
-	pending, err3 = strconv.ParseUint(tok[8+off], 10, 64)
-	if err := errors.Join(err1, err2, err3); err != nil {
-		return 0, 0, 0, false
-	}
-	return seq, ts, pending, true
 }

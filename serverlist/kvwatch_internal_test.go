@@ -248,28 +248,3 @@ func closed(t *testing.T, w jetstream.KeyWatcher) {
 		t.Fatalf("the watch's channel is still open %v after its stop", watchDrainTimeout)
 	}
 }
-
-// TestAckFields reads both forms of an acknowledgement subject, and
-// refuses others.
-func TestAckFields(t *testing.T) {
-	for _, c := range []struct {
-		reply        string
-		seq, pending uint64
-		ts           int64
-		ok           bool
-	}{
-		{"$JS.ACK.KV_b.cons.1.42.7.1700000000000000000.3", 42, 3, 1700000000000000000, true},
-		{"$JS.ACK.dom.ACCHASH.KV_b.cons.1.42.7.1700000000000000000.3.rnd", 42, 3, 1700000000000000000, true},
-		{"$JS.ACK.dom.ACCHASH.KV_b.cons.1.42.7.1700000000000000000.3", 42, 3, 1700000000000000000, true},
-		{"$JS.ACK.KV_b.cons.1.42.7.1700000000000000000", 0, 0, 0, false},
-		{"$JS.ACK.a.b.KV_b.cons.1.42.7.1700000000000000000", 0, 0, 0, false},
-		{"$JS.ACK.KV_b.cons.1.x.7.1700000000000000000.3", 0, 0, 0, false},
-		{"_INBOX.abc", 0, 0, 0, false},
-		{"", 0, 0, 0, false},
-	} {
-		seq, ts, pending, ok := ackFields(c.reply)
-		if ok != c.ok || seq != c.seq || ts != c.ts || pending != c.pending {
-			t.Errorf("ackFields(%q) = %d, %d, %d, %v; want %d, %d, %d, %v", c.reply, seq, ts, pending, ok, c.seq, c.ts, c.pending, c.ok)
-		}
-	}
-}
