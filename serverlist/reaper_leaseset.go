@@ -89,12 +89,12 @@ func (r *Reaper) listLeasesInto(ctx context.Context, live leaseSet, filters []st
 }
 
 // leaseSet is the set of live lease keys a sweep lists, held as keyed
-// 64-bit hashes: at 100,000 leases some 2 MB instead of about 12 MB of
-// key strings (each a slice of its message's subject, which it kept
-// alive), at the leader's start, while the gateway's own load is under
-// way. A collision (odds about n²/2^65: 3 x 10^-10 at 100,000 keys)
-// makes an orphan record look leased for one sweep: the next sweep's set
-// has a seed of its own.
+// 64-bit hashes instead of the key strings (each a slice of its message's
+// subject, which it kept alive): a sweep without a mirror holds every
+// lease in one (some 2 MB at 100,000 instead of about 12 MB of strings), a
+// mirrored sweep one batch's (sweepBatchLeases). A collision (odds about
+// n²/2^65: 3 x 10^-10 at 100,000 keys) makes an orphan record look leased
+// for one sweep: the next sweep's set has a seed of its own.
 type leaseSet struct {
 	seed maphash.Seed
 	sums map[uint64]struct{}

@@ -174,18 +174,12 @@ func (r *Reaper) sweepMirrored(ctx context.Context, m *Mirror, prev map[string]u
 	skipped := m.skippedKeys()
 	unindexed := make(map[string]struct{}, len(skipped))
 	skippedOf := make(map[string][]string)
-	var unserviced []string
+	var orphans []string
 	for _, key := range skipped {
 		unindexed[key] = struct{}{}
 		if service, _, ok := strings.Cut(key, "."); ok && validateService(service) == nil {
 			skippedOf[service] = append(skippedOf[service], key)
-		} else {
-			unserviced = append(unserviced, key)
-		}
-	}
-	var orphans []string
-	for _, key := range unserviced {
-		if !IsRegionalKey(key) {
+		} else if !IsRegionalKey(key) {
 			orphans = append(orphans, key) // no lease of it is listed
 		}
 	}
