@@ -289,11 +289,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
 	}
 	flag := func(d *prometheus.Desc, on bool, labels ...string) {
-		v := 0
-		if on {
-			v = 1
-		}
-		gauge(d, v, labels...)
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, boolValue(on), labels...)
 	}
 	if c.g.client == nil {
 		return
