@@ -25,8 +25,8 @@ const (
 // boundedWatch is a watch of the registry's keys that match a filter,
 // delivered as jetstream's KeyValue.Watch delivers it: the last entry of
 // each key, a nil entry once those are all delivered (the catch-up
-// marker), then every change, in revision order. It reads through an
-// ordered pull consumer that holds at most watchBuffer messages, where
+// marker), then every change, in revision order. It reads through a pull
+// consumer of its own that holds at most watchBuffer messages, where
 // KeyValue.Watch's push consumer lets the server send ahead up to its
 // flow-control window (32 MiB): a mirror of 100,000 records that applies
 // them more slowly than the server sends held some 20 MB of queued
@@ -36,7 +36,11 @@ const (
 // Its goroutine delivers on a channel of watchUpdates entries and blocks
 // while it is full; Stop ends it without a reader. The channel is closed
 // when the watch ends: Stop, its context's end, or a consumer that cannot
-// go on (the caller resyncs).
+// go on (a gap in its sequence, its heartbeats missed, an error): the
+// caller then resyncs, as after a reconnect. Not an ordered consumer,
+// which recreates itself on such faults: one stopped while it recreated
+// itself (a server cut) went on with the new consumer, never stopped,
+// and its reader waited for it for ever.
 type boundedWatch struct {
 	updates chan jetstream.KeyValueEntry
 	js      jetstream.JetStream
@@ -51,9 +55,11 @@ type boundedWatch struct {
 // watchBounded starts a boundedWatch of the keys matching filter (the
 // key's pattern, as KeyValue.Watch takes it).
 func (r *Registry) watchBounded(ctx context.Context, filter string) (jetstream.KeyWatcher, error) {
-	cons, err := r.js.OrderedConsumer(ctx, "KV_"+r.cfg.Bucket, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{r.subject(filter)},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	cons, err := r.js.CreateConsumer(ctx, "KV_"+r.cfg.Bucket, jetstream.ConsumerConfig{
+		FilterSubject:     r.subject(filter),
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		AckPolicy:         jetstream.AckNonePolicy,
+		InactiveThreshold: watchInactive,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("serverlist: watch %s: %w", filter, err)
@@ -106,8 +112,13 @@ func (w *boundedWatch) Stop() error {
 }
 
 // watchDeleteTimeout bounds the wait for the deletion of a stopped
-// watch's consumer: the client's request timeout.
-const watchDeleteTimeout = 5 * time.Second
+// watch's consumer: the client's request timeout. watchInactive is how
+// long the server keeps a consumer whose client went away without
+// deleting it (a crash, a cut).
+const (
+	watchDeleteTimeout = 5 * time.Second
+	watchInactive      = 5 * time.Minute
+)
 
 func (w *boundedWatch) run(prefix, bucket string, initial uint64) {
 	defer close(w.done)
@@ -117,7 +128,7 @@ func (w *boundedWatch) run(prefix, bucket string, initial uint64) {
 	if synced && !w.send(nil) {
 		return
 	}
-	var received uint64
+	var received, delivered uint64
 	for {
 		msg, err := w.it.Next()
 		if err != nil {
@@ -125,7 +136,12 @@ func (w *boundedWatch) run(prefix, bucket string, initial uint64) {
 			// watch too, and the caller resyncs.
 			return
 		}
-		e, ok := kvEntryOf(msg, prefix, bucket)
+		md, err := msg.Metadata()
+		if err != nil || md.Sequence.Consumer != delivered+1 {
+			return // a gap: the caller resyncs
+		}
+		delivered = md.Sequence.Consumer
+		e, ok := kvEntryOf(msg, md, prefix, bucket)
 		if !ok {
 			continue
 		}
@@ -177,13 +193,9 @@ func (e *kvEntry) Operation() jetstream.KeyValueOp { return e.op }
 // and pending count (its JetStream metadata), and operation (the
 // KV-Operation header, or a marker's reason: a TTL's marker is a purge, a
 // removal's a delete). ok is false for a message that is not a key's.
-func kvEntryOf(msg jetstream.Msg, prefix, bucket string) (e *kvEntry, ok bool) {
+func kvEntryOf(msg jetstream.Msg, md *jetstream.MsgMetadata, prefix, bucket string) (e *kvEntry, ok bool) {
 	subject := msg.Subject()
 	if len(subject) <= len(prefix) || !strings.HasPrefix(subject, prefix) {
-		return nil, false
-	}
-	md, err := msg.Metadata()
-	if err != nil {
 		return nil, false
 	}
 	e = &kvEntry{bucket: bucket, key: subject[len(prefix):], value: msg.Data(), revision: md.Sequence.Stream, created: md.Timestamp, delta: md.NumPending}
