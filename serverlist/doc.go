@@ -57,11 +57,12 @@
 // A gateway does not query the registry per event. A [Mirror] keeps a local
 // copy of the bucket through a KV watch, resyncs after a NATS reconnect, and
 // serves its last known state while NATS is away. Its watch of every record
-// reads through an ordered pull consumer that holds at most 2,048 messages
+// reads through a pull consumer that holds at most 2,048 messages
 // (kvwatch.go), so that the client does not queue the registry while the
-// mirror applies it; a followed service's watch is KeyValue.Watch's. A [Lookup] resolves an
-// instance ID from the mirror (a map read) and, when an event has outrun the
-// mirror, from the registry with a few quick retries: the event is a hint,
+// mirror applies it; a followed service's watch is KeyValue.Watch's. A
+// [Lookup] resolves an instance ID from the mirror (a map read) and, when
+// an event has outrun the mirror, from the registry with a few quick
+// retries: the event is a hint,
 // the registry is the truth, and an ID the registry does not hold after the
 // retries resolves to ErrNotFound.
 //
