@@ -12,7 +12,7 @@ import (
 // documentation for the model and the threading rules.
 type Balancer struct {
 	name   string
-	cfg    Config
+	cfg    *Config // never written: may be shared (newBalancer)
 	rule   Rule
 	filter *zoneFilter
 	// loc orders the servers by region (Config.Region), nil without one.
@@ -77,6 +77,15 @@ type Balancer struct {
 // starts nothing: call Start for the ping loop and the polling updater, and
 // Close when done.
 func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
+	return newBalancer(name, &cfg, opts...)
+}
+
+// newBalancer is New with a configuration that the balancer keeps as it
+// is and that others may share (a factory's balancers of its defaults
+// share one): nothing writes it once the balancer holds it. Sharing saves
+// a 408-byte copy a balancer, 0.4 MB at 1,000 services.
+func newBalancer(name string, shared *Config, opts ...Option) (*Balancer, error) {
+	cfg := *shared
 	if name == "" {
 		return nil, fmt.Errorf("%w: empty balancer name", ErrInvalidConfig)
 	}
@@ -85,7 +94,7 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 	}
 	b := &Balancer{
 		name:      name,
-		cfg:       cfg,
+		cfg:       shared,
 		rnd:       globalRand{},
 		pollDelay: time.Second,
 		ejectRR:   newCounter(),
@@ -152,7 +161,7 @@ func New(name string, cfg Config, opts ...Option) (*Balancer, error) {
 func (b *Balancer) Name() string { return b.name }
 
 // Config returns the balancer's configuration.
-func (b *Balancer) Config() Config { return b.cfg }
+func (b *Balancer) Config() Config { return cloneConfig(*b.cfg) }
 
 // TimesPicks reports whether the balancer times its picks' requests
 // itself: true unless it was built WithoutPickTiming.

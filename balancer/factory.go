@@ -84,9 +84,12 @@ func WithServerListProvider(p func(name string) ServerList) FactoryOption {
 // The configuration is validated by NewFactory, so a build fails only when
 // an option or Start does; retrying costs a validation and no I/O.
 type Factory struct {
-	cfg   *ClientsConfig
-	opts  []Option
-	lists func(name string) ServerList
+	cfg *ClientsConfig
+	// defaults is cfg.Defaults, which the balancers of every name
+	// without a configuration of its own share.
+	defaults *Config
+	opts     []Option
+	lists    func(name string) ServerList
 
 	mu        sync.Mutex
 	entries   map[string]*factoryEntry
@@ -114,6 +117,7 @@ func NewFactory(cfg *ClientsConfig, opts ...FactoryOption) (*Factory, error) {
 		cfg = DefaultClientsConfig()
 	}
 	f := &Factory{cfg: cfg.Clone(), entries: make(map[string]*factoryEntry)}
+	f.defaults = &f.cfg.Defaults
 	if err := f.cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("balancer factory: %w", err)
 	}
@@ -178,7 +182,11 @@ func (f *Factory) build(name string) (*Balancer, error) {
 			opts = append(opts, WithServerList(l))
 		}
 	}
-	b, err := New(name, f.cfg.For(name), opts...)
+	cfg := f.defaults
+	if own, ok := f.cfg.Clients[name]; ok {
+		cfg = &own
+	}
+	b, err := newBalancer(name, cfg, opts...)
 	if err != nil {
 		return nil, err
 	}
