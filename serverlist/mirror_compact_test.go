@@ -160,8 +160,9 @@ func sameMap(a, b map[string]string) bool {
 	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
-// TestMirrorVersions: Versions yields every instance of a service with the
-// incarnation and revision Entries reports, and stops when told to.
+// TestMirrorVersions: Versions yields every instance of a service, in ID
+// order, with the incarnation and revision Entries reports, and stops
+// when told to.
 func TestMirrorVersions(t *testing.T) {
 	m, _ := refreshFleet(t, 2, 5, MirrorConfig{})
 	want := make(map[string]Version)
@@ -171,6 +172,13 @@ func TestMirrorVersions(t *testing.T) {
 	got := maps.Collect(m.Versions("svc-1"))
 	if len(want) != 5 || !maps.Equal(got, want) {
 		t.Fatalf("Versions = %v, want %v", got, want)
+	}
+	var order []string
+	for id := range m.Versions("svc-1") {
+		order = append(order, id)
+	}
+	if !slices.IsSorted(order) {
+		t.Fatalf("Versions yields %v, not in ID order", order)
 	}
 	n := 0
 	for range m.Versions("svc-1") {

@@ -254,9 +254,9 @@ type Version struct {
 	Revision    uint64
 }
 
-// Versions yields the ID and Version of every instance of service, in no
-// particular order, from one state of the service, without copying any
-// record (Entries copies each, its metadata included, and sorts them).
+// Versions yields the ID and Version of every instance of service, in ID
+// order, from one state of the service, without copying any record
+// (Entries copies each, its metadata included, and sorts them).
 func (m *Mirror) Versions(service string) iter.Seq2[string, Version] {
 	ids := m.state.Load().instances(service)
 	return func(yield func(string, Version) bool) {

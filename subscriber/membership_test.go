@@ -113,11 +113,11 @@ func TestMembershipOrdering(t *testing.T) {
 func TestMembershipRegistryAndCollect(t *testing.T) {
 	m := newMembership()
 	now := time.Now()
-	if !m.addRegistered("svc", map[string]regEntry{"a": {1, 1}, "b": {1, 2}}, now) {
+	if !m.addRegistered("svc", []regEntry{{"a", 1, 1}, {"b", 1, 2}}, now) {
 		t.Fatal("registering two instances is a change")
 	}
 	m.event("svc", "c", 5, true, fromEvent, 2, now)
-	absent := m.liveAbsent("svc", map[string]regEntry{"a": {1, 1}})
+	absent := m.liveAbsent("svc", []regEntry{{"a", 1, 1}})
 	if !slices.Equal(absent, []string{"b", "c"}) {
 		t.Fatalf("absent %v", absent)
 	}

@@ -518,19 +518,24 @@ func (s *Subscriber) expireUnconfirmed(now time.Time) {
 // may lag an online event by a moment.
 func (s *Subscriber) reconcile(ctx context.Context, service string, cause events.Cause) bool {
 	s.stats.reconciles.Add(1)
-	truth := make(map[string]regEntry)
+	var truth []regEntry // sorted by ID, as the mirror yields them
 	for id, v := range s.mirror.Versions(service) {
-		truth[id] = regEntry{inc: v.Incarnation, rev: v.Revision}
+		truth = append(truth, regEntry{id: id, inc: v.Incarnation, rev: v.Revision})
+	}
+	byID := func(a, b regEntry) int { return strings.Compare(a.id, b.id) }
+	if !slices.IsSortedFunc(truth, byID) {
+		slices.SortFunc(truth, byID)
 	}
 	now := time.Now()
 	s.mu.Lock()
 	changed := false
-	for id, e := range truth {
-		mem, known := s.table.get(service, id)
+	s.table.reserve(service, len(truth))
+	for _, e := range truth {
+		mem, known := s.table.get(service, e.id)
 		wasOff := known && !mem.live()
-		if s.table.registered(service, id, e.inc, e.rev, now) == applied {
+		if s.table.registered(service, e.id, e.inc, e.rev, now) == applied {
 			changed = true
-			s.noteLocked(service, id, cause, time.Time{})
+			s.noteLocked(service, e.id, cause, time.Time{})
 			if wasOff {
 				s.stats.registryRevivals.Add(1)
 			}
