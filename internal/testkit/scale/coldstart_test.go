@@ -96,7 +96,7 @@ func loadRecords(tb testing.TB, nb bus, sz scale.Size, shape func(in *serverlist
 }
 
 func coldStartInProcess(b *testing.B, nb bus, sz scale.Size, name string) {
-	dir := os.Getenv("PUSHLB_PROFILE_DIR")
+	dir := profileDir(b)
 	var took time.Duration
 	var live uint64
 	var client float64
@@ -185,6 +185,18 @@ func fromServer(stack []uintptr) bool {
 	}
 }
 
+// profileDir returns PUSHLB_PROFILE_DIR, created when missing, or "" when
+// it is not set.
+func profileDir(tb testing.TB) string {
+	dir := os.Getenv("PUSHLB_PROFILE_DIR")
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			tb.Fatalf("PUSHLB_PROFILE_DIR: %v", err)
+		}
+	}
+	return dir
+}
+
 // routed is the number of servers in the client's balancers.
 func routed(c *pushlb.Client) int {
 	n := 0
@@ -238,7 +250,7 @@ func liveHeap(tb testing.TB, admin, name string) float64 {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		tb.Fatalf("heap profile: %v (status %d)", err, resp.StatusCode)
 	}
-	if dir := os.Getenv("PUSHLB_PROFILE_DIR"); dir != "" {
+	if dir := profileDir(tb); dir != "" {
 		file := strings.NewReplacer("/", "-", " ", "-").Replace(name) + "-heap.pprof"
 		if err := os.WriteFile(filepath.Join(dir, file), prof, 0o644); err != nil {
 			tb.Fatal(err)
