@@ -183,11 +183,15 @@ func (m *membership) lookup(service, id string) *entry {
 }
 
 // TestMemberSize: the table holds one member per instance; a live,
-// confirmed one stays in a 16-byte allocation (its offline state, or its
-// want of confirmation, is in a map apart: serviceMembers.extra).
+// confirmed one is 16 bytes, 32 with its ID in its service's slice (its
+// offline state, or its want of confirmation, is in a map apart:
+// serviceMembers.extra).
 func TestMemberSize(t *testing.T) {
 	if size := unsafe.Sizeof(member{}); size > 16 {
 		t.Errorf("a member takes %d bytes, want at most 16", size)
+	}
+	if size := unsafe.Sizeof(memberSlot{}); size > 32 {
+		t.Errorf("a member's slot takes %d bytes, want at most 32", size)
 	}
 	if size := unsafe.Sizeof(memberExtra{}); size > 24 {
 		t.Errorf("a member's extra takes %d bytes, want at most 24", size)
