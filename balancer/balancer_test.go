@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -97,6 +98,36 @@ func TestListenersGetOldAndNew(t *testing.T) {
 	for i := range want {
 		if !slices.Equal(calls[i].old, want[i].old) || !slices.Equal(calls[i].new, want[i].new) {
 			t.Fatalf("call %d = %v, want %v", i, calls[i], want[i])
+		}
+	}
+}
+
+// TestRemovedServerIsReleased: once its listeners were told, a change
+// holds nothing: the servers a change removed are garbage, not kept by
+// the balancer's queue of changes until the next one.
+func TestRemovedServerIsReleased(t *testing.T) {
+	tb := newTest(t, nil, servers(3, "", 0))
+	var told atomic.Int64
+	tb.AddListener(func(old, new []*Server) { told.Add(1) })
+	removed := tb.Snapshot().All()[2]
+	released := make(chan struct{})
+	runtime.AddCleanup(removed, func(ch chan struct{}) { close(ch) }, released)
+	removed = nil
+	if err := tb.SetServers(servers(2, "", 0)); err != nil {
+		t.Fatal(err)
+	}
+	if told.Load() != 2 { // the listing at AddListener, the change
+		t.Fatalf("listeners told %d times, want 2", told.Load())
+	}
+	deadline := time.After(10 * time.Second)
+	for {
+		runtime.GC()
+		select {
+		case <-released:
+			return
+		case <-deadline:
+			t.Fatal("the removed server is still reachable after its change was told")
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }

@@ -65,7 +65,7 @@ func (f *zoneFilter) scope(s *Snapshot, stats []ZoneSnapshot, base *View) *View 
 	if f.kind == FilterNone {
 		return base
 	}
-	g := s.byZone[f.zone]
+	g := s.group(f.zone)
 	if g == nil || !slices.Contains(base.zones, g) {
 		return base
 	}

@@ -39,7 +39,13 @@ func (b *Balancer) notify() {
 	b.draining = true
 	for len(b.pending) > 0 {
 		c := b.pending[0]
+		// The queue's array would otherwise hold the change's lists
+		// (the old one's removed servers) until the next change.
+		b.pending[0] = change{}
 		b.pending = b.pending[1:]
+		if len(b.pending) == 0 {
+			b.pending = nil
+		}
 		b.nmu.Unlock()
 		if c.only != nil {
 			c.only(c.old, c.new)

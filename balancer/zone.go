@@ -125,7 +125,7 @@ func (b *Balancer) chooseZone(ctx context.Context, snap *Snapshot, now int64, ha
 	if !zonesForced.Load() {
 		// No context carries a forced zone (context.go).
 	} else if zone, forced := ZoneFrom(ctx); forced {
-		if g := snap.byZone[lowerASCII(zone)]; g != nil && d.usable[g.idx] {
+		if g := snap.group(lowerASCII(zone)); g != nil && d.usable[g.idx] {
 			return &g.view, &g.view, now, hasNow
 		}
 	}
