@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/balancer"
 	"github.com/pushlb/pushlb/convergence"
@@ -256,7 +254,7 @@ func (g *Gateway) adminHandler() http.Handler {
 	mux.HandleFunc("GET /-/lb", g.serveState)
 	mux.HandleFunc("GET /-/lb/events", g.dash.serveEvents)
 	mux.HandleFunc("GET /-/lb/service", g.serveService)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", g.metrics.handler(g))
 	mux.HandleFunc("GET /-/fleet", g.serveFleet)
 	mux.HandleFunc("GET /healthz", g.serveHealth)
 	mux.HandleFunc("GET /readyz", g.serveReady)

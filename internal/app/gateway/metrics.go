@@ -7,7 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pushlb/pushlb"
 	"github.com/pushlb/pushlb/balancer"
@@ -30,6 +29,11 @@ type metrics struct {
 	failures *prometheus.CounterVec
 	requests *prometheus.HistogramVec
 	subsets  *prometheus.CounterVec
+
+	// serviceReg holds only the per-service series (serviceCollector),
+	// for the scrapes that ask for a format other than text
+	// (metrics_text.go).
+	serviceReg *prometheus.Registry
 
 	services sync.Map // service name -> *serviceMetrics
 }
@@ -74,7 +78,9 @@ func newMetrics(g *Gateway) *metrics {
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
 			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&stateCollector{g: g, labels: make(map[string][]*dto.LabelPair)})
+		&stateCollector{g: g})
+	m.serviceReg = prometheus.NewRegistry()
+	m.serviceReg.MustRegister(serviceCollector{g: g})
 	return m
 }
 
@@ -164,14 +170,7 @@ var (
 	descMalformed       = prometheus.NewDesc("pushlb_registry_malformed_total", "Registry entries skipped, by what was wrong (key, value: invalid or beyond the record limits).", []string{"part"}, nil)
 	descResyncs         = prometheus.NewDesc("pushlb_registry_resyncs_total", "Full resynchronisations of the registry mirror (start, reconnects).", nil, nil)
 	descLookupHit       = prometheus.NewDesc("pushlb_lookups_total", "Instance-ID lookups, by result (hit, fallback, failure; negative and rate_limited are failures answered without a registry read).", []string{"result"}, nil)
-	descServers         = prometheus.NewDesc("pushlb_servers", "Servers listed per service.", []string{"service"}, nil)
-	descReachable       = prometheus.NewDesc("pushlb_servers_reachable", "Servers a pick may choose per service: alive, with a closed circuit breaker, not ejected.", []string{"service"}, nil)
-	descEjected         = prometheus.NewDesc("pushlb_servers_ejected", "Servers outlier detection ejects now, per service.", []string{"service"}, nil)
-	descEjections       = prometheus.NewDesc("pushlb_outlier_ejections_total", "Servers ejected by outlier detection (server errors in a row), by service.", []string{"service"}, nil)
-	descHeld            = prometheus.NewDesc("pushlb_list_held", "1 while a service's last list is kept because the registry lost all its instances at once (emptyListHold), else 0.", []string{"service"}, nil)
 	descHeldTotal       = prometheus.NewDesc("pushlb_lists_held_total", "Lists held back because the registry lost every instance of their service at once.", nil, nil)
-	descPanic           = prometheus.NewDesc("pushlb_panic_mode", "1 while too few of a service's servers are healthy (panicThreshold) and picks balance over all of them, else 0.", []string{"service"}, nil)
-	descTrips           = prometheus.NewDesc("pushlb_breaker_trips_total", "Circuit breakers tripped, by service.", []string{"service"}, nil)
 	descGossipGone      = prometheus.NewDesc("pushlb_gossip_removals_total", "Instances taken offline because gossip declared them dead or gone.", nil, nil)
 	descGossipBack      = prometheus.NewDesc("pushlb_gossip_revivals_total", "Instances gossip brought back (refuted suspicions).", nil, nil)
 	descGossipMem       = prometheus.NewDesc("pushlb_gossip_members", "Members of the gossip cluster this gateway sees, itself included.", nil, nil)
@@ -182,8 +181,6 @@ var (
 	descFollows         = prometheus.NewDesc("pushlb_follows_total", "Requests for services not followed yet, by result: followed, not_found (the registry holds none; remembered 2 s), negative (answered from that memory), busy (too many follows at once), failed.", []string{"result"}, nil)
 	descFollowing       = prometheus.NewDesc("pushlb_follows_in_flight", "Follows on request under way.", nil, nil)
 	descUnfollows       = prometheus.NewDesc("pushlb_unfollows_total", "Services this gateway stopped following (no request for idleUnfollow, or gone from the registry).", nil, nil)
-	descRevision        = prometheus.NewDesc("pushlb_registry_revision", "The registry revision this gateway has applied, per service: a change written at revision r has reached the service's list once this is r or more.", []string{"service"}, nil)
-	descUpdates         = prometheus.NewDesc("pushlb_list_updates_total", "Changes of a service's server list.", []string{"service"}, nil)
 	descReaperLeader    = prometheus.NewDesc("pushlb_reaper_leader", "1 while this gateway leads the registry's reapers (it alone receives the leases' expiry messages, or the renewals on a bucket without schedules), else 0.", nil, nil)
 	descReaperReaped    = prometheus.NewDesc("pushlb_reaper_removed_total", "Records this gateway's reaper removed because their lease ended (crashes not reported by gossip first).", nil, nil)
 	descReaperUnled     = prometheus.NewDesc("pushlb_reaper_unled", "1 while this gateway, which may not reap, has seen no reaper lead for more than a lease: the records of crashed instances are not removed.", nil, nil)
@@ -207,73 +204,15 @@ var (
 	descFailoverMoves   = prometheus.NewDesc("pushlb_registry_failover_moves_total", "Moves of this gateway's NATS connection to another server of the cluster after the registry went unanswered through its server (docs/reliability.md).", nil, nil)
 )
 
-// stateCollector reads the components' own counters at scrape time.
+// stateCollector reads the components' own counters at scrape time, but
+// for the per-service series (serviceFamilies).
 type stateCollector struct {
 	g *Gateway
-
-	mu sync.Mutex
-	// labels holds each service's label pair (service="<name>") from
-	// scrape to scrape, for its series (serviceSeries): guarded by mu.
-	labels map[string][]*dto.LabelPair
-}
-
-// serviceSeries is one series of a service in one scrape: its value and
-// its service's label pair, which the collector keeps (labelsOf). A scrape
-// of 1,000 services builds 9,000 of them, in one slice: the same series
-// as prometheus.MustNewConstMetric's, without building each one's label
-// pair and metric twice, which took some 2 MB more per scrape, live until
-// the scrape is encoded (and often marked by the collection the scrape's
-// garbage set off: docs/perf/memory.md).
-type serviceSeries struct {
-	desc   *prometheus.Desc
-	labels []*dto.LabelPair
-	value  float64
-	kind   prometheus.ValueType // CounterValue or GaugeValue
-}
-
-func (m *serviceSeries) Desc() *prometheus.Desc { return m.desc }
-
-// Write fills out as a const metric of m's kind would; m is not written to
-// after, and its value outlives the scrape's encoding.
-func (m *serviceSeries) Write(out *dto.Metric) error {
-	out.Label = m.labels
-	if m.kind == prometheus.CounterValue {
-		out.Counter = &dto.Counter{Value: &m.value}
-	} else {
-		out.Gauge = &dto.Gauge{Value: &m.value}
-	}
-	return nil
-}
-
-// labelsOf returns the label pairs of service's series, kept from one
-// scrape to the next (read only, by every scrape's encoding); forget drops
-// those of services gone.
-func (c *stateCollector) labelsOf(service string) []*dto.LabelPair {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	l, ok := c.labels[service]
-	if !ok {
-		name := "service"
-		l = []*dto.LabelPair{{Name: &name, Value: &service}}
-		c.labels[service] = l
-	}
-	return l
-}
-
-// forget drops the label pairs of the services not in live.
-func (c *stateCollector) forget(live map[string]bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for name := range c.labels {
-		if !live[name] {
-			delete(c.labels, name)
-		}
-	}
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReceived, descApplied, descDropped, descDelivered, descHandlerErr,
-		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descWentBack, descUnconfirmed, descMalformed, descResyncs, descLookupHit, descServers, descReachable, descEjected, descEjections, descPanic, descHeld, descHeldTotal, descTrips, descUpdates, descUnregistered, descServicesRemoved, descFollowed, descFollows, descFollowing, descUnfollows, descRevision, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored,
+		descReconciles, descRemovals, descRevivals, descRefreshes, descRecreated, descWentBack, descUnconfirmed, descMalformed, descResyncs, descLookupHit, descHeldTotal, descUnregistered, descServicesRemoved, descFollowed, descFollows, descFollowing, descUnfollows, descGossipGone, descGossipBack, descGossipMem, descGossipIgnored,
 		descReaperLeader, descReaperReaped, descReaperEnded, descReaperUnled, descFailoverProbes, descFailoverMoves,
 		descRegionStale, descRegionCopies, descRegionHeard, descReplWrites, descReplCuts, descReplResyncs, descReplErrors,
 		descRemovalsBy, descAdvState, descAdvReceived, descAdvMalformed, descAdvMatched, descAdvSkipped, descAdvProbes, descIDReleases} {
@@ -377,33 +316,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descFollows, r.v, r.label)
 	}
 	counter(descHeldTotal, st.ListsHeld)
-	live := make(map[string]bool, len(st.Services))
-	series := make([]serviceSeries, 0, perService*len(st.Services))
-	for _, s := range st.Services {
-		live[s.Name] = true
-		labels := c.labelsOf(s.Name)
-		add := func(d *prometheus.Desc, kind prometheus.ValueType, v float64) {
-			series = append(series, serviceSeries{desc: d, labels: labels, value: v, kind: kind})
-		}
-		add(descServers, prometheus.GaugeValue, float64(s.Servers))
-		add(descReachable, prometheus.GaugeValue, float64(s.Reachable))
-		add(descEjected, prometheus.GaugeValue, float64(s.Ejected))
-		add(descEjections, prometheus.CounterValue, float64(s.Ejections))
-		add(descPanic, prometheus.GaugeValue, boolValue(s.Panic))
-		add(descHeld, prometheus.GaugeValue, boolValue(s.Held))
-		add(descTrips, prometheus.CounterValue, float64(s.BreakerTrips))
-		add(descUpdates, prometheus.CounterValue, float64(s.Updates))
-		add(descRevision, prometheus.CounterValue, float64(s.Revision))
-	}
-	for i := range series {
-		ch <- &series[i]
-	}
-	c.forget(live)
-	c.g.metrics.forgetServices(live)
 }
-
-// perService is the number of series each service has (serviceSeries).
-const perService = 9
 
 // boolValue is 1 for true, 0 for false.
 func boolValue(b bool) float64 {

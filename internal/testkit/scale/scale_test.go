@@ -326,7 +326,9 @@ func startGatewayOn(b *testing.B, nb bus, listen string, args ...string) (*testu
 // without -pprof; with PUSHLB_PROFILE_DIR set it runs with -pprof (which
 // keeps the runtime's heap profiling on, some 2 MB more) and the benchmark
 // also saves its heap profile after a GC and reports its heap in use then
-// (live-MB, see liveHeap). PUSHLB_GATEWAY_GOMEMLIMIT=80MiB runs the
+// (live-MB, see liveHeap). After the window it reports what a scrape of
+// /metrics allocates (scrape-alloc-MB, scrapeAllocation).
+// PUSHLB_GATEWAY_GOMEMLIMIT=80MiB runs the
 // gateways with GOMEMLIMIT=80MiB (a build with -memory-limit takes it as
 // its own: auto), for docs/perf.md's figures with a memory limit.
 func BenchmarkColdStart(b *testing.B) {
@@ -337,7 +339,7 @@ func BenchmarkColdStart(b *testing.B) {
 		gateway(b)
 		var total time.Duration
 		var rss, peak, settled int64
-		var heap, marked, live float64
+		var heap, marked, live, scrapeAlloc float64
 		profiling := os.Getenv("PUSHLB_PROFILE_DIR") != ""
 		var args []string
 		if profiling {
@@ -354,6 +356,7 @@ func BenchmarkColdStart(b *testing.B) {
 			heap = m.heap
 			settled = settledPeak(b, p.Pid(), settle)
 			marked = scrape(b, admin).marked
+			scrapeAlloc = scrapeAllocation(b, admin)
 			if profiling {
 				live = liveHeap(b, admin, b.Name())
 			}
@@ -366,11 +369,24 @@ func BenchmarkColdStart(b *testing.B) {
 		b.ReportMetric(float64(settled)/1e6, "settled-MB")
 		b.ReportMetric(heap/1e6, "heap-MB")
 		b.ReportMetric(marked/1e6, "marked-MB")
+		b.ReportMetric(scrapeAlloc/1e6, "scrape-alloc-MB")
 		if profiling {
 			b.ReportMetric(live/1e6, "live-MB")
 		}
 		b.ReportMetric(float64(sz.Total()), "instances")
 	})
+}
+
+// scrapeAllocation returns the heap a scrape of the gateway's /metrics
+// allocates (gzip-compressed, as Prometheus asks), the mean over 20
+// scrapes, from go_memstats_alloc_bytes_total.
+func scrapeAllocation(tb testing.TB, admin string) float64 {
+	const scrapes = 20
+	before := scrape(tb, admin).allocated
+	for range scrapes - 1 {
+		scrape(tb, admin)
+	}
+	return (scrape(tb, admin).allocated - before) / scrapes
 }
 
 // settledPeak returns the peak resident memory (VmHWM) of process pid at
