@@ -145,7 +145,7 @@ func TestScaleUpNotPermitted(t *testing.T) {
 			{Username: "gateway", Password: "gw", Permissions: &server.Permissions{
 				Publish: &server.SubjectPermission{Allow: []string{
 					"$JS.API.STREAM.INFO.KV_pushlb_lb", "$JS.API.DIRECT.GET.KV_pushlb_lb.>",
-					"$JS.API.CONSUMER.CREATE.KV_pushlb_lb.>", "$JS.API.CONSUMER.DELETE.KV_pushlb_lb.>", "$JS.FC.KV_pushlb_lb.>",
+					"$JS.API.CONSUMER.CREATE.KV_pushlb_lb.>", "$JS.API.CONSUMER.MSG.NEXT.KV_pushlb_lb.>", "$JS.API.CONSUMER.DELETE.KV_pushlb_lb.>", "$JS.FC.KV_pushlb_lb.>",
 				}},
 				Subscribe: &server.SubjectPermission{Allow: []string{"lb.svc.>", "_INBOX.>"}},
 			}},

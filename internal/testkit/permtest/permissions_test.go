@@ -251,13 +251,20 @@ func event(kind events.Kind, service, id string) (string, []byte) {
 // at all; the Kubernetes bridge writes the services it bridges and no
 // other, and no announcer writes them. Each refusal is the server's own (a permissions violation naming
 // the subject), waited for, never inferred from silence.
+//
+// The gateway runs in both ways of watching the registry: follow requested
+// (the default: a push consumer per followed service) and follow all (a
+// pull consumer over every record, which needs
+// $JS.API.CONSUMER.MSG.NEXT).
 func TestPermissions(t *testing.T) {
 	for _, st := range styles {
-		t.Run(st.name, func(t *testing.T) { testPermissions(t, st) })
+		for _, follow := range []pushlb.FollowMode{pushlb.FollowRequested, pushlb.FollowAll} {
+			t.Run(st.name+"/follow_"+string(follow), func(t *testing.T) { testPermissions(t, st, follow) })
+		}
 	}
 }
 
-func testPermissions(t *testing.T, st style) {
+func testPermissions(t *testing.T, st style, follow pushlb.FollowMode) {
 	creds := st.setup(t)
 	srv := natstest.Start(t, natstest.WithConfigFile(t, st.file))
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
@@ -284,7 +291,7 @@ func testPermissions(t *testing.T, st style) {
 		t.Fatal(err)
 	}
 	defer gwConn.Close()
-	lb, err := pushlb.New(gwConn, pushlb.Config{Prefix: prefix, Reaper: true, Report: pushlb.ReportConfig{ID: gateway.user(), Interval: convergence.MinInterval}}, pushlb.WithLogger(gwLog))
+	lb, err := pushlb.New(gwConn, pushlb.Config{Prefix: prefix, Follow: follow, Reaper: true, Report: pushlb.ReportConfig{ID: gateway.user(), Interval: convergence.MinInterval}}, pushlb.WithLogger(gwLog))
 	if err != nil {
 		t.Fatal(err)
 	}
