@@ -55,18 +55,26 @@ type boundedWatch struct {
 // watchBounded starts a boundedWatch of the keys matching filter (the
 // key's pattern, as KeyValue.Watch takes it).
 func (r *Registry) watchBounded(ctx context.Context, filter string) (jetstream.KeyWatcher, error) {
-	cons, err := r.js.CreateConsumer(ctx, "KV_"+r.cfg.Bucket, jetstream.ConsumerConfig{
-		FilterSubject:     r.subject(filter),
+	return watchBucket(ctx, r.js, r.cfg.Bucket, filter)
+}
+
+// watchBucket starts a boundedWatch of the keys of bucket, in js (this
+// connection's JetStream, or another region's through its domain), that
+// match filter.
+func watchBucket(ctx context.Context, js jetstream.JetStream, bucket, filter string) (jetstream.KeyWatcher, error) {
+	prefix := "$KV." + bucket + "."
+	cons, err := js.CreateConsumer(ctx, "KV_"+bucket, jetstream.ConsumerConfig{
+		FilterSubject:     prefix + filter,
 		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
 		AckPolicy:         jetstream.AckNonePolicy,
 		InactiveThreshold: watchInactive,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("serverlist: watch %s: %w", filter, err)
+		return nil, fmt.Errorf("serverlist: watch %s in %s: %w", filter, bucket, err)
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(watchBuffer))
 	if err != nil {
-		return nil, fmt.Errorf("serverlist: watch %s: %w", filter, err)
+		return nil, fmt.Errorf("serverlist: watch %s in %s: %w", filter, bucket, err)
 	}
 	// The pending count when the consumer was created: the entries
 	// before the catch-up marker.
@@ -76,14 +84,14 @@ func (r *Registry) watchBounded(ctx context.Context, filter string) (jetstream.K
 	}
 	w := &boundedWatch{
 		updates: make(chan jetstream.KeyValueEntry, watchUpdates),
-		js:      r.js,
+		js:      js,
 		cons:    cons,
 		it:      it,
 		quit:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
 	w.unhook = context.AfterFunc(ctx, func() { _ = w.Stop() })
-	go w.run(r.subject(""), r.cfg.Bucket, initial)
+	go w.run(prefix, bucket, initial)
 	return w, nil
 }
 

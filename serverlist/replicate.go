@@ -248,7 +248,7 @@ type copyState struct {
 
 // heldCopies reads the copies the bucket holds, by region.
 func (r *Replicator) heldCopies(ctx context.Context) (map[string]map[string]copyState, error) {
-	w, err := r.reg.kv.WatchFiltered(ctx, []string{RecordKeys})
+	w, err := r.reg.watchBounded(ctx, RecordKeys)
 	if err != nil {
 		return nil, err
 	}
@@ -469,7 +469,9 @@ func (f *follower) session(ctx context.Context) (synced bool, err error) {
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := kv.WatchFiltered(sctx, []string{RecordKeys})
+	// A bounded watch (kvwatch.go): KeyValue.Watch's push consumer let
+	// the region's server send up to 32 MiB ahead of the copies written.
+	w, err := watchBucket(sctx, f.js, rs.Bucket, RecordKeys)
 	if err != nil {
 		return false, fmt.Errorf("watch %s's bucket %s: %w", rs.Name, rs.Bucket, err)
 	}

@@ -107,6 +107,26 @@ func TestReplicatorCopiesAnotherRegion(t *testing.T) {
 	if st := rep.Stats().Remotes[0]; st.Written < 4 || st.Removed < 2 {
 		t.Fatalf("stats: %+v", st)
 	}
+	// The region's records are read through a bounded watch (a pull
+	// consumer), not KeyValue.Watch's push consumer, which lets the
+	// region's server send up to 32 MiB ahead of the copies written.
+	stream, err := us.js.Stream(ctx, "KV_reg_eu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	watches := 0
+	for info := range stream.ListConsumers(ctx).Info() {
+		if info.Config.FilterSubject != "$KV.reg_eu."+serverlist.RecordKeys {
+			continue
+		}
+		watches++
+		if info.Config.DeliverSubject != "" {
+			t.Errorf("the region's records are watched by a push consumer (%s): not bounded", info.Name)
+		}
+	}
+	if watches == 0 {
+		t.Fatal("no watch of eu's records: the session's is missing")
+	}
 	w := serverlist.WatchRegions(t.Context(), us.reg, 200*time.Millisecond, zerolog.Nop())
 	defer w.Close()
 	testutil.Eventually(t, "the status watch to see eu linked", func() bool {
