@@ -59,7 +59,8 @@
 // serves its last known state while NATS is away. Its watch of every record
 // reads through a pull consumer that holds at most 2,048 messages
 // (kvwatch.go), so that the client does not queue the registry while the
-// mirror applies it; a followed service's watch is KeyValue.Watch's. A
+// mirror applies it (the replicator reads another region's records the
+// same way); a followed service's watch is KeyValue.Watch's. A
 // [Lookup] resolves an instance ID from the mirror (a map read) and, when
 // an event has outrun the mirror, from the registry with a few quick
 // retries: the event is a hint,
