@@ -30,10 +30,10 @@ type metrics struct {
 	requests *prometheus.HistogramVec
 	subsets  *prometheus.CounterVec
 
-	// serviceReg holds only the per-service series (serviceCollector),
-	// for the scrapes that ask for a format other than text
-	// (metrics_text.go).
-	serviceReg *prometheus.Registry
+	// stateReg holds the series read from the client's state at scrape
+	// time (stateCollector), the per-service ones included, for the
+	// scrapes that ask for a format other than text (metrics_text.go).
+	stateReg *prometheus.Registry
 
 	services sync.Map // service name -> *serviceMetrics
 }
@@ -77,10 +77,9 @@ func newMetrics(g *Gateway) *metrics {
 		// (GOGC=100) before the next: what the resident memory follows.
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
 			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&stateCollector{g: g})
-	m.serviceReg = prometheus.NewRegistry()
-	m.serviceReg.MustRegister(serviceCollector{g: g})
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.stateReg = prometheus.NewRegistry()
+	m.stateReg.MustRegister(&stateCollector{g: g})
 	return m
 }
 
@@ -204,10 +203,13 @@ var (
 	descFailoverMoves   = prometheus.NewDesc("pushlb_registry_failover_moves_total", "Moves of this gateway's NATS connection to another server of the cluster after the registry went unanswered through its server (docs/reliability.md).", nil, nil)
 )
 
-// stateCollector reads the components' own counters at scrape time, but
-// for the per-service series (serviceFamilies).
+// stateCollector reads the components' own counters from the client's
+// state (pushlb.Stats) at scrape time. Without st it reads the state
+// itself and sends the per-service series too (serviceFamilies); a text
+// scrape, which writes those itself, gives it the state it read (st).
 type stateCollector struct {
-	g *Gateway
+	g  *Gateway
+	st *pushlb.Stats
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -217,6 +219,11 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		descRegionStale, descRegionCopies, descRegionHeard, descReplWrites, descReplCuts, descReplResyncs, descReplErrors,
 		descRemovalsBy, descAdvState, descAdvReceived, descAdvMalformed, descAdvMatched, descAdvSkipped, descAdvProbes, descIDReleases} {
 		ch <- d
+	}
+	if c.st == nil {
+		for _, d := range serviceDescs {
+			ch <- d
+		}
 	}
 }
 
@@ -230,10 +237,15 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	flag := func(d *prometheus.Desc, on bool, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, boolValue(on), labels...)
 	}
-	if c.g.client == nil {
-		return
+	st := c.st
+	if st == nil {
+		read, ok := scrapeStats(c.g)
+		if !ok {
+			return
+		}
+		st = &read
+		defer collectServices(ch, st.Services)
 	}
-	st := c.g.client.Stats()
 	ev := st.Events
 	counter(descReceived, ev.Received)
 	counter(descApplied, ev.Applied)

@@ -22,7 +22,7 @@ import (
 )
 
 // servicesCollector sends the per-service series of fixed services, as
-// serviceCollector sends a gateway's.
+// stateCollector sends a gateway's.
 type servicesCollector []pushlb.ServiceStats
 
 func (s servicesCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -42,7 +42,7 @@ func TestServiceTextAsClientGolang(t *testing.T) {
 		{Name: "orders", Servers: 100, Reachable: 100, Held: true, Updates: 1e6, Revision: 123456789},
 		{Name: `odd"na\me` + "\n", Servers: 1},
 	}
-	slices.SortFunc(services, func(a, b pushlb.ServiceStats) int { return strings.Compare(a.Name, b.Name) }) // as scrapeServices sorts
+	slices.SortFunc(services, func(a, b pushlb.ServiceStats) int { return strings.Compare(a.Name, b.Name) }) // as Client.Stats sorts
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(servicesCollector(services))
 	families, err := reg.Gather()

@@ -22,7 +22,7 @@ import (
 // by the MB until encoded: a collection that landed in a scrape marked
 // them, and the heap's next goal was twice that much higher
 // (docs/perf/memory.md, "Where the goal of 100 MB ends"). A scrape that
-// asks for another format (protobuf) gets them from serviceCollector,
+// asks for another format (protobuf) gets them from stateCollector,
 // through client_golang, with the same values.
 
 // serviceFamily is one per-service metric: its name, help, type and
@@ -56,7 +56,7 @@ var serviceFamilies = []serviceFamily{
 		func(s *pushlb.ServiceStats) float64 { return float64(s.Revision) }},
 }
 
-// serviceDescs are serviceFamilies' descriptions, for serviceCollector.
+// serviceDescs are serviceFamilies' descriptions, for stateCollector.
 var serviceDescs = func() []*prometheus.Desc {
 	out := make([]*prometheus.Desc, len(serviceFamilies))
 	for i, f := range serviceFamilies {
@@ -65,39 +65,21 @@ var serviceDescs = func() []*prometheus.Desc {
 	return out
 }()
 
-// scrapeServices returns the summaries of the client's services sorted by
-// name (the order client_golang gives a family's series), and forgets the
-// request series of services the client no longer has
-// (metrics.forgetServices).
-func scrapeServices(g *Gateway) []pushlb.ServiceStats {
+// scrapeStats reads the client's state for a scrape (its services
+// sorted by name, the order client_golang gives a family's series), and
+// forgets the request series of services the client no longer has
+// (metrics.forgetServices); false before the client exists.
+func scrapeStats(g *Gateway) (pushlb.Stats, bool) {
 	if g.client == nil {
-		return nil
+		return pushlb.Stats{}, false
 	}
-	names := g.client.Services() // sorted
-	services := make([]pushlb.ServiceStats, 0, len(names))
-	live := make(map[string]bool, len(names))
-	for _, name := range names {
-		if s, ok := g.client.ServiceStats(name); ok { // false: removed since
-			services = append(services, s)
-			live[name] = true
-		}
+	st := g.client.Stats()
+	live := make(map[string]bool, len(st.Services))
+	for _, s := range st.Services {
+		live[s.Name] = true
 	}
 	g.metrics.forgetServices(live)
-	return services
-}
-
-// serviceCollector gives the per-service series to client_golang, for a
-// scrape in a format other than text.
-type serviceCollector struct{ g *Gateway }
-
-func (c serviceCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range serviceDescs {
-		ch <- d
-	}
-}
-
-func (c serviceCollector) Collect(ch chan<- prometheus.Metric) {
-	collectServices(ch, scrapeServices(c.g))
+	return st, true
 }
 
 // collectServices sends the per-service series of services.
@@ -186,14 +168,23 @@ func appendFloat(b []byte, v float64) []byte {
 // per-service series included. The compressor is each scrape's own:
 // client_golang's pool kept one (some 800 KB) live between scrapes.
 func (m *metrics) handler(g *Gateway) http.Handler {
-	other := promhttp.HandlerFor(prometheus.Gatherers{m.reg, m.serviceReg}, promhttp.HandlerOpts{})
+	other := promhttp.HandlerFor(prometheus.Gatherers{m.reg, m.stateReg}, promhttp.HandlerOpts{})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		format := expfmt.Negotiate(r.Header)
 		if format.FormatType() != expfmt.TypeTextPlain {
 			other.ServeHTTP(w, r)
 			return
 		}
-		families, err := m.reg.Gather()
+		// The client's state is read once: its counters go through
+		// client_golang, its services are written below.
+		gatherers := prometheus.Gatherers{m.reg}
+		st, ok := scrapeStats(g)
+		if ok {
+			state := prometheus.NewRegistry()
+			state.MustRegister(&stateCollector{g: g, st: &st})
+			gatherers = append(gatherers, state)
+		}
+		families, err := gatherers.Gather()
 		if err != nil {
 			http.Error(w, "An error has occurred while serving metrics:\n\n"+err.Error(), http.StatusInternalServerError)
 			return
@@ -215,7 +206,7 @@ func (m *metrics) handler(g *Gateway) http.Handler {
 				return // the client went away: nothing to tell it
 			}
 		}
-		if writeServiceText(bw, scrapeServices(g)) == nil {
+		if writeServiceText(bw, st.Services) == nil {
 			bw.Flush()
 		}
 	})
